@@ -1,0 +1,51 @@
+"""RunManifest: what a run is, what it ran against, on what host, and how it ended."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from collectors.schema import SCHEMA_VERSION, check_schema_version
+
+RunStatus = Literal["running", "complete", "aborted", "invalid"]
+RUN_STATUSES: tuple[str, ...] = ("running", "complete", "aborted", "invalid")
+
+
+@dataclass(slots=True)
+class RunManifest:
+    """The manifest.json of one run directory.
+
+    ``anchor_monotonic_ns`` is the monotonic clock reading that every record's
+    timestamps are measured from; ``anchor_wall_time`` is the wall-clock time taken at
+    the same moment, so that records can be placed on a calendar.
+    """
+
+    run_id: str
+    suite: str
+    anchor_monotonic_ns: int
+    anchor_wall_time: str
+    host: dict[str, Any]
+    spec_given: dict[str, Any] = field(default_factory=dict)
+    spec_resolved: dict[str, Any] = field(default_factory=dict)
+    target: dict[str, Any] = field(default_factory=dict)
+    git_sha: str | None = None
+    status: RunStatus = "running"
+    status_reason: str | None = None
+    ended_wall_time: str | None = None
+    pid: int | None = None
+    hostname: str | None = None
+    # Plain statements about how to read the results, e.g. what warm-up excluded.
+    notes: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "manifest.json") -> RunManifest:
+        check_schema_version(data.get("schema_version"), where)
+        known = {f.name for f in dataclasses.fields(cls)}
+        # Fields added by later minor versions are ignored rather than refused.
+        return cls(**{k: v for k, v in data.items() if k in known})

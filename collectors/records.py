@@ -1,0 +1,91 @@
+"""The records a run appends: one per serving request, one per training step.
+
+Timestamps are integer nanoseconds of the monotonic clock, measured from the run's
+anchor (``RunManifest.anchor_monotonic_ns``), so that every worker process on the host
+shares one time base. Latency metrics are derived from these in ``collectors.latency``;
+they are never stored instead of the timestamps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from collectors.schema import SCHEMA_VERSION
+
+RequestStatus = Literal["ok", "error", "cancelled"]
+# Requests sent during warm-up or cool-down are kept but excluded from summaries.
+Phase = Literal["warmup", "measure", "cooldown"]
+# Where a chunk's token count came from, best first.
+ChunkTokensSource = Literal["usage_stats", "logprobs", "tokenizer", "server_tokenize", "assumed_one"]
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request as the client saw it.
+
+    ``chunk_ns[i]`` is when the bytes of the i-th SSE data event arrived and
+    ``chunk_tokens[i]`` how many generated tokens it carried (0 for role-only or
+    usage-only events).
+    """
+
+    request_id: str
+    scenario: str
+    phase: Phase
+    worker: int
+    intended_send_ns: int
+    send_ns: int
+    done_ns: int
+    status: RequestStatus
+    chunk_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    chunk_tokens_source: ChunkTokensSource | None = None
+    first_token_ns: int | None = None
+    last_token_ns: int | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    client_prompt_tokens: int | None = None
+    client_output_tokens: int | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    http_status: int | None = None
+    server_request_id: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """One training step (or micro-batch, when ``microbatch`` is set) of one rank."""
+
+    step: int
+    rank: int
+    start_ns: int
+    end_ns: int
+    tokens: int
+    scenario: str = ""
+    microbatch: int | None = None
+    loss: float | None = None
+    model_flops: float | None = None
+    mfu: float | None = None
+    peak_memory_bytes: int | None = None
+    # tokens_per_expert[layer][expert]
+    tokens_per_expert: list[list[int]] = field(default_factory=list)
+    policy_decisions: list[dict[str, Any]] = field(default_factory=list)
+    # e.g. {"kind": "oom", "at_ns": ...} or {"kind": "restart", "lost_s": ...}
+    events: list[dict[str, Any]] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def step_time_s(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
+STEP_FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord))

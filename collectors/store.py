@@ -1,0 +1,323 @@
+"""RunStore: one directory per run, records appended and flushed as they happen.
+
+Layout of ``<root>/<run_id>/``: manifest.json, requests.jsonl / requests.parquet,
+steps.jsonl / steps.parquet, server_metrics.jsonl, summary.json. A run that dies keeps
+everything already appended: JSONL lines are flushed one by one, and readers fall back to
+them when the parquet files of a finished run are not there.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import psutil
+import pyarrow.parquet as pq
+
+from collectors.errors import CollectorError, RunNotFoundError
+from collectors.fingerprint import host_fingerprint
+from collectors.manifest import RunManifest
+from collectors.records import RequestRecord, StepRecord
+from collectors.schema import SCHEMA_VERSION, check_schema_version
+from collectors.tables import SCHEMAS, rows_to_table, table_to_frame
+
+_RECORD_FILES = {"requests": "requests", "steps": "steps"}
+
+
+class RunInterrupted(BaseException):  # noqa: N818 - it is a signal, not an error
+    """Raised in the main thread when SIGINT or SIGTERM asks a run to stop."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+@contextmanager
+def interrupts_end_runs() -> Iterator[None]:
+    """Turn SIGINT and SIGTERM into ``RunInterrupted`` for the duration of the block."""
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise RunInterrupted(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _git_sha() -> str | None:
+    here = Path(__file__).resolve().parent
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class RunWriter:
+    """Appends the records of one run and ends it with a status.
+
+    Used as a context manager: leaving the block normally completes the run (unless it
+    was already ended), an exception or ``RunInterrupted`` aborts it with the reason.
+    """
+
+    def __init__(self, directory: Path, manifest: RunManifest):
+        self.directory = directory
+        self.manifest = manifest
+        self._files: dict[str, Any] = {}
+        self._write_manifest()
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest.run_id
+
+    def _write_manifest(self) -> None:
+        _write_atomic(self.directory / "manifest.json", self.manifest.to_json())
+
+    def _append(self, name: str, row: dict[str, Any]) -> None:
+        f = self._files.get(name)
+        if f is None:
+            f = self._files[name] = open(self.directory / f"{name}.jsonl", "a", encoding="utf-8")
+        f.write(json.dumps(row, separators=(",", ":")) + "\n")
+        # Flushed per record: a crash loses nothing that was already measured.
+        f.flush()
+
+    def append_request(self, record: RequestRecord) -> None:
+        self._append("requests", record.to_dict())
+
+    def append_step(self, record: StepRecord) -> None:
+        self._append("steps", record.to_dict())
+
+    def append_server_metrics(self, sample: dict[str, Any]) -> None:
+        self._append("server_metrics", {"schema_version": SCHEMA_VERSION, **sample})
+
+    def add_note(self, note: str) -> None:
+        self.manifest.notes.append(note)
+        self._write_manifest()
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        body = {"schema_version": SCHEMA_VERSION, **summary}
+        _write_atomic(self.directory / "summary.json", json.dumps(body, indent=2, default=str))
+
+    @property
+    def ended(self) -> bool:
+        return self.manifest.status != "running"
+
+    def complete(self) -> None:
+        self._end("complete", None)
+
+    def abort(self, reason: str) -> None:
+        self._end("aborted", reason)
+
+    def invalidate(self, reason: str) -> None:
+        self._end("invalid", reason)
+
+    def _end(self, status: str, reason: str | None) -> None:
+        if self.ended:
+            raise CollectorError(f"run {self.run_id} already ended as {self.manifest.status}")
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+        for kind, name in _RECORD_FILES.items():
+            _jsonl_to_parquet(self.directory, kind, name)
+        self.manifest.status = status  # type: ignore[assignment]
+        self.manifest.status_reason = reason
+        self.manifest.ended_wall_time = _now_iso()
+        self._write_manifest()
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, _tb) -> None:
+        if self.ended:
+            return
+        if exc_type is None:
+            self.complete()
+        elif isinstance(exc, RunInterrupted):
+            self.abort(f"interrupted by {exc.signal_name}")
+        elif isinstance(exc, KeyboardInterrupt):
+            self.abort("interrupted by SIGINT")
+        else:
+            self.abort(f"{exc_type.__name__}: {exc}")
+
+
+def _jsonl_to_parquet(directory: Path, kind: str, name: str) -> None:
+    source = directory / f"{name}.jsonl"
+    if not source.exists():
+        return
+    rows = _read_jsonl(source)
+    target = directory / f"{name}.parquet"
+    tmp = target.with_suffix(".parquet.tmp")
+    table = rows_to_table(kind, rows)
+    table = table.replace_schema_metadata({"moeperf_schema_version": str(SCHEMA_VERSION)})
+    pq.write_table(table, tmp)
+    os.replace(tmp, target)
+    # One copy of the data: the JSONL was only the crash-safe form.
+    source.unlink()
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    for number, line in enumerate(lines, start=1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                # The process died while writing its last line; the rest is whole.
+                break
+            raise CollectorError(f"{path}:{number}: not valid JSON") from None
+        check_schema_version(row.get("schema_version"), f"{path}:{number}")
+        rows.append(row)
+    return rows
+
+
+class RunReader:
+    """Read access to a run directory, whatever state the run ended in."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        data = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+        self.manifest = RunManifest.from_dict(data, str(directory / "manifest.json"))
+        _mark_if_orphaned(self.manifest)
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest.run_id
+
+    def _frame(self, kind: str) -> pd.DataFrame:
+        name = _RECORD_FILES[kind]
+        parquet = self.directory / f"{name}.parquet"
+        if parquet.exists():
+            table = pq.read_table(parquet)
+            meta = table.schema.metadata or {}
+            found = meta.get(b"moeperf_schema_version", b"")
+            check_schema_version(int(found) if found.isdigit() else found, str(parquet))
+            return table_to_frame(kind, table)
+        jsonl = self.directory / f"{name}.jsonl"
+        rows = _read_jsonl(jsonl) if jsonl.exists() else []
+        return table_to_frame(kind, rows_to_table(kind, rows) if rows else SCHEMAS[kind].empty_table())
+
+    def requests(self) -> pd.DataFrame:
+        return self._frame("requests")
+
+    def steps(self) -> pd.DataFrame:
+        return self._frame("steps")
+
+    def server_metrics(self) -> list[dict[str, Any]]:
+        path = self.directory / "server_metrics.jsonl"
+        return _read_jsonl(path) if path.exists() else []
+
+    def summary(self) -> dict[str, Any] | None:
+        path = self.directory / "summary.json"
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+        check_schema_version(data.get("schema_version"), str(path))
+        return data
+
+
+def _mark_if_orphaned(manifest: RunManifest) -> None:
+    """A run still 'running' whose process is gone was killed without a chance to say so."""
+    if manifest.status != "running" or manifest.pid is None:
+        return
+    if manifest.hostname != socket.gethostname() or psutil.pid_exists(manifest.pid):
+        return
+    manifest.status = "aborted"
+    manifest.status_reason = f"process {manifest.pid} ended without closing the run (killed?)"
+
+
+class RunStore:
+    """All runs under one root directory (``runs/`` by default)."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike = "runs",
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ):
+        self.root = Path(root)
+        self._clock_ns = clock_ns
+
+    def create(
+        self,
+        suite: str,
+        *,
+        spec_given: dict[str, Any] | None = None,
+        spec_resolved: dict[str, Any] | None = None,
+        target: dict[str, Any] | None = None,
+    ) -> RunWriter:
+        """Start a run: make its directory and write its manifest with status running."""
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+        run_id = f"{stamp}-{suite}-{secrets.token_hex(3)}"
+        directory = self.root / run_id
+        directory.mkdir(parents=True)
+        manifest = RunManifest(
+            run_id=run_id,
+            suite=suite,
+            anchor_monotonic_ns=self._clock_ns(),
+            anchor_wall_time=_now_iso(),
+            host=host_fingerprint(),
+            spec_given=spec_given or {},
+            spec_resolved=spec_resolved or {},
+            target=target or {},
+            git_sha=_git_sha(),
+            pid=os.getpid(),
+            hostname=socket.gethostname(),
+        )
+        return RunWriter(directory, manifest)
+
+    def open(self, run: str) -> RunReader:
+        """Open a run by id, unique id prefix, directory path, or "latest"."""
+        path = Path(run)
+        if (path / "manifest.json").exists():
+            return RunReader(path)
+        ids = self.run_ids()
+        if run == "latest" and ids:
+            return RunReader(self.root / ids[-1])
+        matches = [i for i in ids if i.startswith(run)]
+        if len(matches) == 1:
+            return RunReader(self.root / matches[0])
+        if not matches:
+            raise RunNotFoundError(
+                f"no run {run!r} under {self.root}/ (see `moeperf runs list`)"
+            )
+        raise RunNotFoundError(f"{run!r} matches {len(matches)} runs: {', '.join(matches[:5])}")
+
+    def run_ids(self) -> list[str]:
+        """Run ids, oldest first (ids begin with their UTC start time)."""
+        if not self.root.exists():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if (p / "manifest.json").exists())
+
+    def list(self) -> list[RunManifest]:
+        return [RunReader(self.root / i).manifest for i in self.run_ids()]

@@ -1,0 +1,92 @@
+"""Per-scenario summary of a serving run: counts, throughput, goodput, latency quantiles.
+
+Definitions (repeated in the README and every report):
+- Only requests in the "measure" phase count; warm-up and cool-down requests are stored
+  but excluded.
+- Window: first actual send -> last completion among the measured requests.
+- Output throughput: output tokens of ok requests / window.
+- Goodput: requests that are ok and meet every SLO given / window; ``goodput_ratio`` is
+  the same count over all measured requests, failures included in the denominator. A
+  request with fewer than 2 output tokens has no TPOT and is judged on the other SLOs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from collectors.latency import NS_PER_S, icl_samples_s, itl_samples_s, per_request
+from collectors.quantiles import CI_METHOD, ESTIMATOR, describe
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """Service-level objectives for goodput; None means not constrained."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+
+def _meets_slo(metrics: pd.DataFrame, slo: Slo) -> pd.Series:
+    good = metrics["status"] == "ok"
+    if slo.ttft_s is not None:
+        good &= metrics["ttft_s"] <= slo.ttft_s
+    if slo.tpot_s is not None:
+        good &= metrics["tpot_s"].isna() | (metrics["tpot_s"] <= slo.tpot_s)
+    if slo.e2e_s is not None:
+        good &= metrics["e2e_s"] <= slo.e2e_s
+    return good
+
+
+def summarize_scenario(requests: pd.DataFrame, slo: Slo = Slo()) -> dict[str, Any]:
+    """Summary of the measured requests of one scenario (load level)."""
+    measured = requests[requests["phase"] == "measure"]
+    metrics = per_request(measured)
+    ok = metrics["status"] == "ok"
+    window_s = 0.0
+    if len(measured):
+        window_s = (measured["done_ns"].max() - measured["send_ns"].min()) / NS_PER_S
+    good = int(_meets_slo(metrics, slo).sum())
+    output_tokens = float(metrics.loc[ok, "output_tokens"].sum())
+    per_second = (lambda x: x / window_s) if window_s > 0 else (lambda _x: None)
+    errors = metrics.loc[metrics["status"] == "error", "error_type"].value_counts()
+    return {
+        "requests": len(measured),
+        "ok": int(ok.sum()),
+        "errors": int((metrics["status"] == "error").sum()),
+        "cancelled": int((metrics["status"] == "cancelled").sum()),
+        "error_types": {str(k): int(v) for k, v in errors.items()},
+        "excluded_warmup": int((requests["phase"] == "warmup").sum()),
+        "excluded_cooldown": int((requests["phase"] == "cooldown").sum()),
+        "window_s": window_s,
+        "output_tokens": output_tokens,
+        "output_throughput_tok_s": per_second(output_tokens),
+        "request_throughput_rps": per_second(int(ok.sum())),
+        "goodput_rps": per_second(good),
+        "goodput_ratio": good / len(measured) if len(measured) else None,
+        "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s},
+        "latency_s": {
+            **{name: describe(metrics.loc[ok, name]) for name in _REQUEST_LATENCIES},
+            "itl_s": describe(itl_samples_s(measured)["itl_s"]),
+            "icl_s": describe(icl_samples_s(measured)["icl_s"]),
+        },
+    }
+
+
+_REQUEST_LATENCIES = ("ttft_s", "ttft_from_send_s", "queue_delay_s", "tpot_s", "e2e_s")
+
+
+def summarize_requests(requests: pd.DataFrame, slo: Slo = Slo()) -> dict[str, Any]:
+    """Summaries of every scenario in run order, with the estimators named."""
+    scenarios = list(dict.fromkeys(requests["scenario"]))
+    return {
+        "percentile_estimator": ESTIMATOR,
+        "confidence_interval": CI_METHOD,
+        "scenarios": {
+            name: summarize_scenario(requests[requests["scenario"] == name], slo)
+            for name in scenarios
+        },
+    }

@@ -1,0 +1,82 @@
+"""Arrow schemas of the record tables, shared by the JSONL and the parquet readers.
+
+Both readers go through one Arrow table so that a run read back before and after its
+parquet conversion gives the same DataFrame (same dtypes, lists as arrays).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+_INT = pa.int64()
+_STR = pa.string()
+
+REQUEST_SCHEMA = pa.schema(
+    [
+        ("request_id", _STR),
+        ("scenario", _STR),
+        ("phase", _STR),
+        ("worker", _INT),
+        ("intended_send_ns", _INT),
+        ("send_ns", _INT),
+        ("done_ns", _INT),
+        ("status", _STR),
+        ("chunk_ns", pa.list_(_INT)),
+        ("chunk_tokens", pa.list_(_INT)),
+        ("chunk_tokens_source", _STR),
+        ("first_token_ns", _INT),
+        ("last_token_ns", _INT),
+        ("prompt_tokens", _INT),
+        ("output_tokens", _INT),
+        ("client_prompt_tokens", _INT),
+        ("client_output_tokens", _INT),
+        ("error_type", _STR),
+        ("error_message", _STR),
+        ("http_status", _INT),
+        ("server_request_id", _STR),
+        ("schema_version", _INT),
+    ]
+)
+
+STEP_SCHEMA = pa.schema(
+    [
+        ("step", _INT),
+        ("rank", _INT),
+        ("start_ns", _INT),
+        ("end_ns", _INT),
+        ("tokens", _INT),
+        ("scenario", _STR),
+        ("microbatch", _INT),
+        ("loss", pa.float64()),
+        ("model_flops", pa.float64()),
+        ("mfu", pa.float64()),
+        ("peak_memory_bytes", _INT),
+        ("tokens_per_expert", pa.list_(pa.list_(_INT))),
+        # Free-form structures kept as JSON text: their keys belong to the trainer.
+        ("policy_decisions", _STR),
+        ("events", _STR),
+        ("schema_version", _INT),
+    ]
+)
+
+_JSON_COLUMNS = {"steps": ("policy_decisions", "events")}
+SCHEMAS = {"requests": REQUEST_SCHEMA, "steps": STEP_SCHEMA}
+
+
+def rows_to_table(kind: str, rows: list[dict[str, Any]]) -> pa.Table:
+    """Build the Arrow table of ``kind`` ("requests" or "steps") from record dicts."""
+    json_columns = _JSON_COLUMNS.get(kind, ())
+    if json_columns:
+        rows = [{**r, **{c: json.dumps(r.get(c, [])) for c in json_columns}} for r in rows]
+    return pa.Table.from_pylist(rows, schema=SCHEMAS[kind])
+
+
+def table_to_frame(kind: str, table: pa.Table) -> pd.DataFrame:
+    frame = table.to_pandas()
+    for column in _JSON_COLUMNS.get(kind, ()):
+        frame[column] = frame[column].map(json.loads)
+    return frame
