@@ -80,3 +80,10 @@ def table_to_frame(kind: str, table: pa.Table) -> pd.DataFrame:
     for column in _JSON_COLUMNS.get(kind, ()):
         frame[column] = frame[column].map(json.loads)
     return frame
+
+
+def records_frame(records: list) -> pd.DataFrame:
+    """DataFrame of in-memory RequestRecords, typed exactly as a stored run reads back."""
+    rows = [r.to_dict() for r in records]
+    table = rows_to_table("requests", rows) if rows else REQUEST_SCHEMA.empty_table()
+    return table_to_frame("requests", table)

@@ -1,0 +1,142 @@
+"""The ``moeperf`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from collectors.errors import CollectorError
+from collectors.store import RunStore
+from suites.errors import SuiteError, UsageError
+from suites.present import (
+    ProgressBar,
+    latency_table,
+    runs_table,
+    throughput_line,
+)
+from suites.spec import load_spec
+
+EXIT_USAGE = 2
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
+    given, spec = load_spec(args.spec, args.set or [])
+    store = RunStore(args.runs_dir)
+    bar = ProgressBar(console)
+    started: list[str] = []
+
+    def announce(run) -> None:
+        started.append(run.run_id)
+        console.print(f"run {run.run_id} -> {run.directory}")
+
+    try:
+        run_id = _run_spec(spec, given, store, bar, announce)
+    except KeyboardInterrupt:
+        bar.close()
+        if started:
+            console.print(f"[yellow]aborted; what was measured is in {store.root / started[0]}")
+        return 130
+    finally:
+        bar.close()
+    _show(store, run_id, console)
+    return 0 if store.open(run_id).manifest.status == "complete" else 1
+
+
+def _run_spec(spec, given, store, bar, announce) -> str:
+    from collectors.store import RunInterrupted
+    from suites.serving.runner import run_serving
+
+    try:
+        return run_serving(spec, given, store, bar, announce)
+    except RunInterrupted as exc:
+        raise KeyboardInterrupt(exc.signal_name) from None
+
+
+def _show(store: RunStore, run: str, console: Console) -> None:
+    reader = store.open(run)
+    m = reader.manifest
+    status = m.status + (f" ({m.status_reason})" if m.status_reason else "")
+    console.print(f"[bold]{m.run_id}[/bold]  suite={m.suite}  status={status}")
+    console.print(f"target: {m.target.get('kind', '?')} {m.target.get('url', '')} model={m.target.get('model', '?')}")
+    for note in m.notes:
+        console.print(f"note: {note}")
+    summary = reader.summary()
+    if not summary:
+        console.print("no summary (the run ended before one was written)")
+        return
+    for scenario, entry in summary.get("scenarios", {}).items():
+        if "latency_s" in entry:
+            console.print(latency_table(scenario, entry))
+            console.print(throughput_line(scenario, entry))
+    console.print(f"percentiles: {summary.get('percentile_estimator', '?')}; CI: {summary.get('confidence_interval', '?')}")
+    console.print(f"results: {reader.directory}")
+
+
+def _runs_list(args: argparse.Namespace, console: Console) -> int:
+    console.print(runs_table(RunStore(args.runs_dir).list()))
+    return 0
+
+
+def _runs_show(args: argparse.Namespace, console: Console) -> int:
+    _show(RunStore(args.runs_dir), args.run, console)
+    return 0
+
+
+def _calibrate(args: argparse.Namespace, console: Console) -> int:
+    from suites.serving.calibrate import run_calibration
+
+    return run_calibration(args, RunStore(args.runs_dir), console)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="moeperf", description=__doc__)
+    parser.add_argument("--runs-dir", default="runs", help="where runs are stored (default: runs)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run a suite spec")
+    run.add_argument("spec", help="a spec file, or the name of a shipped spec (e.g. default)")
+    run.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="override a spec field, e.g. load.levels=[1,8]"
+    )
+    run.set_defaults(handler=_run)
+
+    runs = commands.add_parser("runs", help="list or show stored runs")
+    runs_commands = runs.add_subparsers(dest="runs_command", required=True)
+    runs_commands.add_parser("list", help="all runs, oldest first").set_defaults(handler=_runs_list)
+    show = runs_commands.add_parser("show", help="one run's percentiles with sample counts")
+    show.add_argument("run", help="run id, unique prefix, directory, or 'latest'")
+    show.set_defaults(handler=_runs_show)
+
+    calibrate = commands.add_parser(
+        "calibrate", help="measure the harness's own error against the synthetic target"
+    )
+    calibrate.add_argument("--levels", default="1,16,64,256", help="concurrency levels")
+    calibrate.add_argument("--duration-s", type=float, default=8.0)
+    calibrate.add_argument("--ttft-s", type=float, default=0.05)
+    calibrate.add_argument("--itl-s", type=float, default=0.01)
+    calibrate.add_argument("--output-tokens", type=int, default=64)
+    calibrate.add_argument("--workers", default="auto", help="load worker processes, or auto")
+    calibrate.set_defaults(handler=_calibrate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console()
+    err = Console(stderr=True)
+    try:
+        return args.handler(args, console)
+    except (UsageError, CollectorError) as exc:
+        # Bad input (spec, flags, run ids, unreadable files): the user's to fix.
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        return EXIT_USAGE
+    except SuiteError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

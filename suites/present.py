@@ -1,0 +1,172 @@
+"""Presenting runs in the terminal with rich: progress while running, tables after."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from collectors.manifest import RunManifest
+from collectors.records import RequestRecord
+from suites.serving.runner import LevelOutcome
+from suites.serving.runner import Progress as RunProgress
+
+_LATENCIES = (
+    ("ttft_s", "TTFT"),
+    ("ttft_from_send_s", "TTFT from send"),
+    ("queue_delay_s", "client queue delay"),
+    ("tpot_s", "TPOT"),
+    ("itl_s", "ITL"),
+    ("icl_s", "ICL"),
+    ("e2e_s", "E2E"),
+)
+
+
+class ProgressBar(RunProgress):
+    """A bar per load level: time through the level, requests done and failed."""
+
+    def __init__(self, console: Console):
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[done]} done, {task.fields[failed]} failed"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self._task = None
+        self._started = 0.0
+        self._console = console
+
+    def level_started(self, scenario: str, duration_s: float) -> None:
+        if self._task is None:
+            self._progress.start()
+        self._task = self._progress.add_task(scenario, total=duration_s, done=0, failed=0)
+        self._started = time.monotonic()
+
+    def record(self, record: RequestRecord) -> None:
+        task = self._progress.tasks[-1]
+        failed = task.fields["failed"] + (record.status == "error")
+        self._progress.update(self._task, done=task.fields["done"] + 1, failed=failed)
+        self.tick()
+
+    def tick(self) -> None:
+        if self._task is not None:
+            self._progress.update(self._task, completed=time.monotonic() - self._started)
+
+    def level_done(self, outcome: LevelOutcome) -> None:
+        self._progress.update(self._task, completed=self._progress.tasks[-1].total)
+        for reason in outcome.invalid_reasons:
+            self._console.print(f"[yellow]{outcome.scenario}: client bottleneck: {reason}")
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._progress.stop()
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:.2f}"
+
+
+def runs_table(manifests: list[RunManifest]) -> Table:
+    table = Table(title="runs")
+    for column in ("run id", "suite", "status", "started (UTC)", "target"):
+        table.add_column(column)
+    for m in manifests:
+        status = m.status if not m.status_reason else f"{m.status}: {m.status_reason[:60]}"
+        target = m.target.get("url", "") if m.target else ""
+        table.add_row(m.run_id, m.suite, status, m.anchor_wall_time[:19], str(target))
+    return table
+
+
+def latency_table(scenario: str, entry: dict[str, Any]) -> Table:
+    """p50/p90/p99 (ms) with sample counts for one scenario of a summary."""
+    window = entry.get("window_s") or 0.0
+    table = Table(
+        title=(
+            f"{scenario}: {entry.get('ok', 0)} ok / {entry.get('requests', 0)} requests, "
+            f"{entry.get('errors', 0)} errors, window {window:.1f} s"
+        )
+    )
+    for column in ("metric", "n", "p50 ms", "p90 ms", "p99 ms", "p99 95% CI ms"):
+        table.add_column(column, justify="right" if column != "metric" else "left")
+    for key, label in _LATENCIES:
+        stats = entry.get("latency_s", {}).get(key)
+        if not stats or not stats["count"]:
+            continue
+        q = {round(e["q"], 3): e for e in stats["quantiles"]}
+        p99 = q.get(0.99, {})
+        ci = (
+            f"{_ms(p99['ci_low'])}-{_ms(p99['ci_high'])}"
+            if p99.get("ci_low") is not None
+            else "too few samples"
+        )
+        table.add_row(
+            label,
+            str(stats["count"]),
+            _ms(q[0.5]["value"]),
+            _ms(q[0.9]["value"]),
+            _ms(p99.get("value")),
+            ci,
+        )
+    return table
+
+
+def throughput_line(scenario: str, entry: dict[str, Any]) -> str:
+    def fmt(value: float | None, unit: str) -> str:
+        return "-" if value is None else f"{value:.1f} {unit}"
+
+    parts = [
+        f"output {fmt(entry.get('output_throughput_tok_s'), 'tok/s')}",
+        f"requests {fmt(entry.get('request_throughput_rps'), 'req/s')}",
+        f"goodput {fmt(entry.get('goodput_rps'), 'req/s')}",
+    ]
+    if entry.get("error_types"):
+        parts.append("errors " + ", ".join(f"{k}={v}" for k, v in entry["error_types"].items()))
+    return f"{scenario}: " + "; ".join(parts)
+
+
+def harness_error_table(summary: dict[str, Any], budget: dict[str, float]) -> Table:
+    """The harness's own TTFT and ITL error against the synthetic server's write times."""
+    table = Table(title="harness measurement error vs the server's write times (ms)")
+    columns = ("load", "matched", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "loop lag p99", "client CPU", "verdict")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for scenario, entry in summary["scenarios"].items():
+        errors = entry.get("harness_error_s")
+        if not errors:
+            continue
+        ttft = {round(e["q"], 3): e["value"] for e in errors["ttft"]["quantiles"]}
+        itl = {round(e["q"], 3): e["value"] for e in errors["itl"]["quantiles"]}
+        lag = max(h["selfwatch"]["loop_lag_p99_s"] for h in entry["harness"])
+        cpu = max(h["selfwatch"]["cpu_fraction"] for h in entry["harness"])
+        verdict = calibration_verdict(entry, budget)
+        table.add_row(
+            scenario,
+            str(errors["matched_requests"]),
+            _ms(ttft.get(0.5)),
+            _ms(ttft.get(0.99)),
+            _ms(itl.get(0.5)),
+            _ms(itl.get(0.99)),
+            _ms(lag),
+            f"{cpu:.0%}",
+            verdict,
+        )
+    return table
+
+
+def calibration_verdict(entry: dict[str, Any], budget: dict[str, float]) -> str:
+    """"within budget", "over budget" or "invalid: ..." for one calibration level."""
+    if entry.get("client_bottleneck"):
+        return "invalid (client-bound)"
+    errors = entry["harness_error_s"]
+    if not errors["ttft"]["count"]:
+        return "no samples"
+    ttft_p50 = errors["ttft"]["quantiles"][0]["value"]
+    itl_p50 = errors["itl"]["quantiles"][0]["value"] if errors["itl"]["count"] else 0.0
+    if abs(ttft_p50) <= budget["ttft_p50_s"] and abs(itl_p50) <= budget["itl_p50_s"]:
+        return "within budget"
+    return "over budget"

@@ -1,0 +1,50 @@
+"""What the parent process tells a load worker: once per run, then once per level."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from suites.serving.openai_api import Api
+from suites.serving.workload import Prompt
+
+LoadMode = Literal["concurrency", "poisson", "gamma"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """Fixed for the whole run."""
+
+    base_url: str
+    api: Api
+    model: str
+    prompts: tuple[Prompt, ...]
+    anchor_ns: int
+    request_timeout_s: float
+    stall_timeout_s: float
+    continuous_usage: bool
+    ignore_eos: bool
+    # "" (none), "server" (the target's /tokenize) or a local tokenizer directory.
+    tokenizer: str = ""
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LevelPlan:
+    """One load level as one worker runs it; times are absolute monotonic ns."""
+
+    scenario: str
+    mode: LoadMode
+    start_ns: int
+    duration_s: float
+    warmup_s: float
+    cooldown_s: float
+    drain_timeout_s: float
+    # Closed loop: this worker's streams. Open loop: its cap on requests in flight (0: none).
+    concurrency: int
+    # Open loop: this worker's share of the send schedule, seconds from start_ns.
+    arrivals_s: tuple[float, ...] = ()
+    # Closed loop: this worker's share of the level's request budget (None: time-bound).
+    max_requests: int | None = None
+    # Index of the first prompt this worker uses, so workers do not send the same prompts.
+    prompt_offset: int = 0

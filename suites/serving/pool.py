@@ -1,0 +1,97 @@
+"""The load worker processes of one run, and the parent's side of their protocol."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+from collections.abc import Callable
+
+from collectors.records import RequestRecord
+from suites.errors import SuiteError
+from suites.serving.plan import LevelPlan, WorkerConfig
+from suites.serving.worker import LevelReport, worker_main
+
+_POLL_S = 0.1
+
+
+class WorkerFailed(SuiteError):
+    """A load worker raised or died; the run cannot go on with a partial load."""
+
+
+class WorkerPool:
+    """Starts ``size`` workers (spawned: no state shared with the parent by accident)."""
+
+    def __init__(self, size: int, config: WorkerConfig):
+        context = mp.get_context("spawn")
+        self.results = context.Queue()
+        self.stop_event = context.Event()
+        self._commands = [context.Queue() for _ in range(size)]
+        self._processes = [
+            context.Process(
+                target=worker_main,
+                args=(i, config, self._commands[i], self.results, self.stop_event),
+                name=f"moeperf-load-{i}",
+                daemon=True,
+            )
+            for i in range(size)
+        ]
+        for process in self._processes:
+            process.start()
+
+    @property
+    def size(self) -> int:
+        return len(self._processes)
+
+    def run_level(
+        self,
+        plans: dict[int, LevelPlan],
+        on_record: Callable[[RequestRecord], None],
+        on_tick: Callable[[], None] = lambda: None,
+    ) -> list[LevelReport]:
+        """Give each worker in ``plans`` its plan; pass records on until all are done."""
+        for index, plan in plans.items():
+            self._commands[index].put(plan)
+        reports: dict[int, LevelReport] = {}
+        while len(reports) < len(plans):
+            try:
+                message = self.results.get(timeout=_POLL_S)
+            except queue.Empty:
+                self._check_alive()
+                on_tick()
+                continue
+            kind = message[0]
+            if kind == "record":
+                on_record(message[1])
+            elif kind == "level_done":
+                reports[message[1]] = message[2]
+            elif kind == "failed":
+                raise WorkerFailed(f"load worker {message[1]} failed:\n{message[2]}")
+        return [reports[i] for i in sorted(reports)]
+
+    def drain(self, on_record: Callable[[RequestRecord], None], timeout_s: float = 5.0) -> None:
+        """After a stop: keep the records workers still send (cancelled ones included)."""
+        self.stop_event.set()
+        deadline_polls = int(timeout_s / _POLL_S)
+        for _ in range(deadline_polls):
+            try:
+                message = self.results.get(timeout=_POLL_S)
+            except queue.Empty:
+                if not any(p.is_alive() for p in self._processes):
+                    break
+                continue
+            if message[0] == "record":
+                on_record(message[1])
+
+    def _check_alive(self) -> None:
+        for i, process in enumerate(self._processes):
+            if not process.is_alive():
+                raise WorkerFailed(f"load worker {i} died (exit code {process.exitcode})")
+
+    def close(self) -> None:
+        for commands in self._commands:
+            commands.put(None)
+        for process in self._processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.terminate()
+                process.join()

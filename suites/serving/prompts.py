@@ -1,0 +1,53 @@
+"""The prompt pool of a serving run, built from its workload spec before any load."""
+
+from __future__ import annotations
+
+from suites.errors import UsageError
+from suites.serving.tokenizer import TokenizerError, resolve_tokenizer
+from suites.serving.workload import LengthDist, Prompt, WorkloadError, load_dataset, random_prompts
+from suites.spec import LengthSpec, ServingSpec
+
+
+def length_dist(spec: LengthSpec) -> LengthDist:
+    return LengthDist(
+        kind=spec.dist, mean=spec.mean, spread=spec.spread, min=spec.min, max=spec.max
+    )
+
+
+async def build_prompts(spec: ServingSpec, base_url: str) -> list[Prompt]:
+    """Prompts with exact token lengths (random) or from a dataset file.
+
+    Failures here happen before any load is sent and are the user's to fix (exit 2).
+    """
+    workload = spec.workload
+    tokenizer = None
+    try:
+        tokenizer = resolve_tokenizer(workload.tokenizer, base_url)
+        if workload.kind == "random":
+            if tokenizer is None:
+                raise UsageError(
+                    "workload.kind = 'random' needs a tokenizer for exact prompt lengths: "
+                    "set workload.tokenizer to 'server' (the target's /tokenize) or a local "
+                    "Hugging Face tokenizer directory"
+                )
+            return await random_prompts(
+                tokenizer,
+                workload.num_prompts,
+                length_dist(workload.input_tokens),
+                length_dist(workload.output_tokens),
+                workload.shared_prefix_tokens,
+                workload.seed,
+            )
+        dataset = await load_dataset(
+            workload.dataset_path,
+            workload.num_prompts,
+            length_dist(workload.output_tokens),
+            workload.seed,
+            tokenizer,
+        )
+        return dataset.prompts
+    except (TokenizerError, WorkloadError) as exc:
+        raise UsageError(f"cannot build the workload: {exc}") from None
+    finally:
+        if tokenizer is not None:
+            await tokenizer.aclose()

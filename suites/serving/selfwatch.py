@@ -1,0 +1,79 @@
+"""The harness watching itself: event-loop lag and its own CPU use during a level.
+
+Lag is probed the way it hurts measurements: how long a callback made ready now waits
+before the loop runs it. A chunk's bytes that arrive while the loop is busy wait just as
+long before they are timestamped, so this lag bounds the timestamp error the load adds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+PROBE_INTERVAL_S = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class SelfWatchReport:
+    loop_lag_p50_s: float
+    loop_lag_p99_s: float
+    loop_lag_max_s: float
+    lag_samples: int
+    cpu_fraction: float  # CPU seconds of this process / wall seconds (1.0 = one core busy)
+    wall_s: float
+
+
+class SelfWatch:
+    """Samples event-loop lag every ``interval_s`` while running."""
+
+    def __init__(
+        self,
+        interval_s: float = PROBE_INTERVAL_S,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ):
+        self._interval_s = interval_s
+        self._clock_ns = clock_ns
+        self._lags_ns: list[int] = []
+        self._task: asyncio.Task | None = None
+        self._cpu_start_s = 0.0
+        self._wall_start_ns = 0
+
+    def start(self) -> None:
+        self._cpu_start_s = time.process_time()
+        self._wall_start_ns = self._clock_ns()
+        self._task = asyncio.get_running_loop().create_task(self._probe())
+
+    async def _probe(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self._interval_s)
+            ready = loop.create_future()
+            scheduled_ns = self._clock_ns()
+            loop.call_soon(ready.set_result, None)
+            await ready
+            self._lags_ns.append(self._clock_ns() - scheduled_ns)
+
+    async def stop(self) -> SelfWatchReport:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        wall_s = (self._clock_ns() - self._wall_start_ns) / 1e9
+        cpu_s = time.process_time() - self._cpu_start_s
+        lags_s = np.asarray(self._lags_ns, dtype=float) / 1e9
+        if len(lags_s) == 0:
+            lags_s = np.zeros(1)
+        return SelfWatchReport(
+            loop_lag_p50_s=float(np.quantile(lags_s, 0.5)),
+            loop_lag_p99_s=float(np.quantile(lags_s, 0.99)),
+            loop_lag_max_s=float(lags_s.max()),
+            lag_samples=len(self._lags_ns),
+            cpu_fraction=cpu_s / wall_s if wall_s > 0 else 0.0,
+            wall_s=wall_s,
+        )

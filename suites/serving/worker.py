@@ -1,0 +1,255 @@
+"""A load worker: one process, one uvloop event loop, its share of every level.
+
+The parent sends a ``LevelPlan`` per level on ``commands`` (None ends the worker); the
+worker puts ("record", RequestRecord) as requests finish and ("level_done", index,
+LevelReport) at the end of each level on ``results``; ("failed", index, traceback) if it
+breaks. Setting ``stop`` ends the current level at once: requests in flight are
+cancelled and recorded as such.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from collectors.records import RequestRecord
+from suites.serving.client import StreamResult, set_token_times, stream_request
+from suites.serving.openai_api import ENDPOINTS, request_body
+from suites.serving.plan import LevelPlan, WorkerConfig
+from suites.serving.selfwatch import SelfWatch, SelfWatchReport
+from suites.serving.tokenizer import ServerTokenizer, TokenizerError, resolve_tokenizer
+
+_STOP_POLL_S = 0.05
+# Sends later than this after their intended time count as late (uvloop timers are 1 ms).
+LATE_SEND_S = 0.002
+_TOKENIZE_CONCURRENCY = 32
+
+
+@dataclass(frozen=True, slots=True)
+class LevelReport:
+    worker: int
+    scenario: str
+    offered: int  # open loop: requests scheduled for this worker; closed loop: sent
+    sent: int
+    late_sends: int
+    selfwatch: SelfWatchReport
+
+
+def worker_main(index: int, config: WorkerConfig, commands: Any, results: Any, stop: Any) -> None:
+    """Process entry point."""
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # uvloop does not exist on Windows
+        runner = asyncio.run
+    try:
+        runner(_serve(index, config, commands, results, stop))
+    except Exception:
+        results.put(("failed", index, traceback.format_exc()))
+
+
+async def _serve(index: int, config: WorkerConfig, commands: Any, results: Any, stop: Any) -> None:
+    loop = asyncio.get_running_loop()
+    timeout = aiohttp.ClientTimeout(
+        total=config.request_timeout_s, sock_read=config.stall_timeout_s
+    )
+    # No pool limit: the load model, not the connector, decides how many are in flight.
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        tokenizer = resolve_tokenizer(config.tokenizer, config.base_url, session)
+        level = _Level(index, config, session, results, stop)
+        while True:
+            plan = await loop.run_in_executor(None, commands.get)
+            if plan is None:
+                return
+            report = await level.run(plan)
+            await _finish_deferred(level.deferred, tokenizer, results)
+            level.deferred.clear()
+            results.put(("level_done", index, report))
+
+
+class _Level:
+    """Runs levels for one worker; keeps the per-run state (prompt cycle, counters)."""
+
+    def __init__(self, index, config: WorkerConfig, session, results, stop):
+        self.index = index
+        self.config = config
+        self.session = session
+        self.results = results
+        self.stop = stop
+        self.url = config.base_url.rstrip("/") + ENDPOINTS[config.api]
+        self.deferred: list[StreamResult] = []
+        self._sequence = itertools.count()
+        self._keep_texts = bool(config.tokenizer)
+        self._slots: list[asyncio.Task] = []
+
+    async def run(self, plan: LevelPlan) -> LevelReport:
+        self._prompts = itertools.islice(
+            itertools.cycle(self.config.prompts), plan.prompt_offset, None
+        )
+        self._late = 0
+        self._sent = 0
+        watch = SelfWatch()
+        watch.start()
+        await _sleep_until(plan.start_ns)
+        in_flight: set[asyncio.Task] = set()
+        sender = asyncio.create_task(
+            self._closed_loop(plan, in_flight)
+            if plan.mode == "concurrency"
+            else self._open_loop(plan, in_flight)
+        )
+        stopper = asyncio.create_task(self._watch_stop())
+        await asyncio.wait({sender, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if stopper.done():  # stopped from outside: end at once
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+            drain_s = 0.0
+        else:
+            drain_s = plan.drain_timeout_s
+        if in_flight:
+            _, pending = await asyncio.wait(in_flight, timeout=drain_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        stopper.cancel()
+        for slot in self._slots:
+            slot.cancel()
+        await asyncio.gather(*self._slots, return_exceptions=True)
+        self._slots = []
+        offered = len(plan.arrivals_s) if plan.mode != "concurrency" else self._sent
+        return LevelReport(self.index, plan.scenario, offered, self._sent, self._late, await watch.stop())
+
+    async def _watch_stop(self) -> None:
+        while not self.stop.is_set():
+            await asyncio.sleep(_STOP_POLL_S)
+
+    def _phase(self, plan: LevelPlan, intended_abs_ns: int) -> str:
+        offset_s = (intended_abs_ns - plan.start_ns) / 1e9
+        if offset_s < plan.warmup_s:
+            return "warmup"
+        if offset_s >= plan.duration_s - plan.cooldown_s:
+            return "cooldown"
+        return "measure"
+
+    async def _closed_loop(self, plan: LevelPlan, in_flight: set) -> None:
+        end_ns = plan.start_ns + int(plan.duration_s * 1e9)
+        budget = itertools.count() if plan.max_requests is None else iter(range(plan.max_requests))
+
+        async def stream_slot() -> None:
+            # Each slot sends its next request the moment the previous one ends.
+            while time.monotonic_ns() < end_ns and next(budget, None) is not None:
+                task = asyncio.create_task(self._one(plan, time.monotonic_ns()))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+                await task
+
+        self._slots = [asyncio.create_task(stream_slot()) for _ in range(plan.concurrency)]
+        # Returns at the end of the window, or earlier when the request budget is spent;
+        # requests still in flight are left to the drain in run().
+        await asyncio.wait(self._slots, timeout=max(0.0, (end_ns - time.monotonic_ns()) / 1e9))
+
+    async def _open_loop(self, plan: LevelPlan, in_flight: set) -> None:
+        limit = asyncio.Semaphore(plan.concurrency) if plan.concurrency > 0 else None
+        end_ns = plan.start_ns + int(plan.duration_s * 1e9)
+        for offset_s in plan.arrivals_s:
+            intended_abs_ns = plan.start_ns + int(offset_s * 1e9)
+            await _sleep_until(intended_abs_ns)
+            if limit is not None:
+                await limit.acquire()
+            if time.monotonic_ns() >= end_ns:
+                # Behind schedule past the window: what is left was offered, never sent.
+                if limit is not None:
+                    limit.release()
+                return
+            task = asyncio.create_task(self._one(plan, intended_abs_ns))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+            if limit is not None:
+                task.add_done_callback(lambda _t: limit.release())
+
+    async def _one(self, plan: LevelPlan, intended_abs_ns: int) -> None:
+        config = self.config
+        prompt = next(self._prompts)
+        record = RequestRecord(
+            request_id=f"w{self.index}-{next(self._sequence)}",
+            scenario=plan.scenario,
+            phase=self._phase(plan, intended_abs_ns),  # type: ignore[arg-type]
+            worker=self.index,
+            intended_send_ns=intended_abs_ns - config.anchor_ns,
+            send_ns=0,
+            done_ns=0,
+            status="cancelled",
+            client_prompt_tokens=prompt.prompt_tokens,
+        )
+        body = request_body(
+            config.api,
+            config.model,
+            prompt.text,
+            prompt.output_tokens,
+            continuous_usage=config.continuous_usage,
+            ignore_eos=config.ignore_eos,
+            extra=config.extra_body,
+        )
+        self._sent += 1
+        try:
+            result = await stream_request(
+                self.session, self.url, config.api, body, record, time.monotonic_ns, config.anchor_ns
+            )
+        except asyncio.CancelledError:
+            self.results.put(("record", record))
+            raise
+        if record.send_ns - record.intended_send_ns > LATE_SEND_S * 1e9:
+            self._late += 1
+        if result.counts_unknown or self._keep_texts:
+            self.deferred.append(result)  # tokenized after the level, off the timing path
+        else:
+            self.results.put(("record", record))
+
+
+async def _sleep_until(deadline_ns: int) -> None:
+    delay_s = (deadline_ns - time.monotonic_ns()) / 1e9
+    if delay_s > 0:
+        await asyncio.sleep(delay_s)
+
+
+async def _finish_deferred(deferred: list[StreamResult], tokenizer, results) -> None:
+    """Fill client-side token counts, then hand the records over.
+
+    Runs between levels, so a tokenizer served by the target adds no load to a level.
+    """
+    if tokenizer is None:
+        for result in deferred:
+            results.put(("record", result.record))
+        return
+    server = isinstance(tokenizer, ServerTokenizer)
+    limit = asyncio.Semaphore(_TOKENIZE_CONCURRENCY)
+
+    async def count(result: StreamResult) -> None:
+        record = result.record
+        async with limit:
+            try:
+                await _count_tokens(result)
+            except (TokenizerError, aiohttp.ClientError, TimeoutError):
+                # A client-side count is a cross-check: without it the record still stands.
+                pass
+        results.put(("record", record))
+
+    async def _count_tokens(result: StreamResult) -> None:
+        record = result.record
+        if result.counts_unknown:
+            counts = await tokenizer.achunk_token_counts(result.texts)
+            record.chunk_tokens = list(counts)
+            record.chunk_tokens_source = "server_tokenize" if server else "tokenizer"
+            set_token_times(record)
+            record.client_output_tokens = sum(counts)
+        elif result.texts:
+            record.client_output_tokens = await tokenizer.acount("".join(result.texts))
+
+    await asyncio.gather(*(count(r) for r in deferred))

@@ -1,0 +1,229 @@
+"""Suite specs: TOML files validated at the edge with pydantic.
+
+A wrong field names itself and the valid choices; every check runs before any load is
+sent. ``--set key=value`` overrides are applied to the raw TOML data before validation,
+so they are checked exactly like the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from suites.errors import SpecError
+
+SPEC_DIR = Path(__file__).parent / "specs"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Positive = Annotated[float, Field(gt=0)]
+NonNegative = Annotated[float, Field(ge=0)]
+
+
+class SyntheticTargetSpec(_Strict):
+    """The embedded ground-truth server's latencies and faults (targets/synthetic)."""
+
+    ttft_s: NonNegative = 0.05
+    itl_s: NonNegative = 0.01
+    tokens_per_chunk: Annotated[int, Field(ge=1)] = 1
+    jitter: Literal["none", "uniform", "normal", "lognormal", "exponential"] = "none"
+    jitter_scale: NonNegative = 0.0
+    error_rate: Annotated[float, Field(ge=0, le=1)] = 0.0
+    stall_rate: Annotated[float, Field(ge=0, le=1)] = 0.0
+    stall_s: NonNegative = 5.0
+    malformed_rate: Annotated[float, Field(ge=0, le=1)] = 0.0
+    truncate_rate: Annotated[float, Field(ge=0, le=1)] = 0.0
+    seed: int = 0
+
+
+class TargetSpec(_Strict):
+    """What to drive: an embedded reference target moeperf starts, or a server by URL."""
+
+    kind: Literal["synthetic", "url"] = "synthetic"
+    url: str = ""
+    api: Literal["chat", "completions"] = "completions"
+    model: str = ""
+    synthetic: SyntheticTargetSpec = SyntheticTargetSpec()
+    # Ask for vLLM's per-chunk usage (exact tokens per chunk). Turn off for servers that
+    # reject unknown stream_options.
+    continuous_usage: bool = True
+    ignore_eos: bool = True
+    extra_body: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _url_needed(self) -> TargetSpec:
+        if self.kind == "url" and not self.url.startswith(("http://", "https://")):
+            raise ValueError("target.url must be an http:// or https:// URL when kind = 'url'")
+        return self
+
+
+class LengthSpec(_Strict):
+    dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
+    mean: Annotated[int, Field(ge=1)] = 128
+    spread: NonNegative = 0.0
+    min: Annotated[int, Field(ge=1)] = 1
+    max: Annotated[int, Field(ge=1)] = 1_000_000
+
+
+class WorkloadSpec(_Strict):
+    kind: Literal["random", "dataset"] = "random"
+    input_tokens: LengthSpec = LengthSpec(mean=128)
+    output_tokens: LengthSpec = LengthSpec(mean=64)
+    shared_prefix_tokens: Annotated[int, Field(ge=0)] = 0
+    dataset_path: str = ""
+    # Distinct prompts built up front and cycled through.
+    num_prompts: Annotated[int, Field(ge=1)] = 256
+    # "" none, "server" (the target's /tokenize), or a local Hugging Face tokenizer dir.
+    tokenizer: str = "server"
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _dataset_needs_path(self) -> WorkloadSpec:
+        if self.kind == "dataset" and not self.dataset_path:
+            raise ValueError("workload.dataset_path is required when kind = 'dataset'")
+        return self
+
+
+class LoadSpec(_Strict):
+    """A sweep: one level per entry of ``levels`` (streams, or requests/s for open loop)."""
+
+    mode: Literal["concurrency", "poisson", "gamma"] = "concurrency"
+    levels: Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1)] = [1.0]
+    duration_s: Positive = 10.0
+    max_requests: Annotated[int, Field(ge=1)] | None = None
+    warmup_s: NonNegative = 1.0
+    cooldown_s: NonNegative = 0.5
+    drain_timeout_s: NonNegative = 10.0
+    burstiness: Positive = 1.0
+    # Open loop: cap on requests in flight (0 = none).
+    max_concurrency: Annotated[int, Field(ge=0)] = 0
+    workers: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _window(self) -> LoadSpec:
+        if self.warmup_s + self.cooldown_s >= self.duration_s:
+            raise ValueError(
+                "load.warmup_s + load.cooldown_s must be less than load.duration_s "
+                f"({self.warmup_s} + {self.cooldown_s} >= {self.duration_s})"
+            )
+        if self.mode == "concurrency" and any(level != int(level) for level in self.levels):
+            raise ValueError("load.levels must be whole numbers of streams when mode = 'concurrency'")
+        return self
+
+
+class SloSpec(_Strict):
+    ttft_s: Positive | None = None
+    tpot_s: Positive | None = None
+    e2e_s: Positive | None = None
+
+
+class HarnessSpec(_Strict):
+    request_timeout_s: Positive = 300.0
+    stall_timeout_s: Positive = 60.0
+    # The run is invalid when the client, not the target, may have set the numbers.
+    max_loop_lag_p99_s: Positive = 0.002
+    max_cpu_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
+    min_achieved_rate_ratio: Annotated[float, Field(gt=0, le=1)] = 0.95
+
+
+class ServingSpec(_Strict):
+    suite: Literal["serving"] = "serving"
+    name: str
+    description: str = ""
+    target: TargetSpec = TargetSpec()
+    workload: WorkloadSpec = WorkloadSpec()
+    load: LoadSpec = LoadSpec()
+    slo: SloSpec = SloSpec()
+    harness: HarnessSpec = HarnessSpec()
+
+
+def _nested_fields(model: type[BaseModel], location: tuple) -> list[str]:
+    """The valid field names at ``location`` in the spec model tree."""
+    for part in location:
+        field = model.model_fields.get(str(part))
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
+
+
+def format_errors(error: ValidationError, source: str) -> str:
+    """One line per problem: the dotted field, what is wrong, and what is valid."""
+    lines = [f"{source}: invalid spec"]
+    for item in error.errors():
+        location = tuple(str(p) for p in item["loc"])
+        where = ".".join(location) or "(top level)"
+        if item["type"] == "extra_forbidden":
+            valid = _nested_fields(ServingSpec, location[:-1])
+            close = difflib.get_close_matches(location[-1], valid, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            lines.append(f"  {where}: unknown field{hint} valid fields: {', '.join(valid)}")
+        elif item["type"] == "missing":
+            lines.append(f"  {where}: required field is missing")
+        else:
+            message = item["msg"].removeprefix("Value error, ")
+            lines.append(f"  {where}: {message} (got {item.get('input')!r})")
+    return "\n".join(lines)
+
+
+def parse_override(assignment: str) -> tuple[list[str], Any]:
+    """``load.levels=[1,4]`` -> (["load", "levels"], [1, 4]); bare words stay strings."""
+    key, sep, raw = assignment.partition("=")
+    if not sep or not key.strip():
+        raise SpecError(f"--set {assignment!r}: expected KEY=VALUE, e.g. load.duration_s=5")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for assignment in overrides:
+        path, value = parse_override(assignment)
+        node = data
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise SpecError(f"--set {assignment!r}: {part!r} is not a table")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def resolve_spec_path(name_or_path: str) -> Path:
+    """A path to a TOML file, or the name of a spec shipped in suites/specs/."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = SPEC_DIR / f"{name_or_path}.toml"
+    if shipped.is_file():
+        return shipped
+    names = sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
+    raise SpecError(f"no spec file {name_or_path!r}; shipped specs: {', '.join(names)}")
+
+
+def load_spec(name_or_path: str, overrides: list[str] = ()) -> tuple[dict[str, Any], ServingSpec]:
+    """Read, override and validate a spec. Returns (the data as given, the spec)."""
+    path = resolve_spec_path(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    data = apply_overrides(data, list(overrides))
+    suite = data.get("suite", "serving")
+    if suite != "serving":
+        raise SpecError(f"{path}: suite {suite!r} is not runnable yet; valid suites: serving")
+    try:
+        return data, ServingSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_errors(exc, str(path))) from None
