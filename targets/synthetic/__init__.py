@@ -1,0 +1,17 @@
+"""The ground-truth synthetic target: an OpenAI-compatible server with known latencies.
+
+Used to measure a benchmark client's own measurement error: the server records when it
+wrote each chunk (``GET /ground_truth/{id}``), on the host's monotonic clock.
+"""
+
+from targets.synthetic.config import SyntheticConfig, SyntheticConfigError
+from targets.synthetic.server import RunningServer, build_app, serve, start
+
+__all__ = [
+    "RunningServer",
+    "SyntheticConfig",
+    "SyntheticConfigError",
+    "build_app",
+    "serve",
+    "start",
+]

@@ -1,0 +1,114 @@
+"""What the synthetic target does: latencies, jitter, faults, validated once at the edge.
+
+Every field has a unit in its name where it has one; a bad value raises
+``SyntheticConfigError`` (a ``ValueError``) naming the field and what it accepts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+JITTER_KINDS = ("none", "uniform", "normal", "lognormal", "exponential")
+FAULT_RATE_FIELDS = ("error_rate", "stall_rate", "malformed_rate", "truncate_rate")
+
+
+class SyntheticConfigError(ValueError):
+    """A synthetic-target setting is out of range or of the wrong type."""
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    """Timing and fault model of the synthetic OpenAI-compatible server.
+
+    Delays (seconds, measured on the server from receipt of the request):
+    ``ttft_s`` to the first token chunk, then ``tokens_per_chunk * itl_s`` before each
+    further chunk (the last chunk may hold fewer tokens and is due correspondingly sooner).
+
+    Jitter multiplies each nominal delay independently (TTFT, each inter-chunk gap), with
+    ``jitter_scale`` relative to it: uniform = 1 +/- scale, normal = 1 + N(0, scale),
+    lognormal = LogNormal(0, scale) (median 1), exponential = 1 + Exp(mean scale).
+    Jittered delays are clipped at 0. Draws come from ``random.Random`` seeded with
+    ``seed`` and the request's index, so a run is reproducible request by request.
+
+    Faults: each request gets at most one, chosen by the same seeded draw, so each rate is
+    exactly the expected fraction of requests with that fault (hence their sum is <= 1).
+    """
+
+    ttft_s: float = 0.05
+    itl_s: float = 0.01
+    tokens_per_chunk: int = 1
+    jitter: str = "none"
+    jitter_scale: float = 0.0
+    seed: int = 0
+    default_output_tokens: int = 64
+    error_rate: float = 0.0
+    stall_rate: float = 0.0
+    stall_s: float = 5.0
+    malformed_rate: float = 0.0
+    truncate_rate: float = 0.0
+    model: str = "synthetic"
+    max_records: int = 100_000
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_s", "itl_s", "jitter_scale", "stall_s"):
+            _check_number(name, getattr(self, name), low=0.0, high=math.inf, what=">= 0")
+        for name in FAULT_RATE_FIELDS:
+            _check_number(name, getattr(self, name), low=0.0, high=1.0, what="in [0, 1]")
+        for name in ("tokens_per_chunk", "default_output_tokens", "max_records"):
+            _check_int(name, getattr(self, name), low=1)
+        _check_int("seed", self.seed, low=None)
+        if self.jitter not in JITTER_KINDS:
+            raise SyntheticConfigError(
+                f"jitter must be one of {', '.join(JITTER_KINDS)}; got {self.jitter!r}"
+            )
+        # A scale with no jitter kind is almost surely a forgotten setting, not a wish.
+        if self.jitter == "none" and self.jitter_scale > 0:
+            raise SyntheticConfigError(
+                f"jitter_scale is {self.jitter_scale} but jitter is 'none'; set jitter to one"
+                f" of {', '.join(JITTER_KINDS[1:])} or jitter_scale to 0"
+            )
+        total_rate = sum(getattr(self, name) for name in FAULT_RATE_FIELDS)
+        if total_rate > 1.0 + 1e-12:
+            raise SyntheticConfigError(
+                f"{' + '.join(FAULT_RATE_FIELDS)} must be <= 1 (a request gets at most one"
+                f" fault); got {total_rate:g}"
+            )
+        if not isinstance(self.model, str) or not self.model:
+            raise SyntheticConfigError(f"model must be a non-empty string; got {self.model!r}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SyntheticConfig:
+        """Build a config from a JSON-like mapping; unknown keys are an error, not ignored."""
+        if not isinstance(data, Mapping):
+            raise SyntheticConfigError(f"config must be a JSON object; got {type(data).__name__}")
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SyntheticConfigError(
+                f"unknown config field(s) {', '.join(map(repr, unknown))}; valid fields:"
+                f" {', '.join(sorted(known))}"
+            )
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as a JSON-ready dict (``from_dict`` of it gives an equal config)."""
+        return dataclasses.asdict(self)
+
+
+def _check_number(name: str, value: object, *, low: float, high: float, what: str) -> None:
+    # bool is an int subclass; True as a delay is a mistake, not 1 second.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SyntheticConfigError(f"{name} must be a number {what}; got {value!r}")
+    if not (low <= value <= high) or math.isnan(value) or math.isinf(value):
+        raise SyntheticConfigError(f"{name} must be a finite number {what}; got {value!r}")
+
+
+def _check_int(name: str, value: object, *, low: int | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SyntheticConfigError(f"{name} must be an integer; got {value!r}")
+    if low is not None and value < low:
+        raise SyntheticConfigError(f"{name} must be an integer >= {low}; got {value!r}")

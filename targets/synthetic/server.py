@@ -1,0 +1,426 @@
+"""The synthetic OpenAI-compatible server: known latencies, recorded ground truth.
+
+Each generation request is planned up front (``plan.py``), then every token chunk is
+written at an absolute deadline, ``received + ttft + inter-chunk delays``, so a late chunk
+(event-loop lag) does not push back the ones after it. The clock is read right after each
+write returns and kept per response id (``ground_truth.py``) for clients to compare with.
+
+Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
+POST /tokenize, GET /metrics, GET /ground_truth/{id}, POST /ground_truth/query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from targets.synthetic.config import SyntheticConfig
+from targets.synthetic.ground_truth import GroundTruthRecord, GroundTruthStore
+from targets.synthetic.metrics import SyntheticMetrics
+from targets.synthetic.openai_format import (
+    DONE_EVENT,
+    MALFORMED_EVENT,
+    ChunkEncoder,
+    error_body,
+    full_response,
+)
+from targets.synthetic.openai_request import (
+    MAX_MODEL_LEN,
+    BadRequest,
+    GenerationRequest,
+    parse_generation,
+    parse_json_object,
+    prompt_text,
+)
+from targets.synthetic.plan import NS_PER_S, RequestPlan, plan_request
+from targets.synthetic.tokenizer import encode, token_strs
+
+ClockNs = Callable[[], int]
+
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+# Prompts of long-context benchmarks exceed aiohttp's 1 MiB default body limit.
+_MAX_BODY_BYTES = 64 * 1024 * 1024
+# The last stretch before a deadline spent yielding rather than on a (coarse) timer.
+_SPIN_NS = 1_000_000
+
+
+@dataclass
+class _State:
+    config: SyntheticConfig
+    clock_ns: ClockNs
+    store: GroundTruthStore
+    metrics: SyntheticMetrics
+    # Request index: part of the response id and of the seed of the request's draws.
+    indices: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+
+_STATE = web.AppKey("synthetic_state", _State)
+
+
+def build_app(
+    config: SyntheticConfig,
+    clock_ns: ClockNs = time.monotonic_ns,
+    registry: CollectorRegistry | None = None,
+) -> web.Application:
+    """The aiohttp application of the synthetic server.
+
+    ``clock_ns`` stamps the ground truth and paces the deadlines, so it must advance with
+    real time (``time.monotonic_ns``, possibly offset). ``registry`` defaults to a fresh
+    one per app.
+    """
+    app = web.Application(client_max_size=_MAX_BODY_BYTES)
+    app[_STATE] = _State(
+        config=config,
+        clock_ns=clock_ns,
+        store=GroundTruthStore(config.max_records),
+        metrics=SyntheticMetrics(registry if registry is not None else CollectorRegistry()),
+    )
+    app.router.add_post("/v1/chat/completions", _chat_completions)
+    app.router.add_post("/v1/completions", _completions)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/health", _health)
+    app.router.add_post("/tokenize", _tokenize)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/ground_truth/{id}", _ground_truth_one)
+    app.router.add_post("/ground_truth/query", _ground_truth_query)
+    return app
+
+
+async def _chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=True)
+
+
+async def _completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=False)
+
+
+async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
+    state = request.app[_STATE]
+    received_ns = state.clock_ns()
+    metrics = state.metrics
+    metrics.running.inc()
+    record: GroundTruthRecord | None = None
+    try:
+        try:
+            body = parse_json_object(await request.read())
+            gen = parse_generation(
+                body,
+                chat=chat,
+                model=state.config.model,
+                default_output_tokens=state.config.default_output_tokens,
+            )
+        except BadRequest as exc:
+            return _error(exc.status, exc.message, kind=exc.kind, param=exc.param)
+        index = next(state.indices)
+        plan = plan_request(state.config, index, gen.output_tokens)
+        record = GroundTruthRecord(
+            id=f"{'chatcmpl' if chat else 'cmpl'}-{index}",
+            stream=gen.stream,
+            received_ns=received_ns,
+            prompt_tokens=gen.prompt_tokens,
+            fault=plan.fault,
+            fault_chunk=plan.fault_chunk,
+        )
+        state.store.add(record)
+        metrics.prompt_tokens.inc(gen.prompt_tokens)
+        if plan.fault is not None:
+            metrics.faults.labels(plan.fault).inc()
+        if plan.fault == "error":
+            record.status = "error"
+            record.done_ns = state.clock_ns()
+            response = _error(500, "synthetic fault: injected server error", kind="server_error")
+            response.headers["X-Request-Id"] = record.id
+            return response
+        if gen.stream:
+            return await _stream(request, state, gen, plan, record)
+        return await _whole(request, state, gen, plan, record)
+    except asyncio.CancelledError:
+        if record is not None:
+            record.status = "cancelled"
+        raise
+    finally:
+        metrics.running.dec()
+        status = "invalid" if record is None else record.status
+        # "running" here means an exception escaped mid-request: count it as an error.
+        metrics.requests.labels("error" if status == "running" else status).inc()
+
+
+async def _stream(
+    request: web.Request,
+    state: _State,
+    gen: GenerationRequest,
+    plan: RequestPlan,
+    record: GroundTruthRecord,
+) -> web.StreamResponse:
+    clock_ns = state.clock_ns
+    encoder = ChunkEncoder(
+        chat=gen.chat,
+        response_id=record.id,
+        created=int(time.time()),
+        model=state.config.model,
+        prompt_tokens=gen.prompt_tokens,
+        logprobs=gen.logprobs,
+        continuous_usage=gen.continuous_usage,
+    )
+    response = web.StreamResponse(headers={**_SSE_HEADERS, "X-Request-Id": record.id})
+    # Bound once: the loop below runs per chunk.
+    write = response.write
+    note_write = record.chunk_write_ns.append
+    note_tokens = record.chunk_tokens.append
+    count_tokens = state.metrics.generation_tokens.inc
+    received_ns = record.received_ns
+    last = len(plan.chunk_tokens) - 1
+    start = 0
+    try:
+        await response.prepare(request)
+        if gen.chat:
+            await write(encoder.role())
+        for i, (tokens, due_ns) in enumerate(zip(plan.chunk_tokens, plan.due_ns, strict=True)):
+            if i == plan.fault_chunk:
+                if plan.fault == "malformed":
+                    await write(MALFORMED_EVENT)
+                elif plan.fault == "truncate":
+                    _close_connection(request)
+                    record.status = "truncated"
+                    return response
+            due_ns += received_ns
+            await _sleep_until(clock_ns, due_ns)
+            await write(encoder.tokens(start, tokens, i == last))
+            written_ns = clock_ns()
+            note_write(written_ns)
+            note_tokens(tokens)
+            record.max_lag_ns = max(record.max_lag_ns, written_ns - due_ns)
+            count_tokens(tokens)
+            start += tokens
+        if gen.include_usage:
+            await write(encoder.usage(start))
+        await write(DONE_EVENT)
+        record.done_ns = clock_ns()
+        record.status = "ok"
+    except ConnectionError:
+        # The client went away (aiohttp raises ClientConnectionResetError on the write).
+        record.status = "cancelled"
+    return response
+
+
+async def _whole(
+    request: web.Request,
+    state: _State,
+    gen: GenerationRequest,
+    plan: RequestPlan,
+    record: GroundTruthRecord,
+) -> web.StreamResponse:
+    # A non-streamed response is one write of all tokens, due when the last chunk would be.
+    due_ns = record.received_ns + plan.due_ns[-1]
+    await _sleep_until(state.clock_ns, due_ns)
+    if plan.fault == "malformed":
+        body = MALFORMED_EVENT[len(b"data: ") :].rstrip()
+    else:
+        body = full_response(
+            chat=gen.chat,
+            response_id=record.id,
+            created=int(time.time()),
+            model=state.config.model,
+            prompt_tokens=gen.prompt_tokens,
+            completion_tokens=gen.output_tokens,
+            logprobs=gen.logprobs,
+        )
+    response = web.StreamResponse(
+        headers={"Content-Type": "application/json", "X-Request-Id": record.id}
+    )
+    response.content_length = len(body)
+    try:
+        await response.prepare(request)
+        if plan.fault == "truncate":
+            await response.write(body[: len(body) // 2])
+            _close_connection(request)
+            record.status = "truncated"
+            return response
+        await response.write(body)
+        written_ns = state.clock_ns()
+        if plan.fault != "malformed":
+            record.chunk_write_ns.append(written_ns)
+            record.chunk_tokens.append(gen.output_tokens)
+            record.max_lag_ns = written_ns - due_ns
+            state.metrics.generation_tokens.inc(gen.output_tokens)
+        await response.write_eof()
+        record.done_ns = state.clock_ns()
+        record.status = "ok"
+    except ConnectionError:
+        record.status = "cancelled"
+    return response
+
+
+async def _sleep_until(clock_ns: ClockNs, due_ns: int) -> None:
+    # uvloop's timers have millisecond resolution (rounded) and can fire early or late by
+    # about that much, so sleep to _SPIN_NS before the deadline, then yield to the loop
+    # until it passes: the chunk is never early, and late only by the loop's own lag.
+    while (remaining_ns := due_ns - clock_ns()) > 0:
+        await asyncio.sleep(max(0, remaining_ns - _SPIN_NS) / NS_PER_S)
+
+
+def _close_connection(request: web.Request) -> None:
+    # close(), not abort(): what was written is flushed, then FIN, with no final chunk of
+    # the chunked encoding (or fewer bytes than Content-Length), so the client sees an
+    # incomplete body. aiohttp's own write_eof afterwards fails quietly (ConnectionError).
+    transport = request.transport
+    if transport is not None:
+        transport.close()
+
+
+def _error(status: int, message: str, *, kind: str, param: str | None = None) -> web.Response:
+    return web.Response(
+        status=status,
+        body=error_body(message, kind=kind, param=param, code=status),
+        content_type="application/json",
+    )
+
+
+async def _models(request: web.Request) -> web.Response:
+    model = request.app[_STATE].config.model
+    card = {
+        "id": model,
+        "object": "model",
+        "created": 0,
+        "owned_by": "moeperf",
+        "root": model,
+        "parent": None,
+        "max_model_len": MAX_MODEL_LEN,
+    }
+    return web.json_response({"object": "list", "data": [card]})
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def _tokenize(request: web.Request) -> web.Response:
+    """vLLM's /tokenize: ``{"prompt": str}`` or ``{"messages": [...]}``."""
+    try:
+        body = parse_json_object(await request.read())
+        if "messages" in body:
+            text = prompt_text(body, chat=True)
+        elif "prompt" in body:
+            text = prompt_text(body, chat=False)
+        else:
+            raise BadRequest("give 'prompt' or 'messages'", "prompt")
+    except BadRequest as exc:
+        return _error(exc.status, exc.message, kind=exc.kind, param=exc.param)
+    tokens = encode(text)
+    result: dict[str, object] = {
+        "count": len(tokens),
+        "max_model_len": MAX_MODEL_LEN,
+        "tokens": tokens,
+    }
+    if body.get("return_token_strs"):
+        result["token_strs"] = token_strs(text)
+    return web.json_response(result)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    registry = request.app[_STATE].metrics.registry
+    headers = {"Content-Type": CONTENT_TYPE_LATEST}
+    return web.Response(body=generate_latest(registry), headers=headers)
+
+
+async def _ground_truth_one(request: web.Request) -> web.Response:
+    response_id = request.match_info["id"]
+    record = request.app[_STATE].store.get(response_id)
+    if record is None:
+        return _error(404, f"no ground truth kept for id {response_id!r}", kind="not_found")
+    return web.json_response(record.to_json())
+
+
+async def _ground_truth_query(request: web.Request) -> web.Response:
+    """``{"ids": [...]}`` -> ``{"records": {id: record}, "missing": [ids]}``."""
+    try:
+        body = parse_json_object(await request.read())
+        ids = body.get("ids")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise BadRequest("'ids' must be a list of strings", "ids")
+    except BadRequest as exc:
+        return _error(exc.status, exc.message, kind=exc.kind, param=exc.param)
+    return web.json_response(request.app[_STATE].store.query(ids))
+
+
+@dataclass
+class RunningServer:
+    """A synthetic server listening on ``host:port``; ``close()`` stops it."""
+
+    runner: web.AppRunner
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:8000`` (no trailing slash)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def close(self) -> None:
+        """Stop listening and end the requests still running (after at most 1 s)."""
+        await self.runner.cleanup()
+
+
+async def start(
+    config: SyntheticConfig,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    clock_ns: ClockNs = time.monotonic_ns,
+    registry: CollectorRegistry | None = None,
+) -> RunningServer:
+    """Start the server on the running event loop; ``port=0`` picks a free port.
+
+    Only loopback hosts are accepted: ground truth is only exact on the same host, and
+    the server has no authentication.
+    """
+    require_loopback(host)
+    runner = web.AppRunner(
+        build_app(config, clock_ns, registry), access_log=None, shutdown_timeout=1.0
+    )
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return RunningServer(runner, host, runner.addresses[0][1])
+
+
+async def serve(
+    config: SyntheticConfig,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    on_ready: Callable[[RunningServer], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run the server until ``stop`` is set (or the task is cancelled), then close it."""
+    server = await start(config, host, port)
+    try:
+        if on_ready is not None:
+            on_ready(server)
+        await (stop if stop is not None else asyncio.Event()).wait()
+    finally:
+        await server.close()
+
+
+def require_loopback(host: str) -> None:
+    """Raise ValueError unless ``host`` is a loopback address (or ``localhost``)."""
+    if host == "localhost":
+        return
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ValueError(f"host must be a loopback address such as 127.0.0.1; got {host!r}")
