@@ -125,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    console = Console()
+    # Tables need room; rich falls back to 80 columns when output is not a terminal.
+    console = Console(width=None if sys.stdout.isatty() else 160)
     err = Console(stderr=True)
     try:
         return args.handler(args, console)

@@ -76,11 +76,14 @@ async def stream_request(
                         done = True
                         continue
                     try:
-                        chunk = parse_chunk(api, json.loads(payload))
+                        message = json.loads(payload)
+                        chunk = parse_chunk(api, message)
                     except (ValueError, AttributeError, TypeError) as exc:
                         raise _RequestFailed(
                             "malformed_chunk", f"{exc}: {payload[:80]!r}"
                         ) from None
+                    if record.server_request_id is None:
+                        record.server_request_id = message.get("id")
                     if chunk.error is not None:
                         raise _RequestFailed("server_error_event", chunk.error)
                     if chunk.usage_prompt_tokens is not None:
