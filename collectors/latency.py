@@ -26,8 +26,6 @@ import pandas as pd
 NS_PER_S = 1e9
 
 
-
-
 def output_tokens(row: pd.Series) -> int | None:
     """Output tokens of one request: server usage, else client count, else chunk sum."""
     for column in ("output_tokens", "client_output_tokens"):

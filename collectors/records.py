@@ -18,7 +18,9 @@ RequestStatus = Literal["ok", "error", "cancelled"]
 # Requests sent during warm-up or cool-down are kept but excluded from summaries.
 Phase = Literal["warmup", "measure", "cooldown"]
 # Where a chunk's token count came from, best first.
-ChunkTokensSource = Literal["usage_stats", "logprobs", "tokenizer", "server_tokenize", "assumed_one"]
+ChunkTokensSource = Literal[
+    "usage_stats", "logprobs", "tokenizer", "server_tokenize", "assumed_one"
+]
 
 
 @dataclass(slots=True)

@@ -35,7 +35,7 @@ from collectors.tables import SCHEMAS, rows_to_table, table_to_frame
 _RECORD_FILES = {"requests": "requests", "steps": "steps"}
 
 
-class RunInterrupted(BaseException):  # noqa: N818 - it is a signal, not an error
+class RunInterrupted(BaseException):
     """Raised in the main thread when SIGINT or SIGTERM asks a run to stop."""
 
     def __init__(self, signal_name: str):
@@ -106,7 +106,9 @@ class RunWriter:
     def _append(self, name: str, row: dict[str, Any]) -> None:
         f = self._files.get(name)
         if f is None:
-            f = self._files[name] = open(self.directory / f"{name}.jsonl", "a", encoding="utf-8")
+            path = self.directory / f"{name}.jsonl"
+            # Kept open for the run's life and closed when it ends (_end).
+            f = self._files[name] = open(path, "a", encoding="utf-8")  # noqa: SIM115
         f.write(json.dumps(row, separators=(",", ":")) + "\n")
         # Flushed per record: a crash loses nothing that was already measured.
         f.flush()
@@ -226,7 +228,9 @@ class RunReader:
             return table_to_frame(kind, table)
         jsonl = self.directory / f"{name}.jsonl"
         rows = _read_jsonl(jsonl) if jsonl.exists() else []
-        return table_to_frame(kind, rows_to_table(kind, rows) if rows else SCHEMAS[kind].empty_table())
+        return table_to_frame(
+            kind, rows_to_table(kind, rows) if rows else SCHEMAS[kind].empty_table()
+        )
 
     def requests(self) -> pd.DataFrame:
         return self._frame("requests")
@@ -308,9 +312,7 @@ class RunStore:
         if len(matches) == 1:
             return RunReader(self.root / matches[0])
         if not matches:
-            raise RunNotFoundError(
-                f"no run {run!r} under {self.root}/ (see `moeperf runs list`)"
-            )
+            raise RunNotFoundError(f"no run {run!r} under {self.root}/ (see `moeperf runs list`)")
         raise RunNotFoundError(f"{run!r} matches {len(matches)} runs: {', '.join(matches[:5])}")
 
     def run_ids(self) -> list[str]:

@@ -60,7 +60,11 @@ def _show(store: RunStore, run: str, console: Console) -> None:
     m = reader.manifest
     status = m.status + (f" ({m.status_reason})" if m.status_reason else "")
     console.print(f"[bold]{m.run_id}[/bold]  suite={m.suite}  status={status}")
-    console.print(f"target: {m.target.get('kind', '?')} {m.target.get('url', '')} model={m.target.get('model', '?')}")
+    target = m.target
+    console.print(
+        f"target: {target.get('kind', '?')} {target.get('url', '')} "
+        f"model={target.get('model', '?')}"
+    )
     for note in m.notes:
         console.print(f"note: {note}")
     summary = reader.summary()
@@ -71,7 +75,10 @@ def _show(store: RunStore, run: str, console: Console) -> None:
         if "latency_s" in entry:
             console.print(latency_table(scenario, entry))
             console.print(throughput_line(scenario, entry))
-    console.print(f"percentiles: {summary.get('percentile_estimator', '?')}; CI: {summary.get('confidence_interval', '?')}")
+    console.print(
+        f"percentiles: {summary.get('percentile_estimator', '?')}; "
+        f"CI: {summary.get('confidence_interval', '?')}"
+    )
     console.print(f"results: {reader.directory}")
 
 
@@ -99,7 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a suite spec")
     run.add_argument("spec", help="a spec file, or the name of a shipped spec (e.g. default)")
     run.add_argument(
-        "--set", action="append", metavar="KEY=VALUE", help="override a spec field, e.g. load.levels=[1,8]"
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a spec field, e.g. load.levels=[1,8]",
     )
     run.set_defaults(handler=_run)
 

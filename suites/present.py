@@ -132,7 +132,17 @@ def throughput_line(scenario: str, entry: dict[str, Any]) -> str:
 def harness_error_table(summary: dict[str, Any], budget: dict[str, float]) -> Table:
     """The harness's own TTFT and ITL error against the synthetic server's write times."""
     table = Table(title="harness measurement error vs the server's write times (ms)")
-    columns = ("load", "matched", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "loop lag p99", "client CPU", "verdict")
+    columns = (
+        "load",
+        "matched",
+        "TTFT p50",
+        "TTFT p99",
+        "ITL p50",
+        "ITL p99",
+        "loop lag p99",
+        "client CPU",
+        "verdict",
+    )
     for column in columns:
         table.add_column(column, justify="right")
     for scenario, entry in summary["scenarios"].items():
@@ -159,7 +169,7 @@ def harness_error_table(summary: dict[str, Any], budget: dict[str, float]) -> Ta
 
 
 def calibration_verdict(entry: dict[str, Any], budget: dict[str, float]) -> str:
-    """"within budget", "over budget" or "invalid: ..." for one calibration level."""
+    """ "within budget", "over budget" or "invalid: ..." for one calibration level."""
     if entry.get("client_bottleneck"):
         return "invalid (client-bound)"
     errors = entry["harness_error_s"]

@@ -115,7 +115,9 @@ class LoadSpec(_Strict):
                 f"({self.warmup_s} + {self.cooldown_s} >= {self.duration_s})"
             )
         if self.mode == "concurrency" and any(level != int(level) for level in self.levels):
-            raise ValueError("load.levels must be whole numbers of streams when mode = 'concurrency'")
+            raise ValueError(
+                "load.levels must be whole numbers of streams when mode = 'concurrency'"
+            )
         return self
 
 

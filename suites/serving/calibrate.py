@@ -56,7 +56,9 @@ def run_calibration(args: argparse.Namespace, store: RunStore, console: Console)
         raise UsageError(f"calibrate: {exc}") from None
     bar = ProgressBar(console)
     try:
-        run_id = run_serving(spec, given, store, bar, lambda run: console.print(f"run {run.run_id}"))
+        run_id = run_serving(
+            spec, given, store, bar, lambda run: console.print(f"run {run.run_id}")
+        )
     finally:
         bar.close()
     summary = store.open(run_id).summary() or {"scenarios": {}}
@@ -64,9 +66,13 @@ def run_calibration(args: argparse.Namespace, store: RunStore, console: Console)
     over = [
         scenario
         for scenario, entry in summary["scenarios"].items()
-        if entry.get("harness_error_s") and calibration_verdict(entry, ERROR_BUDGET_S) != "within budget"
+        if entry.get("harness_error_s")
+        and calibration_verdict(entry, ERROR_BUDGET_S) != "within budget"
     ]
-    budget = f"|p50| <= {ERROR_BUDGET_S['ttft_p50_s'] * 1e3:g} ms TTFT, <= {ERROR_BUDGET_S['itl_p50_s'] * 1e3:g} ms ITL"
+    budget = (
+        f"|p50| <= {ERROR_BUDGET_S['ttft_p50_s'] * 1e3:g} ms TTFT, "
+        f"<= {ERROR_BUDGET_S['itl_p50_s'] * 1e3:g} ms ITL"
+    )
     if over:
         console.print(f"budget ({budget}) first exceeded at {over[0]}")
     else:

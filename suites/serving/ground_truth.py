@@ -62,5 +62,8 @@ def summarize_errors(errors: pd.DataFrame, requests_ok: int) -> dict[str, Any]:
     return {
         "matched_requests": matched,
         "unmatched_requests": requests_ok - matched,
-        **{kind: describe(errors.loc[errors["kind"] == kind, "error_s"]) for kind in ("ttft", "itl", "chunk")},
+        **{
+            kind: describe(errors.loc[errors["kind"] == kind, "error_s"])
+            for kind in ("ttft", "itl", "chunk")
+        },
     }

@@ -144,10 +144,11 @@ def run_serving(
     spec: ServingSpec,
     spec_given: dict[str, Any],
     store: RunStore,
-    progress: Progress = Progress(),
+    progress: Progress | None = None,
     on_started: Callable[[RunWriter], None] = lambda _run: None,
 ) -> str:
     """Run every level of ``spec``; return the run id. The run is complete, invalid or aborted."""
+    progress = progress or Progress()
     with target_url(spec) as (base_url, target):
         model = spec.target.model or discover_model(base_url) or "default"
         target = {**target, "model": model, "api": spec.target.api}
@@ -172,7 +173,10 @@ def _run_levels(spec, run: RunWriter, base_url, model, prompts, progress: Progre
         "stored but excluded from summaries."
     )
     if spec.target.kind == "synthetic":
-        run.add_note("Target: the synthetic ground-truth server; its latencies are configured, not a model's.")
+        run.add_note(
+            "Target: the synthetic ground-truth server; its latencies are configured "
+            "(simulated), not a model's."
+        )
     workers = worker_count(spec)
     config = WorkerConfig(
         base_url=base_url,
@@ -245,7 +249,9 @@ def _write_summary(run: RunWriter, spec, records, outcomes, truth) -> None:
         entry["harness"] = [dataclasses.asdict(r) for r in outcome.reports]
         entry["client_bottleneck"] = outcome.invalid_reasons
         if truth is not None:
-            level_frame = frame[(frame["scenario"] == outcome.scenario) & (frame["phase"] == "measure")]
+            level_frame = frame[
+                (frame["scenario"] == outcome.scenario) & (frame["phase"] == "measure")
+            ]
             errors = measurement_errors(level_frame, truth, run.manifest.anchor_monotonic_ns)
             ok = int((level_frame["status"] == "ok").sum())
             entry["harness_error_s"] = summarize_errors(errors, ok)

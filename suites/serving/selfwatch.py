@@ -8,6 +8,7 @@ long before they are timestamped, so this lag bounds the timestamp error the loa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,10 +61,8 @@ class SelfWatch:
     async def stop(self) -> SelfWatchReport:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
         wall_s = (self._clock_ns() - self._wall_start_ns) / 1e9
         cpu_s = time.process_time() - self._cpu_start_s
         lags_s = np.asarray(self._lags_ns, dtype=float) / 1e9

@@ -2,9 +2,10 @@
 
 The harness needs the *target's* tokenizer to build prompts of an exact token length and to count
 the tokens in streamed chunks when the server reports no usage. Two sources exist: the model's
-`tokenizer.json` on local disk (CPU-bound, microseconds) and the target's vLLM-style `/tokenize`
-endpoint (a network round trip per call). The protocol is async-only so the harness has one code
-path for both; the local implementation also offers plain sync methods for callers outside a loop.
+`tokenizer.json` on local disk (CPU-bound, about a millisecond per 1,000 tokens) and the target's
+vLLM-style `/tokenize` endpoint (a network round trip per call). The protocol is async-only so the
+harness has one code path for both; the local implementation also offers plain sync methods for
+callers outside a loop.
 
 All counts are content tokens: special tokens the server adds (BOS, the chat template) are not
 included, so a prompt's count here is below the server's reported `usage.prompt_tokens`.
@@ -234,7 +235,8 @@ class ServerTokenizer:
     `base_url` is the server root (vLLM serves /tokenize beside /v1, not under it). Chunk counts
     tokenize each chunk separately, so a token the model merges across a chunk boundary is
     counted in both chunks: totals can exceed the count of the whole text. Use a local
-    HFTokenizer where exact per-chunk counts matter.
+    HFTokenizer where exact per-chunk counts matter. An instance belongs to the event loop it is
+    first used in (its session and semaphore bind to it).
     """
 
     def __init__(

@@ -10,6 +10,7 @@ cancelled and recorded as such.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 import traceback
@@ -29,6 +30,7 @@ _STOP_POLL_S = 0.05
 # Sends later than this after their intended time count as late (uvloop timers are 1 ms).
 LATE_SEND_S = 0.002
 _TOKENIZE_CONCURRENCY = 32
+_SPIN_NS = 1_500_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +126,9 @@ class _Level:
         await asyncio.gather(*self._slots, return_exceptions=True)
         self._slots = []
         offered = len(plan.arrivals_s) if plan.mode != "concurrency" else self._sent
-        return LevelReport(self.index, plan.scenario, offered, self._sent, self._late, await watch.stop())
+        return LevelReport(
+            self.index, plan.scenario, offered, self._sent, self._late, await watch.stop()
+        )
 
     async def _watch_stop(self) -> None:
         while not self.stop.is_set():
@@ -200,7 +204,13 @@ class _Level:
         self._sent += 1
         try:
             result = await stream_request(
-                self.session, self.url, config.api, body, record, time.monotonic_ns, config.anchor_ns
+                self.session,
+                self.url,
+                config.api,
+                body,
+                record,
+                time.monotonic_ns,
+                config.anchor_ns,
             )
         except asyncio.CancelledError:
             self.results.put(("record", record))
@@ -214,9 +224,11 @@ class _Level:
 
 
 async def _sleep_until(deadline_ns: int) -> None:
-    delay_s = (deadline_ns - time.monotonic_ns()) / 1e9
-    if delay_s > 0:
-        await asyncio.sleep(delay_s)
+    # uvloop's timers have millisecond resolution and may fire up to ~1 ms early; a send
+    # must never precede its intended time, so sleep to within _SPIN_NS of it, then yield
+    # to the loop (other streams keep being served) until it has passed.
+    while (remaining_ns := deadline_ns - time.monotonic_ns()) > 0:
+        await asyncio.sleep(max(0, remaining_ns - _SPIN_NS) / 1e9)
 
 
 async def _finish_deferred(deferred: list[StreamResult], tokenizer, results) -> None:
@@ -234,11 +246,9 @@ async def _finish_deferred(deferred: list[StreamResult], tokenizer, results) -> 
     async def count(result: StreamResult) -> None:
         record = result.record
         async with limit:
-            try:
+            # A client-side count is a cross-check: without it the record still stands.
+            with contextlib.suppress(TokenizerError, aiohttp.ClientError, TimeoutError):
                 await _count_tokens(result)
-            except (TokenizerError, aiohttp.ClientError, TimeoutError):
-                # A client-side count is a cross-check: without it the record still stands.
-                pass
         results.put(("record", record))
 
     async def _count_tokens(result: StreamResult) -> None:

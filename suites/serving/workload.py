@@ -176,7 +176,6 @@ class Dataset:
 
 @dataclass(frozen=True)
 class _Record:
-    where: str  # "line N" (JSONL) or "record N" (JSON array), for messages
     prompt: str
     output_tokens: int | None  # given by the record
     reply: str | None  # ShareGPT's first reply, counted for the output length when needed
@@ -212,11 +211,13 @@ async def load_dataset(
     skipped, first_skip = 0, ""
     for where, value in _read_values(path):
         try:
-            record = _parse_record(where, value)
-            if output_len is None and record.output_tokens is None and tokenizer is None:
-                raise _Unusable("no output length (give output_len, or a tokenizer for the reply)")
-            if output_len is None and record.output_tokens is None and record.reply is None:
-                raise _Unusable("no output length (give output_len, or output_tokens, or a reply)")
+            record = _parse_record(value)
+            needs_reply = output_len is None and record.output_tokens is None
+            if needs_reply and (record.reply is None or tokenizer is None):
+                raise _Unusable(
+                    "no output length (give output_len, output_tokens, or a gpt reply and a "
+                    "tokenizer)"
+                )
             records.append(record)
         except _Unusable as exc:
             skipped += 1
@@ -293,7 +294,7 @@ def _read_values(path: Path) -> list[tuple[str, object]]:
     return values
 
 
-def _parse_record(where: str, value: object) -> _Record:
+def _parse_record(value: object) -> _Record:
     if not isinstance(value, dict):
         raise _Unusable("not a JSON object")
     if "prompt" in value:
@@ -303,7 +304,7 @@ def _parse_record(where: str, value: object) -> _Record:
         n_out = value.get("output_tokens")
         if n_out is not None and (type(n_out) is not int or n_out < 1):
             raise _Unusable(f"'output_tokens' must be a positive integer, got {n_out!r}")
-        return _Record(where, prompt, n_out, None)
+        return _Record(prompt, n_out, None)
     turns = value.get("conversations")
     if not isinstance(turns, list):
         raise _Unusable("no 'prompt' or 'conversations' field")
@@ -311,7 +312,7 @@ def _parse_record(where: str, value: object) -> _Record:
         prompt = _turn_text(turn, _HUMAN)
         if prompt is not None:
             reply = _turn_text(turns[i + 1], _GPT) if i + 1 < len(turns) else None
-            return _Record(where, prompt, None, reply)
+            return _Record(prompt, None, reply)
     raise _Unusable("no human turn with text in 'conversations'")
 
 

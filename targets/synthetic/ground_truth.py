@@ -19,10 +19,11 @@ from typing import Any
 class GroundTruthRecord:
     """One response's true timeline; filled in while the response is being written.
 
-    ``chunk_write_ns[i]`` is taken right after the write of the i-th chunk carrying >= 1
-    generated token returned (role-only, usage-only, malformed and [DONE] events are not
+    ``chunk_write_ns[i]`` is taken right before the i-th chunk carrying >= 1 generated
+    token is written (aiohttp passes it to the socket synchronously, so no client can
+    read it earlier) (role-only, usage-only, malformed and [DONE] events are not
     listed), ``chunk_tokens[i]`` is how many tokens it carried. ``max_lag_ns`` is the
-    largest (write done - deadline) over those chunks: the server's own scheduling lag.
+    largest (write start - deadline) over those chunks: the server's own scheduling lag.
     ``status`` is running, ok, error, truncated or cancelled (the client went away).
     """
 

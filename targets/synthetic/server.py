@@ -2,8 +2,9 @@
 
 Each generation request is planned up front (``plan.py``), then every token chunk is
 written at an absolute deadline, ``received + ttft + inter-chunk delays``, so a late chunk
-(event-loop lag) does not push back the ones after it. The clock is read right after each
-write returns and kept per response id (``ground_truth.py``) for clients to compare with.
+(event-loop lag) does not push back the ones after it. The clock is read right before
+each write hands the bytes to the socket and kept per response id (``ground_truth.py``)
+for clients to compare with.
 
 Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
 POST /tokenize, GET /metrics, GET /ground_truth/{id}, POST /ground_truth/query.
@@ -192,8 +193,11 @@ async def _stream(
                     return response
             due_ns += received_ns
             await _sleep_until(clock_ns, due_ns)
-            await write(encoder.tokens(start, tokens, i == last))
+            chunk = encoder.tokens(start, tokens, i == last)
+            # Stamped just before the write: aiohttp hands the bytes to the socket
+            # synchronously inside it, and a client may read them before write returns.
             written_ns = clock_ns()
+            await write(chunk)
             note_write(written_ns)
             note_tokens(tokens)
             record.max_lag_ns = max(record.max_lag_ns, written_ns - due_ns)
@@ -243,8 +247,8 @@ async def _whole(
             _close_connection(request)
             record.status = "truncated"
             return response
-        await response.write(body)
         written_ns = state.clock_ns()
+        await response.write(body)
         if plan.fault != "malformed":
             record.chunk_write_ns.append(written_ns)
             record.chunk_tokens.append(gen.output_tokens)

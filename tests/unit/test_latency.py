@@ -67,7 +67,10 @@ def test_multi_token_chunks_divide_the_gap_over_their_tokens():
 
 def test_missing_usage_falls_back_to_client_count_then_chunk_sum():
     chunks = dict(
-        chunk_ns=[50 * MS, 60 * MS], chunk_tokens=[1, 1], first_token_ns=50 * MS, last_token_ns=60 * MS
+        chunk_ns=[50 * MS, 60 * MS],
+        chunk_tokens=[1, 1],
+        first_token_ns=50 * MS,
+        last_token_ns=60 * MS,
     )
     with_client = record(client_output_tokens=4, **chunks)
     without = record(request_id="r1", **chunks)

@@ -1,0 +1,198 @@
+"""The harness against the synthetic target over loopback, checked against its write times."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import numpy as np
+import pytest
+
+from collectors.latency import itl_samples_s, per_request
+from collectors.store import RunStore
+from suites.serving.embedded import running_target
+from suites.serving.runner import run_serving
+from suites.spec import ServingSpec
+
+pytestmark = pytest.mark.slow
+
+
+def spec(**sections) -> ServingSpec:
+    data = {
+        "name": "test",
+        "workload": {
+            "input_tokens": {"mean": 16},
+            "output_tokens": {"mean": 12},
+            "num_prompts": 32,
+        },
+        "load": {"levels": [1, 8], "duration_s": 2.5, "warmup_s": 0.5, "cooldown_s": 0.0},
+    }
+    for key, value in sections.items():
+        data[key] = {**data.get(key, {}), **value}
+    return ServingSpec.model_validate(data)
+
+
+async def ground_truth(url: str, ids: list[str]) -> dict:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url + "/ground_truth/query", json={"ids": ids}) as answer,
+    ):
+        body = await answer.json()
+    assert body["missing"] == []
+    return body["records"]
+
+
+def run(tmp_path, s: ServingSpec):
+    store = RunStore(tmp_path / "runs")
+    run_id = run_serving(s, s.model_dump(mode="json"), store)
+    return store.open(run_id)
+
+
+def test_sweep_measures_what_the_server_wrote(tmp_path):
+    config = {"ttft_s": 0.05, "itl_s": 0.01, "tokens_per_chunk": 2}
+    with running_target("targets.synthetic", config) as url:
+        reader = run(tmp_path, spec(target={"kind": "url", "url": url}))
+        requests = reader.requests()
+        truth = asyncio.run(ground_truth(url, list(requests["server_request_id"].dropna())))
+    assert reader.manifest.status in ("complete", "invalid")
+    assert set(requests["scenario"]) == {"c=1", "c=8"}
+    measured = requests[(requests["phase"] == "measure") & (requests["status"] == "ok")]
+    assert len(measured) >= 8
+    anchor = reader.manifest.anchor_monotonic_ns
+    first_errors_ms, gap_errors_ms = [], []
+    for _, row in measured.iterrows():
+        server = truth[row["server_request_id"]]
+        tokens = np.asarray(row["chunk_tokens"])
+        arrivals = anchor + np.asarray(row["chunk_ns"])[tokens > 0]
+        writes = np.asarray(server["chunk_write_ns"])
+        # Same chunks, same tokens per chunk (2, as the server was told), usage as source.
+        assert list(tokens[tokens > 0]) == server["chunk_tokens"] == [2] * 6
+        assert row["chunk_tokens_source"] == "usage_stats"
+        assert row["output_tokens"] == 12
+        # Causality on one clock: nothing arrives before it was written.
+        assert np.all(arrivals >= writes)
+        first_errors_ms.append((arrivals[0] - writes[0]) / 1e6)
+        gap_errors_ms.extend(np.diff(arrivals - writes) / 1e6)
+        # TTFT is measured from the intended send, which precedes the server's receipt.
+        assert anchor + row["intended_send_ns"] <= server["received_ns"]
+    # Loose sanity bounds: these check the wiring, `moeperf calibrate` measures precision.
+    assert np.median(first_errors_ms) < 20
+    assert np.median(np.abs(gap_errors_ms)) < 5
+    # ITL divides each 2-token gap over its tokens: about itl_s per token, not 2 x itl_s.
+    itl = itl_samples_s(measured)["itl_s"]
+    assert len(itl) == len(measured) * 10
+    assert 0.009 <= np.median(itl) < 0.015
+    assert (per_request(measured)["ttft_s"] >= 0.05).all()
+    # The runner's own ground-truth summary is only for the embedded target.
+    assert "harness_error_s" not in reader.summary()["scenarios"]["c=8"]
+
+
+def test_embedded_target_reports_harness_error(tmp_path):
+    reader = run(tmp_path, spec(load={"levels": [4], "duration_s": 2.0}))
+    entry = reader.summary()["scenarios"]["c=4"]
+    errors = entry["harness_error_s"]
+    assert errors["matched_requests"] == entry["ok"] > 0
+    assert errors["unmatched_requests"] == 0
+    assert errors["ttft"]["count"] == entry["ok"]
+    # every chunk arrives after it was written
+    assert errors["chunk"]["quantiles"][0]["value"] >= 0
+    assert reader.manifest.target["simulated"] is True
+    assert any("synthetic" in note for note in reader.manifest.notes)
+
+
+def test_faults_become_failed_requests_and_the_run_goes_on(tmp_path):
+    synthetic = {
+        "error_rate": 0.2,
+        "malformed_rate": 0.15,
+        "truncate_rate": 0.15,
+        "stall_rate": 0.15,
+        "stall_s": 3.0,
+        "itl_s": 0.002,
+        "ttft_s": 0.01,
+    }
+    reader = run(
+        tmp_path,
+        spec(
+            target={"synthetic": synthetic},
+            load={"levels": [8], "duration_s": 3.0, "warmup_s": 0.2, "drain_timeout_s": 3.0},
+            harness={"stall_timeout_s": 0.5},
+        ),
+    )
+    entry = reader.summary()["scenarios"]["c=8"]
+    assert reader.manifest.status in ("complete", "invalid")
+    assert entry["ok"] > 0
+    assert set(entry["error_types"]) >= {
+        "http_5xx",
+        "malformed_chunk",
+        "stream_truncated",
+        "stall_timeout",
+    }
+    assert entry["errors"] == sum(entry["error_types"].values())
+    requests = reader.requests()
+    http = requests[requests["error_type"] == "http_5xx"]
+    assert (http["http_status"] == 500).all()
+    # Failures are in goodput's denominator.
+    assert entry["goodput_ratio"] <= entry["ok"] / entry["requests"]
+
+
+def test_unreachable_target_is_recorded_per_request(tmp_path, unused_tcp_port):
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text(
+        "\n".join(json.dumps({"prompt": f"hello {i}", "output_tokens": 4}) for i in range(5))
+    )
+    reader = run(
+        tmp_path,
+        spec(
+            target={"kind": "url", "url": f"http://127.0.0.1:{unused_tcp_port}", "model": "m"},
+            workload={
+                "kind": "dataset",
+                "dataset_path": str(dataset),
+                "tokenizer": "",
+                "num_prompts": 5,
+            },
+            load={"levels": [2], "duration_s": 1.0, "warmup_s": 0.0, "max_requests": 6},
+        ),
+    )
+    entry = reader.summary()["scenarios"]["c=2"]
+    assert entry["requests"] == 6
+    assert entry["error_types"] == {"connect_error": 6}
+    assert entry["ok"] == 0 and entry["goodput_ratio"] == 0
+    assert entry["latency_s"]["ttft_s"]["count"] == 0
+
+
+def test_open_loop_poisson_keeps_its_schedule(tmp_path):
+    reader = run(
+        tmp_path,
+        spec(
+            load={"mode": "poisson", "levels": [40], "duration_s": 3.0, "warmup_s": 0.5, "seed": 5}
+        ),
+    )
+    requests = reader.requests()
+    assert set(requests["scenario"]) == {"rate=40"}
+    # 120 expected arrivals; 4 sigma is about 44.
+    assert 76 <= len(requests) <= 164
+    intended = np.sort(requests["intended_send_ns"].to_numpy())
+    assert intended[-1] - intended[0] < 3.0e9
+    queue_delay_s = (requests["send_ns"] - requests["intended_send_ns"]) / 1e9
+    assert (queue_delay_s >= 0).all()
+    entry = reader.summary()["scenarios"]["rate=40"]
+    assert entry["harness"][0]["offered"] == len(requests)
+
+
+def test_tokens_per_chunk_from_the_tokenizer_when_the_server_does_not_say(tmp_path):
+    reader = run(
+        tmp_path,
+        spec(
+            target={"continuous_usage": False, "synthetic": {"tokens_per_chunk": 3}},
+            load={"levels": [2], "duration_s": 1.5, "warmup_s": 0.2},
+        ),
+    )
+    requests = reader.requests()
+    ok = requests[requests["status"] == "ok"]
+    assert len(ok) > 0
+    assert set(ok["chunk_tokens_source"]) == {"server_tokenize"}
+    for _, row in ok.iterrows():
+        assert [n for n in row["chunk_tokens"] if n] == [3, 3, 3, 3]
+        # Server usage and the client's count agree: no discrepancy.
+        assert row["client_output_tokens"] == row["output_tokens"] == 12
