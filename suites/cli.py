@@ -137,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Tables need room; rich falls back to 80 columns when output is not a terminal.
     console = Console(width=None if sys.stdout.isatty() else 160)
-    err = Console(stderr=True)
+    err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     try:
         return args.handler(args, console)
     except (UsageError, CollectorError) as exc:

@@ -10,7 +10,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from collectors.manifest import RunManifest
-from collectors.records import RequestRecord
 from suites.serving.runner import LevelOutcome
 from suites.serving.runner import Progress as RunProgress
 
@@ -47,9 +46,9 @@ class ProgressBar(RunProgress):
         self._task = self._progress.add_task(scenario, total=duration_s, done=0, failed=0)
         self._started = time.monotonic()
 
-    def record(self, record: RequestRecord) -> None:
+    def finished(self, status: str) -> None:
         task = self._progress.tasks[-1]
-        failed = task.fields["failed"] + (record.status == "error")
+        failed = task.fields["failed"] + (status == "error")
         self._progress.update(self._task, done=task.fields["done"] + 1, failed=failed)
         self.tick()
 

@@ -24,13 +24,22 @@ _READY_TIMEOUT_S = 30.0
 def running_target(module: str, config: dict[str, Any]) -> Iterator[str]:
     """Run ``python -m module --port 0 --config JSON``; yield its base URL; stop it after.
 
-    The child prints ``READY http://127.0.0.1:PORT`` once it listens.
+    The child prints ``READY http://127.0.0.1:PORT`` once it listens, and exits by itself
+    if this process dies without stopping it (``--exit-with-parent``).
     """
     command = [sys.executable, "-m", module, "--host", "127.0.0.1", "--port", "0"]
-    command += ["--config", json.dumps(config)]
+    command += ["--config", json.dumps(config), "--exit-with-parent"]
     # stderr goes to a file: an unread pipe would block a chatty child.
     with tempfile.TemporaryFile(mode="w+") as stderr:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        # Its own session: Ctrl-C in the terminal reaches only moeperf, which ends the run
+        # and then stops the target, instead of the target dying under requests in flight.
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+        )
         try:
             yield _await_ready(process, module, stderr)
         finally:

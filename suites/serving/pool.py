@@ -46,9 +46,14 @@ class WorkerPool:
         self,
         plans: dict[int, LevelPlan],
         on_record: Callable[[RequestRecord], None],
+        on_finished: Callable[[str], None] = lambda _status: None,
         on_tick: Callable[[], None] = lambda: None,
     ) -> list[LevelReport]:
-        """Give each worker in ``plans`` its plan; pass records on until all are done."""
+        """Give each worker in ``plans`` its plan; pass records on until all are done.
+
+        ``on_finished(status)`` is called as each request ends, ``on_record`` when its
+        record is final (later, when client-side token counts are computed after the level).
+        """
         for index, plan in plans.items():
             self._commands[index].put(plan)
         reports: dict[int, LevelReport] = {}
@@ -62,6 +67,8 @@ class WorkerPool:
             kind = message[0]
             if kind == "record":
                 on_record(message[1])
+            elif kind == "finished":
+                on_finished(message[1])
             elif kind == "level_done":
                 reports[message[1]] = message[2]
             elif kind == "failed":

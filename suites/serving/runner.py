@@ -53,7 +53,7 @@ class Progress:
     """What the runner tells its caller as it goes (the CLI draws a progress bar)."""
 
     def level_started(self, scenario: str, duration_s: float) -> None: ...
-    def record(self, record: RequestRecord) -> None: ...
+    def finished(self, status: str) -> None: ...
     def tick(self) -> None: ...
     def level_done(self, outcome: LevelOutcome) -> None: ...
 
@@ -197,7 +197,6 @@ def _run_levels(spec, run: RunWriter, base_url, model, prompts, progress: Progre
     def keep(record: RequestRecord) -> None:
         run.append_request(record)
         records.append(record)
-        progress.record(record)
 
     outcomes: list[LevelOutcome] = []
     try:
@@ -207,7 +206,7 @@ def _run_levels(spec, run: RunWriter, base_url, model, prompts, progress: Progre
             scenario = scenario_name(load.mode, level)
             progress.level_started(scenario, load.duration_s)
             level_records_start = len(records)
-            reports = pool.run_level(plans, keep, progress.tick)
+            reports = pool.run_level(plans, keep, progress.finished, progress.tick)
             reasons = client_bottlenecks(
                 reports,
                 open_loop=load.mode != "concurrency",

@@ -332,6 +332,11 @@ class ServerTokenizer:
                         "serve vLLM's /tokenize endpoint, or give a local tokenizer directory"
                     )
                 body = await resp.json(content_type=None)
+        except aiohttp.ClientConnectorError as exc:
+            raise TokenizerError(
+                f"cannot reach {self.url} ({exc.os_error.strerror or exc.os_error}); is the "
+                "target running? Or give workload.tokenizer a local tokenizer directory"
+            ) from exc
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise TokenizerError(f"POST {self.url} failed: {exc!r}") from exc
         if not isinstance(body, dict):

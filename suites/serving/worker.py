@@ -1,7 +1,9 @@
 """A load worker: one process, one uvloop event loop, its share of every level.
 
 The parent sends a ``LevelPlan`` per level on ``commands`` (None ends the worker); the
-worker puts ("record", RequestRecord) as requests finish and ("level_done", index,
+worker puts ("finished", status) as each request ends (for progress), ("record",
+RequestRecord) once its record is final (at once, or after the level when client-side
+token counts are due), ("level_done", index,
 LevelReport) at the end of each level on ``results``; ("failed", index, traceback) if it
 breaks. Setting ``stop`` ends the current level at once: requests in flight are
 cancelled and recorded as such.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import signal
 import time
 import traceback
 from dataclasses import dataclass
@@ -45,6 +48,9 @@ class LevelReport:
 
 def worker_main(index: int, config: WorkerConfig, commands: Any, results: Any, stop: Any) -> None:
     """Process entry point."""
+    # Ctrl-C reaches the whole process group; the parent decides how a run ends and tells
+    # workers through ``stop``, so that requests in flight are recorded as cancelled.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import uvloop
 
@@ -213,10 +219,12 @@ class _Level:
                 config.anchor_ns,
             )
         except asyncio.CancelledError:
+            self.results.put(("finished", record.status))
             self.results.put(("record", record))
             raise
         if record.send_ns - record.intended_send_ns > LATE_SEND_S * 1e9:
             self._late += 1
+        self.results.put(("finished", record.status))
         if result.counts_unknown or self._keep_texts:
             self.deferred.append(result)  # tokenized after the level, off the timing path
         else:

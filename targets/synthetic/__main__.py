@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ from targets.synthetic.config import SyntheticConfig
 from targets.synthetic.server import RunningServer, require_loopback, serve
 
 EXIT_USAGE = 2
+_PARENT_POLL_S = 0.5
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--ttft-s", type=float, default=None, help="overrides the config")
     parser.add_argument("--itl-s", type=float, default=None, help="overrides the config")
     parser.add_argument("--tokens-per-chunk", type=int, default=None, help="overrides too")
+    parser.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="stop when the process that started this one is gone (no orphaned servers)",
+    )
     return parser
 
 
@@ -64,16 +71,28 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-async def _run(config: SyntheticConfig, host: str, port: int) -> None:
+async def _stop_when_orphaned(stop: asyncio.Event, parent_pid: int) -> None:
+    # A parent killed outright cannot stop us; being re-parented is the sign it is gone.
+    while not stop.is_set():
+        if os.getppid() != parent_pid:
+            stop.set()
+        await asyncio.sleep(_PARENT_POLL_S)
+
+
+async def _run(config: SyntheticConfig, host: str, port: int, exit_with_parent: bool) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    if exit_with_parent:
+        watcher = loop.create_task(_stop_when_orphaned(stop, os.getppid()))
 
     def ready(server: RunningServer) -> None:
         print(f"READY {server.url}", flush=True)
 
     await serve(config, host, port, on_ready=ready, stop=stop)
+    if exit_with_parent:
+        watcher.cancel()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(_run(config, args.host, args.port))
+            runner.run(_run(config, args.host, args.port, args.exit_with_parent))
     except OSError as exc:  # e.g. the port is taken
         print(f"synthetic: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
