@@ -33,6 +33,19 @@ from collectors.schema import SCHEMA_VERSION, check_schema_version
 from collectors.tables import SCHEMAS, rows_to_table, table_to_frame
 
 _RECORD_FILES = {"requests": "requests", "steps": "steps"}
+# Tables whose rows may be amended by appending a newer row with the same key.
+_AMENDABLE_KEYS = {"requests": "request_id"}
+
+
+def _latest_rows(kind: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last row per key, in the order keys first appeared."""
+    key = _AMENDABLE_KEYS.get(kind)
+    if key is None:
+        return rows
+    latest: dict[Any, dict[str, Any]] = {}
+    for row in rows:
+        latest[row[key]] = row
+    return list(latest.values())
 
 
 class RunInterrupted(BaseException):
@@ -114,6 +127,11 @@ class RunWriter:
         f.flush()
 
     def append_request(self, record: RequestRecord) -> None:
+        """Append a request record; one with an id already appended amends it.
+
+        Readers keep the last record per ``request_id``: a record is written as soon as
+        its request ends, and again if client-side token counts are added later.
+        """
         self._append("requests", record.to_dict())
 
     def append_step(self, record: StepRecord) -> None:
@@ -150,7 +168,12 @@ class RunWriter:
             f.close()
         self._files.clear()
         for kind, name in _RECORD_FILES.items():
-            _jsonl_to_parquet(self.directory, kind, name)
+            try:
+                _jsonl_to_parquet(self.directory, kind, name)
+            except (ValueError, TypeError, OSError) as exc:  # pyarrow's errors are ValueErrors
+                # The run still ends; its records stay readable as JSONL.
+                note = f"{name}.parquet not written ({type(exc).__name__}: {exc}); kept as JSONL"
+                reason = f"{reason}; {note}" if reason else note
         self.manifest.status = status  # type: ignore[assignment]
         self.manifest.status_reason = reason
         self.manifest.ended_wall_time = _now_iso()
@@ -176,7 +199,7 @@ def _jsonl_to_parquet(directory: Path, kind: str, name: str) -> None:
     source = directory / f"{name}.jsonl"
     if not source.exists():
         return
-    rows = _read_jsonl(source)
+    rows = _latest_rows(kind, _read_jsonl(source))
     target = directory / f"{name}.parquet"
     tmp = target.with_suffix(".parquet.tmp")
     table = rows_to_table(kind, rows)
@@ -227,7 +250,7 @@ class RunReader:
             check_schema_version(int(found) if found.isdigit() else found, str(parquet))
             return table_to_frame(kind, table)
         jsonl = self.directory / f"{name}.jsonl"
-        rows = _read_jsonl(jsonl) if jsonl.exists() else []
+        rows = _latest_rows(kind, _read_jsonl(jsonl)) if jsonl.exists() else []
         return table_to_frame(
             kind, rows_to_table(kind, rows) if rows else SCHEMAS[kind].empty_table()
         )
@@ -255,7 +278,15 @@ def _mark_if_orphaned(manifest: RunManifest) -> None:
     """A run still 'running' whose process is gone was killed without a chance to say so."""
     if manifest.status != "running" or manifest.pid is None:
         return
-    if manifest.hostname != socket.gethostname() or psutil.pid_exists(manifest.pid):
+    if manifest.hostname != socket.gethostname():
+        return
+    try:
+        started_s = psutil.Process(manifest.pid).create_time()
+    except psutil.Error:
+        started_s = None  # no such process
+    anchor_s = dt.datetime.fromisoformat(manifest.anchor_wall_time).timestamp()
+    # A live process started after the run began reuses the pid: ours is gone.
+    if started_s is not None and started_s <= anchor_s + 1.0:
         return
     manifest.status = "aborted"
     manifest.status_reason = f"process {manifest.pid} ended without closing the run (killed?)"
@@ -281,7 +312,8 @@ class RunStore:
         target: dict[str, Any] | None = None,
     ) -> RunWriter:
         """Start a run: make its directory and write its manifest with status running."""
-        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+        # Microseconds: ids sort by start time even for runs started in the same second.
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S-%f")
         run_id = f"{stamp}-{suite}-{secrets.token_hex(3)}"
         directory = self.root / run_id
         directory.mkdir(parents=True)

@@ -51,7 +51,10 @@ def summarize_scenario(requests: pd.DataFrame, slo: Slo = Slo()) -> dict[str, An
         window_s = (measured["done_ns"].max() - measured["send_ns"].min()) / NS_PER_S
     good = int(_meets_slo(metrics, slo).sum())
     output_tokens = float(metrics.loc[ok, "output_tokens"].sum())
-    per_second = (lambda x: x / window_s) if window_s > 0 else (lambda _x: None)
+
+    def per_second(count: float) -> float | None:
+        return count / window_s if window_s > 0 else None
+
     errors = metrics.loc[metrics["status"] == "error", "error_type"].value_counts()
     return {
         "requests": len(measured),

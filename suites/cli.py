@@ -9,10 +9,11 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from collectors.errors import CollectorError
-from collectors.store import RunStore
+from collectors.store import RunInterrupted, RunStore
 from suites.errors import SuiteError, UsageError
 from suites.present import (
     ProgressBar,
+    announce_run,
     latency_table,
     runs_table,
     throughput_line,
@@ -20,39 +21,21 @@ from suites.present import (
 from suites.spec import load_spec
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
+    from suites.serving.runner import run_serving
+
     given, spec = load_spec(args.spec, args.set or [])
     store = RunStore(args.runs_dir)
     bar = ProgressBar(console)
-    started: list[str] = []
-
-    def announce(run) -> None:
-        started.append(run.run_id)
-        console.print(f"run {run.run_id} -> {run.directory}")
-
     try:
-        run_id = _run_spec(spec, given, store, bar, announce)
-    except KeyboardInterrupt:
-        bar.close()
-        if started:
-            console.print(f"[yellow]aborted; what was measured is in {store.root / started[0]}")
-        return 130
+        run_id = run_serving(spec, given, store, bar, lambda run: announce_run(run, console))
     finally:
         bar.close()
     _show(store, run_id, console)
     return 0 if store.open(run_id).manifest.status == "complete" else 1
-
-
-def _run_spec(spec, given, store, bar, announce) -> str:
-    from collectors.store import RunInterrupted
-    from suites.serving.runner import run_serving
-
-    try:
-        return run_serving(spec, given, store, bar, announce)
-    except RunInterrupted as exc:
-        raise KeyboardInterrupt(exc.signal_name) from None
 
 
 def _show(store: RunStore, run: str, console: Console) -> None:
@@ -140,6 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     try:
         return args.handler(args, console)
+    except (KeyboardInterrupt, RunInterrupted) as exc:
+        # The run itself is already stored as aborted, with what it measured.
+        signal_name = getattr(exc, "signal_name", "SIGINT")
+        err.print(f"aborted by {signal_name}; what was measured is kept", markup=False)
+        return EXIT_INTERRUPTED
     except (UsageError, CollectorError) as exc:
         # Bad input (spec, flags, run ids, unreadable files): the user's to fix.
         err.print(f"error: {exc}", markup=False, highlight=False)

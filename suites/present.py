@@ -10,6 +10,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from collectors.manifest import RunManifest
+from collectors.store import RunWriter
 from suites.serving.runner import LevelOutcome
 from suites.serving.runner import Progress as RunProgress
 
@@ -64,6 +65,11 @@ class ProgressBar(RunProgress):
     def close(self) -> None:
         if self._task is not None:
             self._progress.stop()
+
+
+def announce_run(run: RunWriter, console: Console) -> None:
+    """Say where a run's results go, before any load is sent."""
+    console.print(f"run {run.run_id} -> {run.directory}")
 
 
 def _ms(value: float | None) -> str:

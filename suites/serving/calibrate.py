@@ -13,7 +13,7 @@ from rich.console import Console
 
 from collectors.store import RunStore
 from suites.errors import UsageError
-from suites.present import ProgressBar, calibration_verdict, harness_error_table
+from suites.present import ProgressBar, announce_run, calibration_verdict, harness_error_table
 from suites.serving.runner import run_serving
 from suites.spec import ServingSpec
 
@@ -56,9 +56,7 @@ def run_calibration(args: argparse.Namespace, store: RunStore, console: Console)
         raise UsageError(f"calibrate: {exc}") from None
     bar = ProgressBar(console)
     try:
-        run_id = run_serving(
-            spec, given, store, bar, lambda run: console.print(f"run {run.run_id}")
-        )
+        run_id = run_serving(spec, given, store, bar, lambda run: announce_run(run, console))
     finally:
         bar.close()
     summary = store.open(run_id).summary() or {"scenarios": {}}

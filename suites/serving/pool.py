@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue
+import time
 from collections.abc import Callable
 
 from collectors.records import RequestRecord
@@ -26,6 +27,8 @@ class WorkerPool:
         self.results = context.Queue()
         self.stop_event = context.Event()
         self._commands = [context.Queue() for _ in range(size)]
+        # Workers running a level; a stop waits for each to finish and send its records.
+        self._busy: set[int] = set()
         self._processes = [
             context.Process(
                 target=worker_main,
@@ -56,6 +59,7 @@ class WorkerPool:
         """
         for index, plan in plans.items():
             self._commands[index].put(plan)
+        self._busy = set(plans)
         reports: dict[int, LevelReport] = {}
         while len(reports) < len(plans):
             try:
@@ -71,15 +75,16 @@ class WorkerPool:
                 on_finished(message[1])
             elif kind == "level_done":
                 reports[message[1]] = message[2]
+                self._busy.discard(message[1])
             elif kind == "failed":
                 raise WorkerFailed(f"load worker {message[1]} failed:\n{message[2]}")
         return [reports[i] for i in sorted(reports)]
 
-    def drain(self, on_record: Callable[[RequestRecord], None], timeout_s: float = 5.0) -> None:
-        """After a stop: keep the records workers still send (cancelled ones included)."""
+    def drain(self, on_record: Callable[[RequestRecord], None], timeout_s: float = 30.0) -> None:
+        """After a stop: keep every record the busy workers still send, until each is done."""
         self.stop_event.set()
-        deadline_polls = int(timeout_s / _POLL_S)
-        for _ in range(deadline_polls):
+        deadline = time.monotonic() + timeout_s
+        while self._busy and time.monotonic() < deadline:
             try:
                 message = self.results.get(timeout=_POLL_S)
             except queue.Empty:
@@ -88,6 +93,8 @@ class WorkerPool:
                 continue
             if message[0] == "record":
                 on_record(message[1])
+            elif message[0] in ("level_done", "failed"):
+                self._busy.discard(message[1])
 
     def _check_alive(self) -> None:
         for i, process in enumerate(self._processes):

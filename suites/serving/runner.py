@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from collectors.records import RequestRecord
@@ -46,7 +46,6 @@ class LevelOutcome:
     level: float
     reports: list[LevelReport]
     invalid_reasons: list[str]
-    records: list[RequestRecord] = field(default_factory=list)
 
 
 class Progress:
@@ -192,11 +191,12 @@ def _run_levels(spec, run: RunWriter, base_url, model, prompts, progress: Progre
         extra_body=dict(spec.target.extra_body),
     )
     pool = WorkerPool(workers, config)
-    records: list[RequestRecord] = []
+    # By request id: a record amended after its level replaces the first version.
+    records: dict[str, RequestRecord] = {}
 
     def keep(record: RequestRecord) -> None:
         run.append_request(record)
-        records.append(record)
+        records[record.request_id] = record
 
     outcomes: list[LevelOutcome] = []
     try:
@@ -205,7 +205,6 @@ def _run_levels(spec, run: RunWriter, base_url, model, prompts, progress: Progre
             plans = plan_level(spec, level, index, workers, start_ns, len(prompts))
             scenario = scenario_name(load.mode, level)
             progress.level_started(scenario, load.duration_s)
-            level_records_start = len(records)
             reports = pool.run_level(plans, keep, progress.finished, progress.tick)
             reasons = client_bottlenecks(
                 reports,
@@ -215,17 +214,17 @@ def _run_levels(spec, run: RunWriter, base_url, model, prompts, progress: Progre
                 max_cpu_fraction=spec.harness.max_cpu_fraction,
                 min_achieved_rate_ratio=spec.harness.min_achieved_rate_ratio,
             )
-            outcome = LevelOutcome(scenario, level, reports, reasons, records[level_records_start:])
+            outcome = LevelOutcome(scenario, level, reports, reasons)
             outcomes.append(outcome)
             progress.level_done(outcome)
     except BaseException:
         pool.drain(keep)
-        _write_summary(run, spec, records, outcomes, None)
+        _write_summary(run, spec, list(records.values()), outcomes, None)
         raise
     finally:
         pool.close()
-    truth = _ground_truth(spec, base_url, records)
-    _write_summary(run, spec, records, outcomes, truth)
+    truth = _ground_truth(spec, base_url, list(records.values()))
+    _write_summary(run, spec, list(records.values()), outcomes, truth)
     invalid = [f"{o.scenario}: {r}" for o in outcomes for r in o.invalid_reasons]
     if invalid:
         run.invalidate("client was the bottleneck: " + "; ".join(invalid))

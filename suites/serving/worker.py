@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import signal
 import time
@@ -78,7 +79,9 @@ async def _serve(index: int, config: WorkerConfig, commands: Any, results: Any, 
             if plan is None:
                 return
             report = await level.run(plan)
-            await _finish_deferred(level.deferred, tokenizer, results)
+            # A stopped run ends promptly: its records are stored without client counts.
+            counter = None if stop.is_set() else tokenizer
+            await _finish_deferred(level.deferred, counter, results)
             level.deferred.clear()
             results.put(("level_done", index, report))
 
@@ -95,6 +98,7 @@ class _Level:
         self.url = config.base_url.rstrip("/") + ENDPOINTS[config.api]
         self.deferred: list[StreamResult] = []
         self._sequence = itertools.count()
+        # Client-side token counts need every chunk's text, and a tokenizer.
         self._keep_texts = bool(config.tokenizer)
         self._slots: list[asyncio.Task] = []
 
@@ -225,10 +229,11 @@ class _Level:
         if record.send_ns - record.intended_send_ns > LATE_SEND_S * 1e9:
             self._late += 1
         self.results.put(("finished", record.status))
-        if result.counts_unknown or self._keep_texts:
-            self.deferred.append(result)  # tokenized after the level, off the timing path
-        else:
-            self.results.put(("record", record))
+        # Stored at once; amended after the level if a tokenizer adds counts (off the
+        # timing path), so a crash loses nothing already measured.
+        self.results.put(("record", record))
+        if self._keep_texts:
+            self.deferred.append(result)
 
 
 async def _sleep_until(deadline_ns: int) -> None:
@@ -240,34 +245,35 @@ async def _sleep_until(deadline_ns: int) -> None:
 
 
 async def _finish_deferred(deferred: list[StreamResult], tokenizer, results) -> None:
-    """Fill client-side token counts, then hand the records over.
+    """Send amended records with client-side token counts.
 
     Runs between levels, so a tokenizer served by the target adds no load to a level.
+    Each amendment is a new record object: the original may still be being pickled by
+    the results queue's feeder thread.
     """
     if tokenizer is None:
-        for result in deferred:
-            results.put(("record", result.record))
         return
     server = isinstance(tokenizer, ServerTokenizer)
     limit = asyncio.Semaphore(_TOKENIZE_CONCURRENCY)
 
-    async def count(result: StreamResult) -> None:
+    async def amend(result: StreamResult) -> None:
         record = result.record
         async with limit:
             # A client-side count is a cross-check: without it the record still stands.
             with contextlib.suppress(TokenizerError, aiohttp.ClientError, TimeoutError):
-                await _count_tokens(result)
-        results.put(("record", record))
+                if result.counts_unknown:
+                    counts = await tokenizer.achunk_token_counts(result.texts)
+                    record = dataclasses.replace(
+                        record,
+                        chunk_tokens=list(counts),
+                        chunk_tokens_source="server_tokenize" if server else "tokenizer",
+                        client_output_tokens=sum(counts),
+                    )
+                    set_token_times(record)
+                elif result.texts:
+                    count = await tokenizer.acount("".join(result.texts))
+                    record = dataclasses.replace(record, client_output_tokens=count)
+        if record is not result.record:
+            results.put(("record", record))
 
-    async def _count_tokens(result: StreamResult) -> None:
-        record = result.record
-        if result.counts_unknown:
-            counts = await tokenizer.achunk_token_counts(result.texts)
-            record.chunk_tokens = list(counts)
-            record.chunk_tokens_source = "server_tokenize" if server else "tokenizer"
-            set_token_times(record)
-            record.client_output_tokens = sum(counts)
-        elif result.texts:
-            record.client_output_tokens = await tokenizer.acount("".join(result.texts))
-
-    await asyncio.gather(*(count(r) for r in deferred))
+    await asyncio.gather(*(amend(r) for r in deferred))
