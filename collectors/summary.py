@@ -71,11 +71,23 @@ def summarize_scenario(requests: pd.DataFrame, slo: Slo = Slo()) -> dict[str, An
         "goodput_rps": per_second(good),
         "goodput_ratio": good / len(measured) if len(measured) else None,
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s},
+        "output_token_discrepancy": _token_discrepancy(measured[measured["status"] == "ok"]),
         "latency_s": {
             **{name: describe(metrics.loc[ok, name]) for name in _REQUEST_LATENCIES},
             "itl_s": describe(itl_samples_s(measured)["itl_s"]),
             "icl_s": describe(icl_samples_s(measured)["icl_s"]),
         },
+    }
+
+
+def _token_discrepancy(ok: pd.DataFrame) -> dict[str, Any]:
+    """Server usage against the client's own count, where both exist."""
+    both = ok.dropna(subset=["output_tokens", "client_output_tokens"])
+    diff = both["client_output_tokens"] - both["output_tokens"]
+    return {
+        "compared": len(both),
+        "differing": int((diff != 0).sum()),
+        "mean_client_minus_server": float(diff.mean()) if len(both) else None,
     }
 
 

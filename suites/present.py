@@ -72,8 +72,8 @@ def announce_run(run: RunWriter, console: Console) -> None:
     console.print(f"run {run.run_id} -> {run.directory}")
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1e3:.2f}"
+def _ms(value: float | None, decimals: int = 2) -> str:
+    return "-" if value is None else f"{value * 1e3:.{decimals}f}"
 
 
 def runs_table(manifests: list[RunManifest]) -> Table:
@@ -131,6 +131,12 @@ def throughput_line(scenario: str, entry: dict[str, Any]) -> str:
     ]
     if entry.get("error_types"):
         parts.append("errors " + ", ".join(f"{k}={v}" for k, v in entry["error_types"].items()))
+    discrepancy = entry.get("output_token_discrepancy") or {}
+    if discrepancy.get("compared"):
+        parts.append(
+            f"client token count differs from server usage in {discrepancy['differing']} of "
+            f"{discrepancy['compared']}"
+        )
     return f"{scenario}: " + "; ".join(parts)
 
 
@@ -162,11 +168,11 @@ def harness_error_table(summary: dict[str, Any], budget: dict[str, float]) -> Ta
         table.add_row(
             scenario,
             str(errors["matched_requests"]),
-            _ms(ttft.get(0.5)),
-            _ms(ttft.get(0.99)),
-            _ms(itl.get(0.5)),
-            _ms(itl.get(0.99)),
-            _ms(lag),
+            _ms(ttft.get(0.5), 3),
+            _ms(ttft.get(0.99), 3),
+            _ms(itl.get(0.5), 3),
+            _ms(itl.get(0.99), 3),
+            _ms(lag, 3),
             f"{cpu:.0%}",
             verdict,
         )

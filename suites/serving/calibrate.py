@@ -72,7 +72,8 @@ def run_calibration(args: argparse.Namespace, store: RunStore, console: Console)
         f"<= {ERROR_BUDGET_S['itl_p50_s'] * 1e3:g} ms ITL"
     )
     if over:
-        console.print(f"budget ({budget}) first exceeded at {over[0]}")
+        verdict = calibration_verdict(summary["scenarios"][over[0]], ERROR_BUDGET_S)
+        console.print(f"budget ({budget}) first not met at {over[0]}: {verdict}")
     else:
         console.print(f"within budget ({budget}) at every level")
     console.print(f"results: {store.root / run_id}")

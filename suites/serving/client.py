@@ -67,8 +67,8 @@ async def stream_request(
     record.send_ns = clock_ns() - anchor_ns
     try:
         async with session.post(url, json=body) as response:
-            await _check_response(response)
             record.http_status = response.status
+            await _check_response(response)
             async for data in response.content.iter_any():
                 arrival_ns = clock_ns() - anchor_ns
                 for payload in parser.feed(data):

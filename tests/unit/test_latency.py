@@ -125,3 +125,12 @@ def test_warmup_and_cooldown_are_excluded_and_counted():
     assert summary["requests"] == 1
     assert summary["excluded_warmup"] == 1
     assert summary["excluded_cooldown"] == 1
+
+
+def test_token_count_discrepancy_compares_server_and_client_counts():
+    chunks = dict(chunk_ns=[MS], chunk_tokens=[1], first_token_ns=MS, last_token_ns=MS)
+    same = record(output_tokens=5, client_output_tokens=5, **chunks)
+    more = record(request_id="r1", output_tokens=5, client_output_tokens=7, **chunks)
+    unknown = record(request_id="r2", output_tokens=5, **chunks)
+    discrepancy = summarize_scenario(frame(same, more, unknown))["output_token_discrepancy"]
+    assert discrepancy == {"compared": 2, "differing": 1, "mean_client_minus_server": 1.0}
