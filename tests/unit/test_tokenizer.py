@@ -1,11 +1,8 @@
 """Target tokenizers: a tiny BPE trained here, and a /tokenize server on loopback."""
 
 import asyncio
-import inspect
-import json
 import random
 import socket
-import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +10,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from suites.serving.tokenizer import (
     HFTokenizer,
@@ -22,33 +18,13 @@ from suites.serving.tokenizer import (
     resolve_tokenizer,
 )
 
-SPECIAL = "<|endoftext|>"
-
-
-def english_corpus() -> list[str]:
-    """Docstrings of a few stdlib modules, plus some non-ASCII text."""
-    texts = ["Café naïve 東京 — ünïcödé ✓ résumé"]
-    for module in (json, random, textwrap, inspect, asyncio):
-        texts += [d for _, obj in inspect.getmembers(module) if (d := inspect.getdoc(obj))]
-    return texts
+# The special token trained into tiny_bpe_dir (tests/conftest.py).
+SPECIAL_TOKEN = "<|endoftext|>"
 
 
 @pytest.fixture(scope="module")
-def tok_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory holding a byte-level BPE tokenizer.json with a ~500-token vocabulary."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=True)
-    trainer = trainers.BpeTrainer(
-        vocab_size=500,
-        special_tokens=[SPECIAL],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(english_corpus(), trainer)
-    path = tmp_path_factory.mktemp("tiny_bpe")
-    tok.save(str(path / "tokenizer.json"))
-    return path
+def tok_dir(tiny_bpe_dir: Path) -> Path:
+    return tiny_bpe_dir
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +56,7 @@ def test_build_text_is_exact_over_many_lengths(hf: HFTokenizer):
     lengths = [*range(1, 41), *(rng.randint(1, 2000) for _ in range(100)), 2000]
     texts = hf.build_many(lengths, [random.Random(n) for n in lengths])
     assert [hf.count(t) for t in texts] == lengths
-    assert not any(SPECIAL in t for t in texts)
+    assert not any(SPECIAL_TOKEN in t for t in texts)
     assert all(c.isprintable() or c in "\n\t" for t in texts for c in t)
 
 

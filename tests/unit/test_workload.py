@@ -1,17 +1,14 @@
 """Workloads: length distributions, exact-length random prompts, dataset files."""
 
 import asyncio
-import inspect
 import json
 import logging
 import os
 import random
 import statistics
-import textwrap
 from pathlib import Path
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from suites.serving.tokenizer import HFTokenizer
 from suites.serving.workload import (
@@ -24,24 +21,8 @@ from suites.serving.workload import (
 
 
 @pytest.fixture(scope="module")
-def hf(tmp_path_factory: pytest.TempPathFactory) -> HFTokenizer:
-    """A byte-level BPE with a ~500-token vocabulary trained on stdlib docstrings."""
-    corpus = ["Café naïve 東京 — ünïcödé ✓"]
-    for module in (json, random, textwrap, inspect, asyncio):
-        corpus += [d for _, obj in inspect.getmembers(module) if (d := inspect.getdoc(obj))]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=True)
-    trainer = trainers.BpeTrainer(
-        vocab_size=500,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(corpus, trainer)
-    path = tmp_path_factory.mktemp("tiny_bpe")
-    tok.save(str(path / "tokenizer.json"))
-    return HFTokenizer.from_dir(path)
+def hf(tiny_bpe_dir: Path) -> HFTokenizer:
+    return HFTokenizer.from_dir(tiny_bpe_dir)
 
 
 # --- Prompt and LengthDist -------------------------------------------------------------------
