@@ -20,27 +20,83 @@ Only requests with status "ok" contribute latency samples.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
+
+from collectors.records import RequestRecord
 
 NS_PER_S = 1e9
 
 
-def output_tokens(row: pd.Series) -> int | None:
-    """Output tokens of one request: server usage, else client count, else chunk sum."""
-    for column in ("output_tokens", "client_output_tokens"):
-        value = row[column]
-        if value is not None and not pd.isna(value):
+def _known(value) -> bool:
+    return value is not None and not pd.isna(value)
+
+
+def effective_output_tokens(usage, client, chunk_tokens) -> int | None:
+    """Output tokens: server usage, else the client's count, else the per-chunk sum."""
+    for value in (usage, client):
+        if _known(value):
             return int(value)
-    chunks = row["chunk_tokens"]
-    return int(np.sum(chunks)) if chunks is not None and len(chunks) else None
+    return int(np.sum(chunk_tokens)) if chunk_tokens is not None and len(chunk_tokens) else None
 
 
-def _token_chunk_times(row: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    times = np.asarray(row["chunk_ns"], dtype=np.int64)
-    tokens = np.asarray(row["chunk_tokens"], dtype=np.int64)
+def output_tokens(row: pd.Series) -> int | None:
+    """Output tokens of one request row (see ``effective_output_tokens``)."""
+    return effective_output_tokens(
+        row["output_tokens"], row["client_output_tokens"], row["chunk_tokens"]
+    )
+
+
+def token_gaps_s(chunk_ns, chunk_tokens, *, per_token: bool) -> np.ndarray:
+    """Gaps between token-carrying chunks in seconds: ITL samples (one per token of the
+    later chunk, the gap divided over them) when ``per_token``, else ICL samples."""
+    times = np.asarray(chunk_ns, dtype=np.int64)
+    tokens = np.asarray(chunk_tokens, dtype=np.int64)
     carrying = tokens > 0
-    return times[carrying], tokens[carrying]
+    times, tokens = times[carrying], tokens[carrying]
+    if len(times) < 2:
+        return np.empty(0)
+    gaps_s = np.diff(times) / NS_PER_S
+    if not per_token:
+        return gaps_s
+    later = tokens[1:]
+    return np.repeat(gaps_s / later, later)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLatencies:
+    """The derived metrics of one ok request (None where undefined), as in per_request."""
+
+    ttft_s: float | None
+    ttft_from_send_s: float | None
+    queue_delay_s: float
+    tpot_s: float | None
+    e2e_s: float | None
+    output_tokens: int | None
+    itl_s: np.ndarray
+
+
+def request_latencies(record: RequestRecord) -> RequestLatencies:
+    """Derived metrics of one record, for live export as requests end."""
+    queue_delay_s = (record.send_ns - record.intended_send_ns) / NS_PER_S
+    tokens = effective_output_tokens(
+        record.output_tokens, record.client_output_tokens, record.chunk_tokens
+    )
+    first, last = record.first_token_ns, record.last_token_ns
+    if record.status != "ok" or first is None or last is None:
+        return RequestLatencies(None, None, queue_delay_s, None, None, tokens, np.empty(0))
+    tpot_s = (last - first) / NS_PER_S / (tokens - 1) if tokens and tokens >= 2 else None
+    return RequestLatencies(
+        ttft_s=(first - record.intended_send_ns) / NS_PER_S,
+        ttft_from_send_s=(first - record.send_ns) / NS_PER_S,
+        queue_delay_s=queue_delay_s,
+        tpot_s=tpot_s,
+        e2e_s=(last - record.intended_send_ns) / NS_PER_S,
+        output_tokens=tokens,
+        itl_s=token_gaps_s(record.chunk_ns, record.chunk_tokens, per_token=True),
+    )
 
 
 def per_request(requests: pd.DataFrame) -> pd.DataFrame:
@@ -84,15 +140,9 @@ def icl_samples_s(requests: pd.DataFrame) -> pd.DataFrame:
 def _gap_samples(requests: pd.DataFrame, *, per_token: bool, column: str) -> pd.DataFrame:
     scenarios, ids, values = [], [], []
     for _, row in requests[requests["status"] == "ok"].iterrows():
-        times, tokens = _token_chunk_times(row)
-        if len(times) < 2:
+        samples = token_gaps_s(row["chunk_ns"], row["chunk_tokens"], per_token=per_token)
+        if not len(samples):
             continue
-        gaps_s = np.diff(times) / NS_PER_S
-        if per_token:
-            later = tokens[1:]
-            samples = np.repeat(gaps_s / later, later)
-        else:
-            samples = gaps_s
         values.append(samples)
         scenarios.extend([row["scenario"]] * len(samples))
         ids.extend([row["request_id"]] * len(samples))

@@ -17,7 +17,13 @@ from typing import Any
 
 import pandas as pd
 
-from collectors.latency import NS_PER_S, icl_samples_s, itl_samples_s, per_request
+from collectors.latency import (
+    NS_PER_S,
+    RequestLatencies,
+    icl_samples_s,
+    itl_samples_s,
+    per_request,
+)
 from collectors.quantiles import CI_METHOD, ESTIMATOR, describe
 
 
@@ -28,6 +34,18 @@ class Slo:
     ttft_s: float | None = None
     tpot_s: float | None = None
     e2e_s: float | None = None
+
+
+NO_SLO = Slo()
+
+
+def request_meets_slo(metrics: RequestLatencies, slo: Slo) -> bool:
+    """One ok request against the SLOs: the single-record form of ``_meets_slo``."""
+    if slo.ttft_s is not None and (metrics.ttft_s is None or metrics.ttft_s > slo.ttft_s):
+        return False
+    if slo.tpot_s is not None and metrics.tpot_s is not None and metrics.tpot_s > slo.tpot_s:
+        return False
+    return slo.e2e_s is None or (metrics.e2e_s is not None and metrics.e2e_s <= slo.e2e_s)
 
 
 def _meets_slo(metrics: pd.DataFrame, slo: Slo) -> pd.Series:
@@ -41,7 +59,7 @@ def _meets_slo(metrics: pd.DataFrame, slo: Slo) -> pd.Series:
     return good
 
 
-def summarize_scenario(requests: pd.DataFrame, slo: Slo = Slo()) -> dict[str, Any]:
+def summarize_scenario(requests: pd.DataFrame, slo: Slo = NO_SLO) -> dict[str, Any]:
     """Summary of the measured requests of one scenario (load level)."""
     measured = requests[requests["phase"] == "measure"]
     metrics = per_request(measured)
@@ -94,7 +112,7 @@ def _token_discrepancy(ok: pd.DataFrame) -> dict[str, Any]:
 _REQUEST_LATENCIES = ("ttft_s", "ttft_from_send_s", "queue_delay_s", "tpot_s", "e2e_s")
 
 
-def summarize_requests(requests: pd.DataFrame, slo: Slo = Slo()) -> dict[str, Any]:
+def summarize_requests(requests: pd.DataFrame, slo: Slo = NO_SLO) -> dict[str, Any]:
     """Summaries of every scenario in run order, with the estimators named."""
     scenarios = list(dict.fromkeys(requests["scenario"]))
     return {

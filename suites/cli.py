@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -22,16 +23,28 @@ from suites.spec import load_spec
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+PUSHGATEWAY_ENV = "MOEPERF_PUSHGATEWAY_URL"
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
     from suites.serving.runner import run_serving
 
-    given, spec = load_spec(args.spec, args.set or [])
+    overrides = list(args.set or [])
+    if args.metrics_port is not None:
+        overrides.append(f"export.metrics_port={args.metrics_port}")
+    given, spec = load_spec(args.spec, overrides)
     store = RunStore(args.runs_dir)
     bar = ProgressBar(console)
     try:
-        run_id = run_serving(spec, given, store, bar, lambda run: announce_run(run, console))
+        run_id = run_serving(
+            spec,
+            given,
+            store,
+            bar,
+            lambda run: announce_run(run, console),
+            pushgateway_url=args.pushgateway or os.environ.get(PUSHGATEWAY_ENV) or None,
+            say=lambda line: console.print(line, markup=False, highlight=False),
+        )
     finally:
         bar.close()
     _show(store, run_id, console)
@@ -93,6 +106,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="KEY=VALUE",
         help="override a spec field, e.g. load.levels=[1,8]",
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve live /metrics on 127.0.0.1:PORT (default: any free port, printed)",
+    )
+    run.add_argument(
+        "--pushgateway",
+        metavar="URL",
+        help=f"push final metrics to this Pushgateway (default: ${PUSHGATEWAY_ENV}); "
+        "never stored in the run",
     )
     run.set_defaults(handler=_run)
 

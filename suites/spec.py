@@ -136,6 +136,18 @@ class HarnessSpec(_Strict):
     min_achieved_rate_ratio: Annotated[float, Field(gt=0, le=1)] = 0.95
 
 
+class ExportSpec(_Strict):
+    """Live Prometheus export and target scraping. The Pushgateway URL is not a spec
+    field (it may carry credentials, and specs are stored in the manifest): give it with
+    ``--pushgateway URL`` or MOEPERF_PUSHGATEWAY_URL."""
+
+    live_metrics: bool = True
+    # 0 picks a free port (printed at start); Prometheus needs a fixed one, e.g. 9464.
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    scrape_target: bool = True
+    scrape_interval_s: Positive = 2.0
+
+
 class ServingSpec(_Strict):
     suite: Literal["serving"] = "serving"
     name: str
@@ -145,6 +157,7 @@ class ServingSpec(_Strict):
     load: LoadSpec = LoadSpec()
     slo: SloSpec = SloSpec()
     harness: HarnessSpec = HarnessSpec()
+    export: ExportSpec = ExportSpec()
 
 
 def _nested_fields(model: type[BaseModel], location: tuple) -> list[str]:

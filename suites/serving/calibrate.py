@@ -45,6 +45,8 @@ def calibration_spec(args: argparse.Namespace) -> dict:
             "cooldown_s": 0.0,
             "workers": workers,
         },
+        # The harness alone: no live export or target scraping in the measured process.
+        "export": {"live_metrics": False, "scrape_target": False},
     }
 
 

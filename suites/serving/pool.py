@@ -6,6 +6,7 @@ import multiprocessing as mp
 import queue
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from collectors.records import RequestRecord
 from suites.errors import SuiteError
@@ -13,6 +14,17 @@ from suites.serving.plan import LevelPlan, WorkerConfig
 from suites.serving.worker import LevelReport, worker_main
 
 _POLL_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHealth:
+    """A worker's periodic report during a level (live export)."""
+
+    worker: int
+    scenario: str
+    in_flight: int
+    loop_lag_p99_s: float
+    cpu_ratio: float
 
 
 class WorkerFailed(SuiteError):
@@ -51,6 +63,7 @@ class WorkerPool:
         on_record: Callable[[RequestRecord], None],
         on_finished: Callable[[str], None] = lambda _status: None,
         on_tick: Callable[[], None] = lambda: None,
+        on_health: Callable[[WorkerHealth], None] = lambda _health: None,
     ) -> list[LevelReport]:
         """Give each worker in ``plans`` its plan; pass records on until all are done.
 
@@ -73,6 +86,8 @@ class WorkerPool:
                 on_record(message[1])
             elif kind == "finished":
                 on_finished(message[1])
+            elif kind == "health":
+                on_health(WorkerHealth(*message[1:]))
             elif kind == "level_done":
                 reports[message[1]] = message[2]
                 self._busy.discard(message[1])

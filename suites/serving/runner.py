@@ -26,6 +26,7 @@ from collectors.tables import records_frame
 from suites.serving.arrivals import arrival_offsets_s, split_evenly, split_round_robin
 from suites.serving.embedded import running_target
 from suites.serving.ground_truth import fetch_ground_truth, measurement_errors, summarize_errors
+from suites.serving.observe import LiveObservers
 from suites.serving.plan import LevelPlan, WorkerConfig
 from suites.serving.pool import WorkerPool
 from suites.serving.prompts import build_prompts
@@ -145,8 +146,14 @@ def run_serving(
     store: RunStore,
     progress: Progress | None = None,
     on_started: Callable[[RunWriter], None] = lambda _run: None,
+    *,
+    pushgateway_url: str | None = None,
+    say: Callable[[str], None] = lambda _line: None,
 ) -> str:
-    """Run every level of ``spec``; return the run id. The run is complete, invalid or aborted."""
+    """Run every level of ``spec``; return the run id. The run is complete, invalid or aborted.
+
+    ``say`` receives lines for the user (the live metrics URL, warnings).
+    """
     progress = progress or Progress()
     with target_url(spec) as (base_url, target):
         model = spec.target.model or discover_model(base_url) or "default"
@@ -159,12 +166,20 @@ def run_serving(
             target=target,
         )
         on_started(run)
-        with run, interrupts_end_runs():
-            _run_levels(spec, run, base_url, model, prompts, progress)
+        target_name = "synthetic" if spec.target.kind == "synthetic" else model
+        observers = LiveObservers(spec, run, base_url, target_name, pushgateway_url, say)
+        try:
+            with run, interrupts_end_runs():
+                observers.start()
+                _run_levels(spec, run, base_url, model, prompts, progress, observers)
+        finally:
+            observers.finish(run.manifest.status)
         return run.run_id
 
 
-def _run_levels(spec, run: RunWriter, base_url, model, prompts, progress: Progress) -> None:
+def _run_levels(
+    spec, run: RunWriter, base_url, model, prompts, progress: Progress, observers: LiveObservers
+) -> None:
     load = spec.load
     run.add_note(
         f"Each level ran {load.duration_s:g} s; requests intended in its first "
@@ -197,6 +212,7 @@ def _run_levels(spec, run: RunWriter, base_url, model, prompts, progress: Progre
     def keep(record: RequestRecord) -> None:
         run.append_request(record)
         records[record.request_id] = record
+        observers.record(record)
 
     outcomes: list[LevelOutcome] = []
     try:
@@ -205,7 +221,10 @@ def _run_levels(spec, run: RunWriter, base_url, model, prompts, progress: Progre
             plans = plan_level(spec, level, index, workers, start_ns, len(prompts))
             scenario = scenario_name(load.mode, level)
             progress.level_started(scenario, load.duration_s)
-            reports = pool.run_level(plans, keep, progress.finished, progress.tick)
+            observers.level_started(scenario, level)
+            reports = pool.run_level(
+                plans, keep, progress.finished, progress.tick, observers.health
+            )
             reasons = client_bottlenecks(
                 reports,
                 open_loop=load.mode != "concurrency",
@@ -217,12 +236,15 @@ def _run_levels(spec, run: RunWriter, base_url, model, prompts, progress: Progre
             outcome = LevelOutcome(scenario, level, reports, reasons)
             outcomes.append(outcome)
             progress.level_done(outcome)
+            observers.level_done(scenario, client_bound=bool(reasons))
     except BaseException:
         pool.drain(keep)
+        observers.stop_scraping()
         _write_summary(run, spec, list(records.values()), outcomes, None)
         raise
     finally:
         pool.close()
+    observers.stop_scraping()
     truth = _ground_truth(spec, base_url, list(records.values()))
     _write_summary(run, spec, list(records.values()), outcomes, truth)
     invalid = [f"{o.scenario}: {r}" for o in outcomes for r in o.invalid_reasons]

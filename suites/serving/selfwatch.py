@@ -42,10 +42,26 @@ class SelfWatch:
         self._task: asyncio.Task | None = None
         self._cpu_start_s = 0.0
         self._wall_start_ns = 0
+        self._recent_index = 0
+        self._recent_cpu_s = 0.0
+        self._recent_wall_ns = 0
+
+    def recent(self) -> tuple[float, float]:
+        """Event-loop lag p99 (s) and CPU ratio since the previous call (for live export)."""
+        now_ns = self._clock_ns()
+        cpu_s = time.process_time()
+        lags = self._lags_ns[self._recent_index :]
+        self._recent_index = len(self._lags_ns)
+        wall_s = (now_ns - self._recent_wall_ns) / 1e9
+        cpu_ratio = (cpu_s - self._recent_cpu_s) / wall_s if wall_s > 0 else 0.0
+        self._recent_wall_ns, self._recent_cpu_s = now_ns, cpu_s
+        lag_p99_s = float(np.quantile(lags, 0.99)) / 1e9 if lags else 0.0
+        return lag_p99_s, cpu_ratio
 
     def start(self) -> None:
         self._cpu_start_s = time.process_time()
         self._wall_start_ns = self._clock_ns()
+        self._recent_cpu_s, self._recent_wall_ns = self._cpu_start_s, self._wall_start_ns
         self._task = asyncio.get_running_loop().create_task(self._probe())
 
     async def _probe(self) -> None:

@@ -1,7 +1,8 @@
 """A load worker: one process, one uvloop event loop, its share of every level.
 
 The parent sends a ``LevelPlan`` per level on ``commands`` (None ends the worker); the
-worker puts ("finished", status) as each request ends (for progress), ("record",
+worker puts ("finished", status) as each request ends (for progress), ("health",
+index, scenario, in_flight, loop_lag_p99_s, cpu_ratio) every HEALTH_INTERVAL_S, ("record",
 RequestRecord) once its record is final (at once, or after the level when client-side
 token counts are due), ("level_done", index,
 LevelReport) at the end of each level on ``results``; ("failed", index, traceback) if it
@@ -34,6 +35,7 @@ _STOP_POLL_S = 0.05
 # Sends later than this after their intended time count as late (uvloop timers are 1 ms).
 LATE_SEND_S = 0.002
 _TOKENIZE_CONCURRENCY = 32
+HEALTH_INTERVAL_S = 0.5
 _SPIN_NS = 1_500_000
 
 
@@ -118,6 +120,7 @@ class _Level:
             else self._open_loop(plan, in_flight)
         )
         stopper = asyncio.create_task(self._watch_stop())
+        health = asyncio.create_task(self._report_health(plan.scenario, watch, in_flight))
         await asyncio.wait({sender, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if stopper.done():  # stopped from outside: end at once
             sender.cancel()
@@ -131,6 +134,7 @@ class _Level:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         stopper.cancel()
+        health.cancel()
         for slot in self._slots:
             slot.cancel()
         await asyncio.gather(*self._slots, return_exceptions=True)
@@ -139,6 +143,13 @@ class _Level:
         return LevelReport(
             self.index, plan.scenario, offered, self._sent, self._late, await watch.stop()
         )
+
+    async def _report_health(self, scenario: str, watch: SelfWatch, in_flight: set) -> None:
+        # For live export only: a few small messages a second, off the per-chunk path.
+        while True:
+            await asyncio.sleep(HEALTH_INTERVAL_S)
+            lag_p99_s, cpu_ratio = watch.recent()
+            self.results.put(("health", self.index, scenario, len(in_flight), lag_p99_s, cpu_ratio))
 
     async def _watch_stop(self) -> None:
         while not self.stop.is_set():

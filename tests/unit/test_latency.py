@@ -134,3 +134,29 @@ def test_token_count_discrepancy_compares_server_and_client_counts():
     unknown = record(request_id="r2", output_tokens=5, **chunks)
     discrepancy = summarize_scenario(frame(same, more, unknown))["output_token_discrepancy"]
     assert discrepancy == {"compared": 2, "differing": 1, "mean_client_minus_server": 1.0}
+
+
+@pytest.mark.parametrize(
+    "r",
+    [
+        record(chunk_ns=[5 * MS, 50 * MS, 80 * MS, 100 * MS], chunk_tokens=[0, 1, 3, 2],
+               first_token_ns=50 * MS, last_token_ns=100 * MS, output_tokens=6),
+        record(chunk_ns=[50 * MS], chunk_tokens=[1], first_token_ns=50 * MS,
+               last_token_ns=50 * MS),
+        record(chunk_ns=[50 * MS, 70 * MS], chunk_tokens=[1, 1], first_token_ns=50 * MS,
+               last_token_ns=70 * MS, client_output_tokens=3),
+        record(status="error", error_type="http_5xx"),
+    ],
+)  # fmt: skip
+def test_single_record_derivation_agrees_with_the_frame_derivation(r):
+    from collectors.latency import request_latencies
+
+    one = request_latencies(r)
+    row = per_request(frame(r)).iloc[0]
+    for name in ("ttft_s", "ttft_from_send_s", "queue_delay_s", "tpot_s", "e2e_s"):
+        value = getattr(one, name)
+        if value is None:
+            assert math.isnan(row[name]), name
+        else:
+            assert value == pytest.approx(row[name]), name
+    assert list(one.itl_s) == pytest.approx(list(itl_samples_s(frame(r))["itl_s"]))

@@ -1,0 +1,173 @@
+"""Live Prometheus export of a run: the harness's /metrics on 127.0.0.1.
+
+One ``LiveExporter`` per run owns a registry of its own (never the global one), with the
+families of ``collectors.metric_names``. The parent process feeds it as records and
+reports arrive; workers never touch it, so export costs the measuring loops nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from collectors import metric_names as names
+from collectors.latency import request_latencies
+from collectors.metric_names import Metric
+from collectors.records import RequestRecord, StepRecord
+from collectors.summary import NO_SLO, Slo, request_meets_slo
+
+# `_created` series double the exposition and, pushed to a Pushgateway, pin stale
+# timestamps; nothing of ours reads them.
+prometheus_client.disable_created_metrics()
+
+_KINDS = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
+
+
+def _family(metric: Metric, registry: CollectorRegistry):
+    # prometheus_client appends _total to counters itself.
+    kwargs: dict[str, Any] = {"registry": registry, "labelnames": metric.labels}
+    if metric.kind == "histogram":
+        kwargs["buckets"] = metric.buckets
+    return _KINDS[metric.kind](metric.name, metric.help, **kwargs)
+
+
+class LiveExporter:
+    """The metric families of one run, updated from records and reports."""
+
+    def __init__(
+        self,
+        suite: str,
+        target: str,
+        *,
+        slo: Slo = NO_SLO,
+        registry: CollectorRegistry | None = None,
+    ):
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._base = {"suite": suite, "target": target}
+        self._slo = slo
+        self._families = {m.name: _family(m, self.registry) for m in names.ALL_METRICS}
+        self._seen: set[str] = set()
+        # Last exported window value of each target counter series, to increment by deltas.
+        self._target_counters: dict[tuple, float] = {}
+        self._server = None
+
+    def _get(self, metric: Metric, **labels: str):
+        return self._families[metric.name].labels(**self._base, **labels)
+
+    def serve(self, port: int = 0, host: str = "127.0.0.1") -> int:
+        """Serve /metrics over HTTP in a daemon thread; return the bound port."""
+        self._server, _thread = prometheus_client.start_http_server(
+            port, addr=host, registry=self.registry
+        )
+        return self._server.server_port
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # --- serving ------------------------------------------------------------------------
+    def start_level(self, scenario: str, level: float) -> None:
+        self._get(names.LOAD_LEVEL, scenario=scenario).set(level)
+        self._get(names.IN_FLIGHT, scenario=scenario).set(0)
+
+    def end_level(self, scenario: str) -> None:
+        self._get(names.LOAD_LEVEL, scenario=scenario).set(0)
+        self._get(names.IN_FLIGHT, scenario=scenario).set(0)
+
+    def observe_request(self, record: RequestRecord) -> None:
+        """Count a finished request once; later amendments of its record are ignored.
+
+        Warm-up and cool-down requests count too: live series show what the target saw.
+        """
+        if record.request_id in self._seen:
+            return
+        self._seen.add(record.request_id)
+        scenario = record.scenario
+        self._get(names.REQUESTS, scenario=scenario, status=record.status).inc()
+        if record.status != "ok":
+            return
+        metrics = request_latencies(record)
+        if metrics.ttft_s is not None:
+            self._get(names.TTFT, scenario=scenario).observe(metrics.ttft_s)
+            self._get(names.E2E, scenario=scenario).observe(metrics.e2e_s)
+        if metrics.tpot_s is not None:
+            self._get(names.TPOT, scenario=scenario).observe(metrics.tpot_s)
+        itl = self._get(names.ITL, scenario=scenario)
+        for sample_s in metrics.itl_s:
+            itl.observe(sample_s)
+        if metrics.output_tokens:
+            self._get(names.OUTPUT_TOKENS, scenario=scenario).inc(metrics.output_tokens)
+        if record.prompt_tokens:
+            self._get(names.PROMPT_TOKENS, scenario=scenario).inc(record.prompt_tokens)
+        if request_meets_slo(metrics, self._slo):
+            self._get(names.GOOD_REQUESTS, scenario=scenario).inc()
+
+    def set_in_flight(self, scenario: str, requests: int) -> None:
+        self._get(names.IN_FLIGHT, scenario=scenario).set(requests)
+
+    def observe_worker(self, worker: int, loop_lag_p99_s: float, cpu_ratio: float) -> None:
+        self._get(names.LOOP_LAG, worker=str(worker)).set(loop_lag_p99_s)
+        self._get(names.CLIENT_CPU, worker=str(worker)).set(cpu_ratio)
+
+    def client_bottleneck(self) -> None:
+        self._get(names.CLIENT_BOTTLENECK).inc()
+
+    def observe_target(self, scenario: str, series: list[dict[str, Any]]) -> None:
+        """Re-export the target's canonical series (see collectors.target_metrics).
+
+        Gauges are set; counters are incremented by the growth of their window value, so
+        the exported counter counts what happened during this run only.
+        """
+        families = {m.name: m for m in names.TARGET_METRICS}
+        for sample in series:
+            metric = families.get(sample["name"])
+            if metric is None:
+                continue
+            labels = {k: str(v) for k, v in sample.get("labels", {}).items()}
+            child = self._get(metric, scenario=scenario, **labels)
+            if metric.kind == "gauge":
+                child.set(sample["value"])
+                continue
+            key = (metric.name, scenario, tuple(sorted(labels.items())))
+            window_value = sample["window_value"]
+            previous = self._target_counters.get(key, 0.0)
+            if window_value > previous:
+                child.inc(window_value - previous)
+            # A new window (level, arm) starts from zero again.
+            self._target_counters[key] = window_value
+
+    # --- training -----------------------------------------------------------------------
+    def observe_step(self, record: StepRecord, policy: str) -> None:
+        labels = {"policy": policy}
+        self._get(names.STEP_TIME, **labels).observe(record.step_time_s)
+        self._get(names.TRAIN_TOKENS, **labels).inc(record.tokens)
+        if record.mfu is not None:
+            self._get(names.MFU, **labels).set(record.mfu)
+        if record.peak_memory_bytes is not None:
+            self._get(names.PEAK_MEMORY, **labels).set(record.peak_memory_bytes)
+        for event in record.events:
+            if event.get("kind") == "oom":
+                self._get(names.OOMS, **labels).inc()
+            elif event.get("kind") == "restart":
+                self._get(names.RESTARTS, **labels).inc()
+        if record.tokens_per_expert:
+            self._get(names.EXPERT_IMBALANCE, **labels).set(expert_imbalance(record))
+
+    # --- end of run ---------------------------------------------------------------------
+    def mark_success(self) -> None:
+        """Set the last-success timestamp: only ever called for a run that completed."""
+        self._get(names.LAST_SUCCESS).set_to_current_time()
+
+
+def expert_imbalance(record: StepRecord) -> float:
+    """Max / mean tokens per expert of the most imbalanced layer (1.0 is perfectly even)."""
+    worst = 0.0
+    for layer in record.tokens_per_expert:
+        total = sum(layer)
+        if total:
+            worst = max(worst, max(layer) * len(layer) / total)
+    return worst

@@ -1,0 +1,109 @@
+"""What the runner shows the outside world while it measures: live /metrics, target
+scrapes, and the push at the end. Everything here runs in the parent process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from collectors.live_export import LiveExporter
+from collectors.push import push_run
+from collectors.records import RequestRecord
+from collectors.store import RunWriter
+from collectors.summary import Slo
+from suites.serving.pool import WorkerHealth
+from suites.spec import ServingSpec
+
+
+class LiveObservers:
+    """The live exporter and the target scraper of one run (either may be off)."""
+
+    def __init__(
+        self,
+        spec: ServingSpec,
+        run: RunWriter,
+        base_url: str,
+        target_name: str,
+        pushgateway_url: str | None,
+        say: Callable[[str], None] = lambda _line: None,
+    ):
+        self._spec = spec
+        self._run = run
+        self._suite = spec.name
+        self._target = target_name
+        self._pushgateway_url = pushgateway_url
+        self._say = say
+        wanted = spec.export.live_metrics or bool(pushgateway_url)
+        slo = Slo(**spec.slo.model_dump())
+        self.exporter = LiveExporter(spec.name, target_name, slo=slo) if wanted else None
+        self._scraper = None
+        if spec.export.scrape_target:
+            from suites.serving.scraper import ThreadedScraper
+
+            self._scraper = ThreadedScraper(base_url, spec.export.scrape_interval_s, self._scraped)
+        self._scenario = ""
+        self._in_flight: dict[int, int] = {}
+
+    def start(self) -> None:
+        if self.exporter is not None and self._spec.export.live_metrics:
+            port = self.exporter.serve(self._spec.export.metrics_port)
+            self._say(f"live metrics: http://127.0.0.1:{port}/metrics")
+        if self._scraper is not None:
+            self._scraper.start()
+
+    def level_started(self, scenario: str, level: float) -> None:
+        self._scenario = scenario
+        self._in_flight.clear()
+        if self._scraper is not None:
+            # Counter deltas are scoped to the level they happened in.
+            self._scraper.start_window(scenario)
+        if self.exporter is not None:
+            self.exporter.start_level(scenario, level)
+
+    def record(self, record: RequestRecord) -> None:
+        if self.exporter is not None:
+            self.exporter.observe_request(record)
+
+    def health(self, health: WorkerHealth) -> None:
+        if self.exporter is None:
+            return
+        self._in_flight[health.worker] = health.in_flight
+        self.exporter.set_in_flight(health.scenario, sum(self._in_flight.values()))
+        self.exporter.observe_worker(health.worker, health.loop_lag_p99_s, health.cpu_ratio)
+
+    def level_done(self, scenario: str, client_bound: bool) -> None:
+        if self.exporter is None:
+            return
+        self.exporter.end_level(scenario)
+        if client_bound:
+            self.exporter.client_bottleneck()
+
+    def _scraped(self, scrape: dict) -> None:
+        # Called on the scraper's thread; the store's files are per kind, so appending
+        # server metrics here does not interleave with request records.
+        self._run.append_server_metrics({**scrape, "scenario": self._scenario})
+        if self.exporter is not None and scrape.get("series"):
+            self.exporter.observe_target(self._scenario, scrape["series"])
+
+    def stop_scraping(self) -> None:
+        """Before the run ends: a last scrape, so counters cover the whole window."""
+        if self._scraper is not None:
+            self._scraper.stop()
+            self._scraper = None
+
+    def finish(self, status: str) -> None:
+        """After the run ended: push to the Pushgateway if one is configured, then close."""
+        self.stop_scraping()
+        if self.exporter is None:
+            return
+        if self._pushgateway_url:
+            warning = push_run(
+                self._pushgateway_url,
+                self.exporter,
+                suite=self._suite,
+                target=self._target,
+                success=status == "complete",
+            )
+            if warning:
+                self._run.add_note(f"warning: {warning}")
+                self._say(f"warning: {warning}")
+        self.exporter.close()
