@@ -13,6 +13,7 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from collectors import metric_names as names
+from collectors.bulk_histogram import BulkHistogram
 from collectors.latency import request_latencies
 from collectors.metric_names import Metric
 from collectors.records import RequestRecord, StepRecord
@@ -26,6 +27,11 @@ _KINDS = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
 
 
 def _family(metric: Metric, registry: CollectorRegistry):
+    if metric is names.ITL:
+        # One sample per token: binned per request in one call (see bulk_histogram).
+        return BulkHistogram(
+            metric.name, metric.help, metric.labels, metric.buckets, registry=registry
+        )
     # prometheus_client appends _total to counters itself.
     kwargs: dict[str, Any] = {"registry": registry, "labelnames": metric.labels}
     if metric.kind == "histogram":
@@ -48,13 +54,21 @@ class LiveExporter:
         self._base = {"suite": suite, "target": target}
         self._slo = slo
         self._families = {m.name: _family(m, self.registry) for m in names.ALL_METRICS}
+        self._children: dict[tuple, Any] = {}
         self._seen: set[str] = set()
         # Last exported window value of each target counter series, to increment by deltas.
         self._target_counters: dict[tuple, float] = {}
         self._server = None
 
     def _get(self, metric: Metric, **labels: str):
-        return self._families[metric.name].labels(**self._base, **labels)
+        # Children are cached: resolving labels costs more than the update itself, and
+        # this runs for every request of the run.
+        key = (metric.name, *labels.values())
+        child = self._children.get(key)
+        if child is None:
+            child = self._families[metric.name].labels(**self._base, **labels)
+            self._children[key] = child
+        return child
 
     def serve(self, port: int = 0, host: str = "127.0.0.1") -> int:
         """Serve /metrics over HTTP in a daemon thread; return the bound port."""
@@ -96,9 +110,10 @@ class LiveExporter:
             self._get(names.E2E, scenario=scenario).observe(metrics.e2e_s)
         if metrics.tpot_s is not None:
             self._get(names.TPOT, scenario=scenario).observe(metrics.tpot_s)
-        itl = self._get(names.ITL, scenario=scenario)
-        for sample_s in metrics.itl_s:
-            itl.observe(sample_s)
+        itl_labels = {**self._base, "scenario": scenario}
+        self._families[names.ITL.name].observe_many(
+            tuple(itl_labels[n] for n in names.ITL.labels), metrics.itl_s
+        )
         if metrics.output_tokens:
             self._get(names.OUTPUT_TOKENS, scenario=scenario).inc(metrics.output_tokens)
         if record.prompt_tokens:
