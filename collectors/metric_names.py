@@ -176,6 +176,34 @@ TARGET_EXPERT_TOKENS = _m(
     "short",
 )
 
+TARGET_PREFIX_HIT_RATIO = _m(
+    "target_prefix_cache_hit_ratio",
+    "gauge",
+    "Prefix-cache hit rate as the target reports it (only where it exports no counters).",
+    _S,
+    "percentunit",
+)
+TARGET_ACCEPT_LENGTH = _m(
+    "target_spec_decode_accept_length",
+    "gauge",
+    "Mean tokens accepted per speculative verify step, as the target reports it.",
+    _S,
+    "short",
+)
+TARGET_PROMPT_TOKENS = _m(
+    "target_prompt_tokens", "counter", "Prompt tokens the target processed.", _S, "short"
+)
+TARGET_GENERATION_TOKENS = _m(
+    "target_generation_tokens", "counter", "Tokens the target generated.", _S, "short"
+)
+TARGET_FINISHED_REQUESTS = _m(
+    "target_finished_requests",
+    "counter",
+    "Requests the target counts as finished, by its own definition (see the dialect).",
+    _S,
+    "short",
+)
+
 # --- training ---------------------------------------------------------------------------
 STEP_TIME = _m(
     "train_step_seconds", "histogram", "Wall time of one training step.", _T, "s", STEP_BUCKETS_S
@@ -202,7 +230,8 @@ SERVING_METRICS = (
 )  # fmt: skip
 TARGET_METRICS = (
     TARGET_KV_USAGE, TARGET_RUNNING, TARGET_WAITING, TARGET_PREFIX_HITS, TARGET_PREFIX_QUERIES,
-    TARGET_DRAFT_TOKENS, TARGET_ACCEPTED_TOKENS, TARGET_EXPERT_TOKENS,
+    TARGET_DRAFT_TOKENS, TARGET_ACCEPTED_TOKENS, TARGET_EXPERT_TOKENS, TARGET_PREFIX_HIT_RATIO,
+    TARGET_ACCEPT_LENGTH, TARGET_PROMPT_TOKENS, TARGET_GENERATION_TOKENS, TARGET_FINISHED_REQUESTS,
 )  # fmt: skip
 TRAINING_METRICS = (STEP_TIME, TRAIN_TOKENS, MFU, PEAK_MEMORY, OOMS, RESTARTS, EXPERT_IMBALANCE)
 ALL_METRICS = (*SERVING_METRICS, *TARGET_METRICS, *TRAINING_METRICS, LAST_SUCCESS)

@@ -7,18 +7,23 @@ without its ``_total``; an untyped one keeps it, so adapters strip it themselves
 Dialects (the target's names -> ``collectors.metric_names`` plus the extras below):
 
 - vLLM (``vllm:``): newest names first; a server exporting an old and a new name for one
-  quantity (0.9-0.10 export both) is read once. ``engine`` / ``model_name`` copies are
-  summed (counts) or averaged (ratios). vLLM counts prefix-cache hits and queries in tokens.
+  quantity (both live during vLLM's deprecation periods) is read once. ``engine`` /
+  ``model_name`` copies are summed (counts) or averaged (ratios). vLLM counts prefix-cache
+  hits and queries in tokens.
 - SGLang (``sglang:``): ``cache_hit_rate`` is a gauge (the last prefill batches' hit rate),
   not counters, so the prefix-cache hit/query counters stay absent for SGLang and the rate
-  is kept as ``TARGET_PREFIX_HIT_RATIO``, gauge-only. Draft/accepted counters are absent
-  too; ``spec_accept_length`` (mean tokens per verify step) becomes ``TARGET_ACCEPT_LENGTH``.
+  is kept as ``mn.TARGET_PREFIX_HIT_RATIO``, gauge-only. Draft/accepted counters are absent
+  too; ``spec_accept_length`` (mean tokens per verify step) becomes ``mn.TARGET_ACCEPT_LENGTH``.
   Only the first tensor/pipeline rank of a data-parallel rank is read: with
   ``--enable-metrics-for-all-schedulers`` every rank repeats the same scheduler state.
 - reference (``reference_``): the contract the reference serving engine must export, in
   ``REFERENCE_CONTRACT`` (exposition names, ``_total`` on counters).
 - synthetic (``synthetic_``): running requests and token/request counters; it has no KV
   cache, prefix cache, speculation or experts, so those series are absent, never zero.
+
+``mn.TARGET_FINISHED_REQUESTS`` is each engine's own notion: vLLM ``request_success`` (every
+finish reason, aborts included), SGLang ``num_requests``, synthetic and reference
+``requests{status="ok"}``. Compare it within one target, not across engines.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collectors import metric_names as mn
 from collectors.errors import CollectorError
-from collectors.metric_names import PREFIX, SERVING_LABELS, Metric
+from collectors.metric_names import Metric
 
 DialectName = Literal["vllm", "sglang", "reference", "synthetic", "unknown"]
 SampleKind = Literal["gauge", "counter"]
@@ -46,42 +51,9 @@ class ExpositionError(CollectorError):
 
 # Canonical target series the dialects need beyond metric_names.TARGET_METRICS. Proposed
 # for collectors/metric_names.py (then dashboards can use them); kept here until they move.
-TARGET_PREFIX_HIT_RATIO = Metric(
-    PREFIX + "target_prefix_cache_hit_ratio",
-    "gauge",
-    "Prefix-cache hit rate as the target reports it (only where it exports no counters).",
-    SERVING_LABELS,
-    "percentunit",
-)
-TARGET_ACCEPT_LENGTH = Metric(
-    PREFIX + "target_spec_decode_accept_length",
-    "gauge",
-    "Mean tokens accepted per speculative verify step, as the target reports it.",
-    SERVING_LABELS,
-    "short",
-)
-TARGET_PROMPT_TOKENS = Metric(
-    PREFIX + "target_prompt_tokens", "counter", "Prompt tokens the target processed.",
-    SERVING_LABELS, "short",
-)  # fmt: skip
-TARGET_GENERATION_TOKENS = Metric(
-    PREFIX + "target_generation_tokens", "counter", "Tokens the target generated.",
-    SERVING_LABELS, "short",
-)  # fmt: skip
-TARGET_FINISHED_REQUESTS = Metric(
-    PREFIX + "target_finished_requests",
-    "counter",
-    "Requests the target counts as finished, by its own definition (see the dialect).",
-    SERVING_LABELS,
-    "short",
-)
-EXTRA_TARGET_METRICS = (
-    TARGET_PREFIX_HIT_RATIO, TARGET_ACCEPT_LENGTH, TARGET_PROMPT_TOKENS,
-    TARGET_GENERATION_TOKENS, TARGET_FINISHED_REQUESTS,
-)  # fmt: skip
 # Gauges whose copies (engines, data-parallel ranks) are averaged rather than summed.
 _MEAN_OF_COPIES = frozenset(
-    m.name for m in (mn.TARGET_KV_USAGE, TARGET_PREFIX_HIT_RATIO, TARGET_ACCEPT_LENGTH)
+    m.name for m in (mn.TARGET_KV_USAGE, mn.TARGET_PREFIX_HIT_RATIO, mn.TARGET_ACCEPT_LENGTH)
 )
 
 
@@ -114,22 +86,22 @@ VLLM = Dialect("vllm", "vllm:", (
     _s("vllm:num_requests_waiting", mn.TARGET_WAITING),
     _s(("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"), mn.TARGET_PREFIX_HITS),
     _s(("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"), mn.TARGET_PREFIX_QUERIES),
-    _s("vllm:gpu_prefix_cache_hit_rate", TARGET_PREFIX_HIT_RATIO),  # v0 only: a gauge
+    _s("vllm:gpu_prefix_cache_hit_rate", mn.TARGET_PREFIX_HIT_RATIO),  # v0 only: a gauge
     _s("vllm:spec_decode_num_draft_tokens", mn.TARGET_DRAFT_TOKENS),
     _s("vllm:spec_decode_num_accepted_tokens", mn.TARGET_ACCEPTED_TOKENS),
-    _s("vllm:prompt_tokens", TARGET_PROMPT_TOKENS),
-    _s("vllm:generation_tokens", TARGET_GENERATION_TOKENS),
-    _s("vllm:request_success", TARGET_FINISHED_REQUESTS),  # every finished_reason
+    _s("vllm:prompt_tokens", mn.TARGET_PROMPT_TOKENS),
+    _s("vllm:generation_tokens", mn.TARGET_GENERATION_TOKENS),
+    _s("vllm:request_success", mn.TARGET_FINISHED_REQUESTS),  # every finished_reason
 ))  # fmt: skip
 SGLANG = Dialect("sglang", "sglang:", (
     _s("sglang:token_usage", mn.TARGET_KV_USAGE),
     _s("sglang:num_running_reqs", mn.TARGET_RUNNING),
     _s("sglang:num_queue_reqs", mn.TARGET_WAITING),
-    _s("sglang:cache_hit_rate", TARGET_PREFIX_HIT_RATIO),
-    _s("sglang:spec_accept_length", TARGET_ACCEPT_LENGTH),
-    _s("sglang:prompt_tokens", TARGET_PROMPT_TOKENS),
-    _s("sglang:generation_tokens", TARGET_GENERATION_TOKENS),
-    _s("sglang:num_requests", TARGET_FINISHED_REQUESTS),
+    _s("sglang:cache_hit_rate", mn.TARGET_PREFIX_HIT_RATIO),
+    _s("sglang:spec_accept_length", mn.TARGET_ACCEPT_LENGTH),
+    _s("sglang:prompt_tokens", mn.TARGET_PROMPT_TOKENS),
+    _s("sglang:generation_tokens", mn.TARGET_GENERATION_TOKENS),
+    _s("sglang:num_requests", mn.TARGET_FINISHED_REQUESTS),
 ), shard_labels=("tp_rank", "pp_rank"))  # fmt: skip
 # The reference serving engine's contract (it is a later issue): it exports these names,
 # counters with _total; expert tokens per (layer, expert); requests by status (ok counted).
@@ -142,15 +114,15 @@ REFERENCE = Dialect("reference", "reference_", (
     _s("reference_spec_decode_draft_tokens", mn.TARGET_DRAFT_TOKENS),
     _s("reference_spec_decode_accepted_tokens", mn.TARGET_ACCEPTED_TOKENS),
     _s("reference_expert_tokens", mn.TARGET_EXPERT_TOKENS, labels=("layer", "expert")),
-    _s("reference_prompt_tokens", TARGET_PROMPT_TOKENS),
-    _s("reference_generation_tokens", TARGET_GENERATION_TOKENS),
-    _s("reference_requests", TARGET_FINISHED_REQUESTS, only=(("status", ("ok",)),)),
+    _s("reference_prompt_tokens", mn.TARGET_PROMPT_TOKENS),
+    _s("reference_generation_tokens", mn.TARGET_GENERATION_TOKENS),
+    _s("reference_requests", mn.TARGET_FINISHED_REQUESTS, only=(("status", ("ok",)),)),
 ))  # fmt: skip
 SYNTHETIC = Dialect("synthetic", "synthetic_", (
     _s("synthetic_requests_running", mn.TARGET_RUNNING),
-    _s("synthetic_prompt_tokens", TARGET_PROMPT_TOKENS),
-    _s("synthetic_generation_tokens", TARGET_GENERATION_TOKENS),
-    _s("synthetic_requests", TARGET_FINISHED_REQUESTS, only=(("status", ("ok",)),)),
+    _s("synthetic_prompt_tokens", mn.TARGET_PROMPT_TOKENS),
+    _s("synthetic_generation_tokens", mn.TARGET_GENERATION_TOKENS),
+    _s("synthetic_requests", mn.TARGET_FINISHED_REQUESTS, only=(("status", ("ok",)),)),
 ))  # fmt: skip
 DIALECTS = (VLLM, SGLANG, REFERENCE, SYNTHETIC)  # detection order
 

@@ -53,6 +53,8 @@ def _stop(process: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
 
 
 def _await_ready(process: subprocess.Popen, module: str, stderr) -> str:

@@ -3,6 +3,7 @@ scrapes, and the push at the end. Everything here runs in the parent process."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from collectors.live_export import LiveExporter
@@ -39,8 +40,14 @@ class LiveObservers:
         if spec.export.scrape_target:
             from suites.serving.scraper import ThreadedScraper
 
-            self._scraper = ThreadedScraper(base_url, spec.export.scrape_interval_s, self._scraped)
-        self._scenario = ""
+            anchor_ns = run.manifest.anchor_monotonic_ns
+            self._scraper = ThreadedScraper(
+                base_url,
+                spec.export.scrape_interval_s,
+                self._scraped,
+                # Scrape times on the records' time base: ns from the run's anchor.
+                clock_ns=lambda: time.monotonic_ns() - anchor_ns,
+            )
         self._in_flight: dict[int, int] = {}
 
     def start(self) -> None:
@@ -51,7 +58,6 @@ class LiveObservers:
             self._scraper.start()
 
     def level_started(self, scenario: str, level: float) -> None:
-        self._scenario = scenario
         self._in_flight.clear()
         if self._scraper is not None:
             # Counter deltas are scoped to the level they happened in.
@@ -80,9 +86,11 @@ class LiveObservers:
     def _scraped(self, scrape: dict) -> None:
         # Called on the scraper's thread; the store's files are per kind, so appending
         # server metrics here does not interleave with request records.
-        self._run.append_server_metrics({**scrape, "scenario": self._scenario})
-        if self.exporter is not None and scrape.get("series"):
-            self.exporter.observe_target(self._scenario, scrape["series"])
+        self._run.append_server_metrics(scrape)
+        # The window is the load level; the baseline scrape before the first has none.
+        window = scrape.get("window")
+        if self.exporter is not None and window and scrape.get("series"):
+            self.exporter.observe_target(window, scrape["series"])
 
     def stop_scraping(self) -> None:
         """Before the run ends: a last scrape, so counters cover the whole window."""
