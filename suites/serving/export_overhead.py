@@ -63,9 +63,8 @@ def main(argv: list[str] | None = None) -> int:
             for live in (False, True):
                 cost = _cpu_per_request(store, live, args.streams, args.duration_s)
                 results[live].append(cost)
-                console.print(
-                    f"block {block + 1}: export {'on ' if live else 'off'} {cost * 1e3:.3f} ms CPU/request"
-                )
+                arm = "on " if live else "off"
+                console.print(f"block {block + 1}: export {arm} {cost * 1e3:.3f} ms CPU/request")
     off, on = statistics.median(results[False]), statistics.median(results[True])
     table = Table(title=f"harness CPU per request, {args.streams} streams, median of {args.pairs}")
     for column in ("export off (ms)", "export on (ms)", "extra"):
