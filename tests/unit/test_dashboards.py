@@ -314,7 +314,8 @@ def test_provisioning_matches_the_dashboards_and_the_compose_stack(yaml):
     (prometheus,) = datasources["datasources"]
     assert prometheus["type"] == "prometheus"
     assert prometheus["uid"] == DEFAULT_DATASOURCE_UID
-    assert prometheus["url"] == "http://prometheus:9090"
+    # Prometheus and Grafana share the host network in the dev stack (compose.yaml).
+    assert prometheus["url"] == "http://127.0.0.1:9090"
 
     providers = _load(yaml, "provisioning/dashboards.yaml")
     (provider,) = providers["providers"]
@@ -326,6 +327,9 @@ def test_provisioning_matches_the_dashboards_and_the_compose_stack(yaml):
     for name, service in services.items():
         for port in service.get("ports", []):
             assert str(port).startswith("127.0.0.1:"), (name, port)
+    # Services on the host network must bind loopback themselves.
+    assert "--web.listen-address=127.0.0.1:9090" in services["prometheus"]["command"]
+    assert services["grafana"]["environment"]["GF_SERVER_HTTP_ADDR"] == "127.0.0.1"
     devstack = DASHBOARDS_DIR / "devstack"
     mounts = {}
     for service in services.values():
@@ -341,7 +345,7 @@ def test_provisioning_matches_the_dashboards_and_the_compose_stack(yaml):
     scrape = _load(yaml, "devstack/prometheus.yml")
     jobs = {job["job_name"]: job for job in scrape["scrape_configs"]}
     assert jobs["pushgateway"]["honor_labels"] is True
-    assert jobs["pushgateway"]["static_configs"][0]["targets"] == ["pushgateway:9091"]
+    assert jobs["pushgateway"]["static_configs"][0]["targets"] == ["127.0.0.1:9091"]
     live = [t for job in jobs.values() for c in job["static_configs"] for t in c["targets"]]
-    assert "host.docker.internal:9464" in live
+    assert "127.0.0.1:9464" in live
     assert scrape["global"]["scrape_interval"] == prometheus["jsonData"]["timeInterval"]
