@@ -94,6 +94,13 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
     return run_calibration(args, RunStore(args.runs_dir), console)
 
 
+def _dashboards_publish(args: argparse.Namespace, console: Console) -> int:
+    # The CLI is the one place that composes packages: it may reach into dashboards.
+    from dashboards.publish import publish_command
+
+    return publish_command(args.url)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="moeperf", description=__doc__)
     parser.add_argument("--runs-dir", default="runs", help="where runs are stored (default: runs)")
@@ -138,6 +145,15 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--output-tokens", type=int, default=64)
     calibrate.add_argument("--workers", default="auto", help="load worker processes, or auto")
     calibrate.set_defaults(handler=_calibrate)
+    dashboards = commands.add_parser("dashboards", help="Grafana dashboards")
+    dashboards_commands = dashboards.add_subparsers(dest="dashboards_command", required=True)
+    publish = dashboards_commands.add_parser(
+        "publish", help="push the dashboards to Grafana (token from $GRAFANA_TOKEN)"
+    )
+    publish.add_argument(
+        "--url", required=True, help="Grafana base URL, e.g. http://127.0.0.1:3000"
+    )
+    publish.set_defaults(handler=_dashboards_publish)
     return parser
 
 
