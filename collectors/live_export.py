@@ -59,6 +59,9 @@ class LiveExporter:
         # Last exported window value of each target counter series, to increment by deltas.
         self._target_counters: dict[tuple, float] = {}
         self._server = None
+        # Counters that may never move still get a series at 0: "no client-bound level"
+        # must read as 0, not as missing data.
+        self._get(names.CLIENT_BOTTLENECK)
 
     def _get(self, metric: Metric, **labels: str):
         # Children are cached: resolving labels costs more than the update itself, and
@@ -82,6 +85,9 @@ class LiveExporter:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+        # Counters that may never move still get a series at 0: "no client-bound level"
+        # must read as 0, not as missing data.
+        self._get(names.CLIENT_BOTTLENECK)
 
     # --- serving ------------------------------------------------------------------------
     def start_level(self, scenario: str, level: float) -> None:

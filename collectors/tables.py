@@ -87,3 +87,11 @@ def records_frame(records: list) -> pd.DataFrame:
     rows = [r.to_dict() for r in records]
     table = rows_to_table("requests", rows) if rows else REQUEST_SCHEMA.empty_table()
     return table_to_frame("requests", table)
+
+
+def request_records(frame: pd.DataFrame) -> list:
+    """RequestRecords back from a requests DataFrame (the inverse of ``records_frame``)."""
+    from collectors.records import RequestRecord
+
+    table = pa.Table.from_pandas(frame, schema=REQUEST_SCHEMA, preserve_index=False)
+    return [RequestRecord(**row) for row in table.to_pylist()]
