@@ -1,0 +1,48 @@
+"""Loading runs for reports, baselines and the gate: one small record per run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from collectors.errors import CollectorError
+from collectors.manifest import RunManifest
+from collectors.store import RunStore
+from reports.errors import ReportUsageError
+
+
+@dataclass(frozen=True)
+class RunData:
+    """Everything a report or the gate reads of one run."""
+
+    manifest: RunManifest
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    summary: dict[str, Any]
+    server_metrics: list[dict[str, Any]]
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest.run_id
+
+    @property
+    def kind(self) -> str:
+        """"serving", "training" or "micro" (from the suite that wrote the run)."""
+        return self.manifest.suite
+
+
+def load_run(store: RunStore, run: str) -> RunData:
+    """A run by id, prefix, directory or "latest"; a clear usage error if unreadable."""
+    try:
+        reader = store.open(run)
+        return RunData(
+            manifest=reader.manifest,
+            requests=reader.requests(),
+            steps=reader.steps(),
+            summary=reader.summary() or {},
+            server_metrics=reader.server_metrics(),
+        )
+    except CollectorError as exc:
+        raise ReportUsageError(str(exc)) from None
