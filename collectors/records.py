@@ -89,5 +89,25 @@ class StepRecord:
         return dataclasses.asdict(self)
 
 
+@dataclass(slots=True)
+class SampleRecord:
+    """One measured value of a named metric that is neither a request nor a step.
+
+    Micro-benchmark rounds are the first use: ``metric`` is the benchmark's name and each
+    round's time is one sample, so the gate compares their distributions.
+    """
+
+    metric: str
+    value: float
+    unit: str
+    # "lower" or "higher" is better.
+    direction: str
+    scenario: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
 STEP_FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord))

@@ -28,11 +28,11 @@ import pyarrow.parquet as pq
 from collectors.errors import CollectorError, RunNotFoundError
 from collectors.fingerprint import host_fingerprint
 from collectors.manifest import RunManifest
-from collectors.records import RequestRecord, StepRecord
+from collectors.records import RequestRecord, SampleRecord, StepRecord
 from collectors.schema import SCHEMA_VERSION, check_schema_version
 from collectors.tables import SCHEMAS, rows_to_table, table_to_frame
 
-_RECORD_FILES = {"requests": "requests", "steps": "steps"}
+_RECORD_FILES = {"requests": "requests", "steps": "steps", "samples": "samples"}
 # Tables whose rows may be amended by appending a newer row with the same key.
 _AMENDABLE_KEYS = {"requests": "request_id"}
 
@@ -136,6 +136,9 @@ class RunWriter:
 
     def append_step(self, record: StepRecord) -> None:
         self._append("steps", record.to_dict())
+
+    def append_sample(self, record: SampleRecord) -> None:
+        self._append("samples", record.to_dict())
 
     def append_server_metrics(self, sample: dict[str, Any]) -> None:
         self._append("server_metrics", {"schema_version": SCHEMA_VERSION, **sample})
@@ -260,6 +263,9 @@ class RunReader:
 
     def steps(self) -> pd.DataFrame:
         return self._frame("steps")
+
+    def samples(self) -> pd.DataFrame:
+        return self._frame("samples")
 
     def server_metrics(self) -> list[dict[str, Any]]:
         path = self.directory / "server_metrics.jsonl"

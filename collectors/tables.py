@@ -63,8 +63,19 @@ STEP_SCHEMA = pa.schema(
     ]
 )
 
+SAMPLE_SCHEMA = pa.schema(
+    [
+        ("metric", _STR),
+        ("value", pa.float64()),
+        ("unit", _STR),
+        ("direction", _STR),
+        ("scenario", _STR),
+        ("schema_version", _INT),
+    ]
+)
+
 _JSON_COLUMNS = {"steps": ("policy_decisions", "events")}
-SCHEMAS = {"requests": REQUEST_SCHEMA, "steps": STEP_SCHEMA}
+SCHEMAS = {"requests": REQUEST_SCHEMA, "steps": STEP_SCHEMA, "samples": SAMPLE_SCHEMA}
 
 
 def rows_to_table(kind: str, rows: list[dict[str, Any]]) -> pa.Table:

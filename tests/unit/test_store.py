@@ -597,3 +597,17 @@ def test_an_ended_run_is_not_touched_by_the_orphan_check(store):
     reader = store.open(run.run_id)
     assert reader.manifest.status == "complete"
     assert reader.manifest.status_reason is None
+
+
+def test_sample_records_round_trip(store):
+    from collectors.records import SampleRecord
+
+    run = store.create("micro")
+    run.append_sample(SampleRecord("sse_parse", 1.5e-5, "s", "lower", scenario="x"))
+    run.append_sample(SampleRecord("sse_parse", 1.7e-5, "s", "lower", scenario="x"))
+    before = store.open(run.run_id).samples()
+    run.complete()
+    after = store.open(run.run_id).samples()
+    assert list(after["value"]) == [1.5e-5, 1.7e-5]
+    assert after.equals(before)
+    assert store.open(run.run_id).requests().empty
