@@ -22,6 +22,8 @@ class RunData:
     steps: pd.DataFrame
     summary: dict[str, Any]
     server_metrics: list[dict[str, Any]]
+    # Named measurements that are neither requests nor steps (micro-benchmark rounds).
+    samples: pd.DataFrame
 
     @property
     def run_id(self) -> str:
@@ -43,6 +45,7 @@ def load_run(store: RunStore, run: str) -> RunData:
             steps=reader.steps(),
             summary=reader.summary() or {},
             server_metrics=reader.server_metrics(),
+            samples=reader.samples(),
         )
     except CollectorError as exc:
         raise ReportUsageError(str(exc)) from None
