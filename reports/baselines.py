@@ -1,0 +1,581 @@
+"""Baselines: immutable, content-hashed copies of a run, versioned under reports/baselines/.
+
+Layout: ``<root>/NAME/vN/`` holds the run's record files that exist (manifest.json,
+summary.json, requests.parquet, steps.parquet, samples.parquet; server_metrics.jsonl is not
+kept) and ``baseline.json`` (format in ``reports.baseline_migrations``): the source run, its
+status, its host fingerprint, the sha256 of every file and one content hash over them all.
+
+A version is built in a temporary directory beside its target and renamed into place, so a
+version either exists whole or not at all; nothing is ever overwritten. Files are made
+read-only, but git does not keep that: the hashes, checked on every read, are the guard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import io
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from collectors.errors import CollectorError
+from collectors.store import RunReader, RunStore
+from reports.baseline_migrations import BASELINE_SCHEMA_VERSION, content_hash, migrate
+from reports.errors import BaselineCorruptError, ReportUsageError
+from reports.runs import RunData
+
+DEFAULT_ROOT = "reports/baselines"
+BASELINE_FILE = "baseline.json"
+# The run's files a baseline keeps, where the run has them.
+RECORD_FILES = (
+    "manifest.json",
+    "summary.json",
+    "requests.parquet",
+    "steps.parquet",
+    "samples.parquet",
+)
+_RECORD_JSONL = ("requests.jsonl", "steps.jsonl", "samples.jsonl")
+NAME_RULE = "[a-z0-9][a-z0-9._-]*"
+_NAME = re.compile(NAME_RULE + r"\Z")
+_VERSION_DIR = re.compile(r"v([1-9][0-9]*)\Z")
+_REF = re.compile(r"(?P<name>[^@]*)(?:@(?:v?(?P<version>[0-9]+)|(?P<latest>latest)))?\Z")
+_REQUIRED = ("name", "version", "created", "source_run_id", "run_status", "host", "files")
+
+TREND_COLUMNS = ("version", "created", "scenario", "metric", "value", "ci_low", "ci_high", "count")
+# Per-scenario scalars of collectors.summary.summarize_scenario that a trend follows.
+_SCALAR_METRICS = (
+    "requests",
+    "ok",
+    "errors",
+    "cancelled",
+    "window_s",
+    "output_tokens",
+    "output_throughput_tok_s",
+    "request_throughput_rps",
+    "goodput_rps",
+    "goodput_ratio",
+)
+
+
+@dataclass(frozen=True)
+class BaselineVersion:
+    """One verified version of a baseline (what ``baseline.json`` says, hashes checked)."""
+
+    name: str
+    version: int
+    path: Path
+    created: str
+    source_run_id: str
+    suite: str | None
+    run_status: str
+    run_status_reason: str | None
+    host: dict[str, Any]
+    files: dict[str, str]
+    content_hash: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+@dataclass(frozen=True)
+class BaselineSummary:
+    """A baseline name in ``list()``: its versions, and the latest one's date and host."""
+
+    name: str
+    versions: tuple[int, ...]
+    latest: int
+    created: str
+    host_cpu: str | None
+
+
+def check_name(name: str) -> None:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ReportUsageError(
+            f"baseline name {name!r} is not valid: it must match {NAME_RULE} "
+            "(lower-case letters and digits, then also '.', '_' or '-')"
+        )
+
+
+def parse_ref(ref: str) -> tuple[str, int | None]:
+    """Split a reference: "name@3" (or "name@v3") -> ("name", 3); "name" -> ("name", None).
+
+    "name@latest" is "name": the latest version.
+    """
+    match = _REF.match(ref)
+    if match is None:
+        raise ReportUsageError(
+            f"baseline reference {ref!r}: expected NAME or NAME@VERSION, e.g. serving-cpu@3"
+        )
+    check_name(match["name"])
+    version = int(match["version"]) if match["version"] is not None else None
+    if version == 0:
+        raise ReportUsageError(f"baseline reference {ref!r}: versions start at 1")
+    return match["name"], version
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _open_run(run: RunReader | str | os.PathLike) -> RunReader:
+    if isinstance(run, RunReader):
+        return run
+    if not (Path(run) / "manifest.json").exists():
+        raise ReportUsageError(f"{run}: not a run directory (no manifest.json)")
+    try:
+        return RunReader(Path(run))
+    except (CollectorError, OSError, ValueError) as exc:
+        raise ReportUsageError(f"{run}: {exc}") from None
+
+
+def _promotable_files(reader: RunReader, allow_status: Collection[str]) -> list[str]:
+    """The record files to copy; refuses a run that is running, failed, or only in JSONL."""
+    run, status = reader.run_id, reader.manifest.status
+    if status == "running":
+        raise ReportUsageError(
+            f"run {run} has not ended (status running): promote it once it has completed"
+        )
+    if status != "complete" and status not in allow_status:
+        reason = reader.manifest.status_reason or "no reason given"
+        raise ReportUsageError(
+            f"run {run} ended {status} ({reason}): promote it only on purpose, with --force "
+            f"(allow_status=({status!r},)); the status is recorded in the baseline"
+        )
+    for jsonl in _RECORD_JSONL:
+        if (reader.directory / jsonl).exists():
+            raise ReportUsageError(
+                f"run {run} keeps records only in {jsonl} (its parquet was not written: "
+                "see the manifest's status reason); a baseline holds parquet files only"
+            )
+    try:  # refuse unreadable data now rather than when the baseline is read
+        reader.requests(), reader.steps(), reader.samples(), reader.summary()
+    except (CollectorError, OSError, ValueError) as exc:
+        raise ReportUsageError(f"run {run}: {exc}") from None
+    files = [f for f in RECORD_FILES if (reader.directory / f).is_file()]
+    if files == ["manifest.json"]:
+        raise ReportUsageError(f"run {run} has no records or summary to keep as a baseline")
+    return files
+
+
+def _copy_manifest(reader: RunReader, target: Path) -> None:
+    """The manifest as written, unless the reader inferred a status (an orphaned run)."""
+    source = reader.directory / "manifest.json"
+    written = json.loads(source.read_text(encoding="utf-8"))
+    if written.get("status") == reader.manifest.status:
+        shutil.copyfile(source, target)
+    else:
+        target.write_text(reader.manifest.to_json(), encoding="utf-8")
+
+
+class BaselineStore:
+    """The baselines under one root (``reports/baselines`` by default, committed to git)."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike = DEFAULT_ROOT,
+        *,
+        now: Callable[[], dt.datetime] = _now,
+    ):
+        self.root = Path(root)
+        self._now = now
+
+    def names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        dirs = (p.name for p in self.root.iterdir() if p.is_dir() and _NAME.match(p.name))
+        return sorted(n for n in dirs if self.versions(n))
+
+    def versions(self, name: str) -> list[int]:
+        """The versions of ``name``, oldest first (temporary build directories ignored)."""
+        check_name(name)
+        directory = self.root / name
+        if not directory.is_dir():
+            return []
+        found = (_VERSION_DIR.match(p.name) for p in directory.iterdir() if p.is_dir())
+        return sorted(int(m[1]) for m in found if m)
+
+    def promote(
+        self,
+        run: RunReader | str | os.PathLike,
+        name: str,
+        version: int | None = None,
+        *,
+        allow_status: Collection[str] = (),
+    ) -> BaselineVersion:
+        """Copy a finished run into ``NAME/vN``; N is the next version when not given.
+
+        A run that ended aborted or invalid needs its status in ``allow_status``.
+        """
+        check_name(name)
+        reader = _open_run(run)
+        files = _promotable_files(reader, allow_status)
+        existing = self.versions(name)
+        if version is None:
+            version = max(existing, default=0) + 1
+        elif isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ReportUsageError(f"baseline version {version!r}: versions are integers >= 1")
+        elif existing and version <= existing[-1]:
+            raise ReportUsageError(
+                f"baseline {name}@{version}: versions only go up and are never overwritten "
+                f"({name} has {', '.join(map(str, existing))}); use a version above {existing[-1]}"
+            )
+        target = self.root / name / f"v{version}"
+        tmp = None
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".v{version}-", suffix=".tmp", dir=target.parent))
+            self._build(reader, name, version, files, tmp)
+            # Renaming onto an existing (never empty) version fails: nothing is overwritten.
+            os.rename(tmp, target)
+        except BaseException as exc:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if not isinstance(exc, OSError):
+                raise
+            if target.exists():
+                raise ReportUsageError(
+                    f"baseline {name}@{version} already exists (promoted concurrently?); "
+                    "nothing was overwritten"
+                ) from None
+            raise ReportUsageError(f"could not write baseline {target}: {exc}") from None
+        return self.get(name, version)
+
+    def _build(
+        self, reader: RunReader, name: str, version: int, files: list[str], tmp: Path
+    ) -> None:
+        hashes = {}
+        for file in files:
+            if file == "manifest.json":
+                _copy_manifest(reader, tmp / file)
+            else:
+                shutil.copyfile(reader.directory / file, tmp / file)
+            hashes[file] = _sha256(tmp / file)
+            os.chmod(tmp / file, 0o444)
+        manifest = reader.manifest
+        meta = {
+            "schema_version": BASELINE_SCHEMA_VERSION,
+            "name": name,
+            "version": version,
+            "created": self._now().astimezone(dt.UTC).isoformat(timespec="milliseconds"),
+            "source_run_id": manifest.run_id,
+            "suite": manifest.suite,
+            "run_status": manifest.status,
+            "run_status_reason": manifest.status_reason,
+            "host": manifest.host,
+            "files": hashes,
+            "content_hash": content_hash(hashes),
+        }
+        path = tmp / BASELINE_FILE
+        path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.chmod(path, 0o444)
+        os.chmod(tmp, 0o755)  # mkdtemp's 0o700 would hide it from other users
+
+    def _resolve(self, name: str, version: int | None) -> int:
+        versions = self.versions(name)
+        if not versions:
+            known = ", ".join(self.names()) or "none"
+            raise ReportUsageError(f"no baseline {name!r} under {self.root}/ (baselines: {known})")
+        if version is None:
+            return versions[-1]
+        if version not in versions:
+            raise ReportUsageError(
+                f"baseline {name!r} has no version {version} "
+                f"(versions: {', '.join(map(str, versions))})"
+            )
+        return version
+
+    def _read_meta(self, name: str, version: int) -> dict[str, Any]:
+        """baseline.json of a version, migrated to the current format (hashes not checked)."""
+        path = self.root / name / f"v{version}" / BASELINE_FILE
+        where = f"baseline {name}@{version}: {path}"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise BaselineCorruptError(f"{where} is missing") from None
+        except (OSError, ValueError) as exc:
+            raise BaselineCorruptError(f"{where} is not readable JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise BaselineCorruptError(f"{where} is not a JSON object")
+        data = migrate(data, where)
+        for key in _REQUIRED:
+            if key not in data:
+                raise BaselineCorruptError(f"{where}: field {key!r} is missing")
+        if data["name"] != name or data["version"] != version:
+            raise BaselineCorruptError(
+                f"{where} describes {data['name']}@{data['version']}: it was moved or copied"
+            )
+        if not isinstance(data["host"], dict):
+            raise BaselineCorruptError(f"{where}: 'host' is not an object")
+        if not isinstance(data["files"], dict) or "manifest.json" not in data["files"]:
+            raise BaselineCorruptError(f"{where}: 'files' does not list manifest.json")
+        return data
+
+    def get(self, name: str, version: int | None = None) -> BaselineVersion:
+        """A version (the latest when None), every file's hash verified."""
+        check_name(name)
+        version = self._resolve(name, version)
+        meta = self._read_meta(name, version)
+        directory = self.root / name / f"v{version}"
+        where = f"baseline {name}@{version} ({directory})"
+        recorded: dict[str, str] = meta["files"]
+        for file in recorded:
+            if file not in RECORD_FILES:
+                raise BaselineCorruptError(f"{where}: baseline.json lists unknown file {file!r}")
+        present = {p.name for p in directory.iterdir()} - {BASELINE_FILE}
+        if missing := sorted(set(recorded) - present):
+            raise BaselineCorruptError(
+                f"{where}: missing file recorded in baseline.json: {', '.join(missing)}"
+            )
+        if extra := sorted(present - set(recorded)):
+            raise BaselineCorruptError(
+                f"{where}: extra file not in baseline.json: {', '.join(extra)}"
+            )
+        for file, expected in sorted(recorded.items()):
+            found = _sha256(directory / file) if (directory / file).is_file() else "not a file"
+            if found != expected:
+                raise BaselineCorruptError(
+                    f"{where}: {file} does not match its recorded sha256 "
+                    f"(recorded {str(expected)[:12]}..., found {found[:12]}...): it was modified"
+                )
+        if meta.get("content_hash") != content_hash(recorded):
+            raise BaselineCorruptError(
+                f"{where}: baseline.json's content_hash does not match its file hashes"
+            )
+        return BaselineVersion(
+            name=name,
+            version=version,
+            path=directory,
+            created=meta["created"],
+            source_run_id=meta["source_run_id"],
+            suite=meta.get("suite"),
+            run_status=meta["run_status"],
+            run_status_reason=meta.get("run_status_reason"),
+            host=meta["host"],
+            files=dict(recorded),
+            content_hash=meta["content_hash"],
+        )
+
+    def list(self) -> list[BaselineSummary]:
+        """Every baseline name with its versions (metadata only: hashes are checked by get)."""
+        summaries = []
+        for name in self.names():
+            versions = self.versions(name)
+            meta = self._read_meta(name, versions[-1])
+            host = meta["host"] if isinstance(meta["host"], dict) else {}
+            summaries.append(
+                BaselineSummary(
+                    name, tuple(versions), versions[-1], meta["created"], host.get("cpu_model")
+                )
+            )
+        return summaries
+
+    def load_run_data(self, name: str, version: int | None = None) -> RunData:
+        """A verified version as ``RunData``, read exactly as a run is (no server metrics)."""
+        return _run_data(self.get(name, version))
+
+    def trend(self, name: str) -> pd.DataFrame:
+        """Summary metrics of every version, one row per (version, scenario, metric)."""
+        self._resolve(name, None)  # an unknown name is an error, not an empty trend
+        rows: list[dict[str, Any]] = []
+        for version in self.versions(name):
+            baseline = self.get(name, version)
+            summary = _summary(baseline)
+            created = pd.Timestamp(baseline.created)
+            for scenario, entry in (summary.get("scenarios") or {}).items():
+                head = {"version": version, "created": created, "scenario": scenario}
+                rows += [{**head, **row} for row in _metric_rows(entry)]
+        frame = pd.DataFrame(rows, columns=list(TREND_COLUMNS))
+        frame["count"] = frame["count"].astype("Int64")
+        return frame
+
+
+def _run_data(baseline: BaselineVersion) -> RunData:
+    try:
+        reader = RunReader(baseline.path)
+        frames = {"requests": reader.requests(), "steps": reader.steps()}
+        if "samples" in {f.name for f in dataclasses.fields(RunData)}:
+            frames["samples"] = reader.samples()
+        summary = reader.summary() or {}
+    except (CollectorError, OSError, ValueError) as exc:
+        raise ReportUsageError(f"baseline {baseline.ref}: {exc}") from None
+    return RunData(manifest=reader.manifest, summary=summary, server_metrics=[], **frames)
+
+
+def _summary(baseline: BaselineVersion) -> dict[str, Any]:
+    try:
+        return RunReader(baseline.path).summary() or {}
+    except (CollectorError, OSError, ValueError) as exc:
+        raise ReportUsageError(f"baseline {baseline.ref}: {exc}") from None
+
+
+def _number(value: Any) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if ok else math.nan
+
+
+def _quantile_label(q: float) -> str:
+    return f"p{round(q * 100, 6):g}"
+
+
+def _metric_rows(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows (metric, value, ci_low, ci_high, count) of one scenario of a summary."""
+    nan = math.nan
+    rows = [
+        {"metric": m, "value": _number(entry[m]), "ci_low": nan, "ci_high": nan, "count": None}
+        for m in _SCALAR_METRICS
+        if m in entry
+    ]
+    for latency, stats in (entry.get("latency_s") or {}).items():
+        count = stats.get("count")
+        mean = _number(stats.get("mean"))
+        rows.append(
+            {
+                "metric": f"{latency}.mean",
+                "value": mean,
+                "ci_low": nan,
+                "ci_high": nan,
+                "count": count,
+            }
+        )
+        rows += [
+            {
+                "metric": f"{latency}.{_quantile_label(q['q'])}",
+                "value": _number(q.get("value")),
+                "ci_low": _number(q.get("ci_low")),
+                "ci_high": _number(q.get("ci_high")),
+                "count": count,
+            }
+            for q in stats.get("quantiles") or []
+        ]
+    return rows
+
+
+# Commands for the CLI: they print through ``out`` and return the exit code.
+
+
+def _render(table: Table) -> str:
+    console = Console(file=io.StringIO(), width=140, color_system=None, force_terminal=False)
+    console.print(table)
+    return console.file.getvalue().rstrip("\n")
+
+
+def promote_command(
+    run_ref: str,
+    name: str,
+    version: int | None,
+    runs_dir: str,
+    root: str,
+    force: bool,
+    out: Callable[[str], Any] = print,
+) -> int:
+    try:
+        reader = RunStore(runs_dir).open(run_ref)
+    except (CollectorError, OSError, ValueError) as exc:
+        raise ReportUsageError(str(exc)) from None
+    allow = ("aborted", "invalid") if force else ()
+    baseline = BaselineStore(root).promote(reader, name, version, allow_status=allow)
+    status = baseline.run_status
+    if baseline.run_status_reason:
+        status += f": {baseline.run_status_reason}"
+    out(f"promoted run {baseline.source_run_id} ({status}) as baseline {baseline.ref}")
+    out(f"  {baseline.path}  content hash {baseline.content_hash}")
+    out(f"  commit it: git add {baseline.path}")
+    return 0
+
+
+def list_command(root: str, out: Callable[[str], Any] = print) -> int:
+    summaries = BaselineStore(root).list()
+    if not summaries:
+        out(f"no baselines under {root}/ (create one: moeperf baselines promote RUN NAME)")
+        return 0
+    table = Table(title="baselines")
+    for column in ("name", "versions", "latest", "created (UTC)", "host CPU"):
+        table.add_column(column)
+    for s in summaries:
+        table.add_row(
+            Text(s.name),
+            ", ".join(map(str, s.versions)),
+            str(s.latest),
+            Text(s.created),
+            Text(s.host_cpu or "-"),
+        )
+    out(_render(table))
+    return 0
+
+
+def _quantiles(stats: dict[str, Any] | None) -> str:
+    """One latency entry of a summary as "p50 / p99 (n=count)", in milliseconds."""
+    if not stats or not stats.get("count"):
+        return "-"
+    by_q = {_quantile_label(q["q"]): q.get("value") for q in stats.get("quantiles") or []}
+
+    def ms(label: str) -> str:
+        value = by_q.get(label)
+        return "-" if value is None else f"{value * 1e3:.2f}"
+
+    return f"{ms('p50')} / {ms('p99')} (n={stats['count']})"
+
+
+def show_command(ref: str, root: str, out: Callable[[str], Any] = print) -> int:
+    store = BaselineStore(root)
+    baseline = store.get(*parse_ref(ref))
+    data = _run_data(baseline)
+    host = baseline.host
+    gpus = ", ".join(g.get("name", "?") for g in host.get("gpus") or []) or "none"
+    status = baseline.run_status
+    if baseline.run_status_reason:
+        status += f" ({baseline.run_status_reason})"
+    out(
+        f"baseline {baseline.ref}  (versions: {', '.join(map(str, store.versions(baseline.name)))})"
+    )
+    out(f"  created       {baseline.created}")
+    out(f"  source run    {baseline.source_run_id}  suite {baseline.suite or '-'}  {status}")
+    out(
+        f"  host          {host.get('cpu_model', '?')}, {host.get('logical_cores', '?')} cores, "
+        f"GPUs: {gpus}"
+    )
+    out(f"  records       requests: {len(data.requests)}, steps: {len(data.steps)}")
+    out(f"  content hash  {baseline.content_hash}")
+    scenarios = data.summary.get("scenarios") or {}
+    if not scenarios:
+        out("  no serving scenarios in its summary")
+        return 0
+    table = Table(title="summary (latencies in ms: p50 / p99, n = samples)")
+    for column in ("scenario", "ok / requests", "TTFT", "TPOT", "ITL", "output tok/s"):
+        table.add_column(column)
+    for scenario, entry in scenarios.items():
+        latency = entry.get("latency_s") or {}
+        throughput = entry.get("output_throughput_tok_s")
+        table.add_row(
+            Text(str(scenario)),
+            f"{entry.get('ok', '-')} / {entry.get('requests', '-')}",
+            _quantiles(latency.get("ttft_s")),
+            _quantiles(latency.get("tpot_s")),
+            _quantiles(latency.get("itl_s")),
+            "-" if throughput is None else f"{throughput:.1f}",
+        )
+    out(_render(table))
+    return 0
