@@ -509,7 +509,7 @@ def promote_command(
 def list_command(root: str, out: Callable[[str], Any] = print) -> int:
     summaries = BaselineStore(root).list()
     if not summaries:
-        out(f"no baselines under {root}/ (create one: moeperf baselines promote RUN NAME)")
+        out(f"no baselines under {root}/ (moeperf baseline promote RUN --name NAME)")
         return 0
     table = Table(title="baselines")
     for column in ("name", "versions", "latest", "created (UTC)", "host CPU"):

@@ -11,6 +11,8 @@ from rich.console import Console
 
 from collectors.errors import CollectorError
 from collectors.store import RunInterrupted, RunStore
+from reports.errors import BaselineCorruptError, ReportError, ReportUsageError
+from suites import cli_reports
 from suites.errors import SuiteError, UsageError
 from suites.present import (
     ProgressBar,
@@ -145,6 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--output-tokens", type=int, default=64)
     calibrate.add_argument("--workers", default="auto", help="load worker processes, or auto")
     calibrate.set_defaults(handler=_calibrate)
+    reports_common = argparse.ArgumentParser(add_help=False)
+    reports_common.add_argument(
+        "--baselines-dir",
+        default="reports/baselines",
+        help="where baselines live (default: reports/baselines, committed to the repository)",
+    )
+    cli_reports.add_baseline_commands(commands, reports_common)
+
     dashboards = commands.add_parser("dashboards", help="Grafana dashboards")
     dashboards_commands = dashboards.add_subparsers(dest="dashboards_command", required=True)
     publish = dashboards_commands.add_parser(
@@ -169,11 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal_name = getattr(exc, "signal_name", "SIGINT")
         err.print(f"aborted by {signal_name}; what was measured is kept", markup=False)
         return EXIT_INTERRUPTED
-    except (UsageError, CollectorError) as exc:
-        # Bad input (spec, flags, run ids, unreadable files): the user's to fix.
+    except (UsageError, CollectorError, ReportUsageError, BaselineCorruptError) as exc:
+        # Bad input (spec, flags, run ids, unreadable or corrupt files): the user's to fix.
         err.print(f"error: {exc}", markup=False, highlight=False)
         return EXIT_USAGE
-    except SuiteError as exc:
+    except (SuiteError, ReportError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return 1
 
