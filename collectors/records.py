@@ -56,7 +56,8 @@ class RequestRecord:
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Shallow: asdict() deep-copies every chunk list, most of the cost of a write.
+        return {name: getattr(self, name) for name in REQUEST_FIELDS}
 
 
 @dataclass(slots=True)

@@ -96,6 +96,17 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
     return run_calibration(args, RunStore(args.runs_dir), console)
 
 
+def _ingest_benchmark(args: argparse.Namespace, console: Console) -> int:
+    from suites.ingest import ingest_command
+
+    return ingest_command(
+        args.json,
+        args.runs_dir,
+        args.name,
+        out=lambda line: console.print(line, markup=False, highlight=False),
+    )
+
+
 def _dashboards_publish(args: argparse.Namespace, console: Console) -> int:
     # The CLI is the one place that composes packages: it may reach into dashboards.
     from dashboards.publish import publish_command
@@ -147,6 +158,13 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--output-tokens", type=int, default=64)
     calibrate.add_argument("--workers", default="auto", help="load worker processes, or auto")
     calibrate.set_defaults(handler=_calibrate)
+    ingest = commands.add_parser(
+        "ingest-benchmark", help="store a pytest-benchmark JSON file as a run (suite micro)"
+    )
+    ingest.add_argument("json", help="the file written by pytest --benchmark-json")
+    ingest.add_argument("--name", help="the run's name (default: micro)")
+    ingest.set_defaults(handler=_ingest_benchmark)
+
     reports_common = argparse.ArgumentParser(add_help=False)
     reports_common.add_argument(
         "--baselines-dir",

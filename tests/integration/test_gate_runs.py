@@ -1,0 +1,92 @@
+"""The gate on real runs over loopback: paired blocks of two synthetic targets, and A/A."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from suites.errors import UsageError
+from suites.gate_runs import (
+    block_order,
+    calibrate_command,
+    paired_command,
+    paired_gate,
+    parse_target,
+)
+from suites.spec import load_spec
+
+pytestmark = pytest.mark.slow
+
+# Short blocks: one level of 8 streams, 12 tokens per request, 2.5 s measured per block.
+SHORT = [
+    "load.levels=[8]",
+    "load.duration_s=3.0",
+    "load.warmup_s=0.5",
+    "load.cooldown_s=0.0",
+    "workload.input_tokens.mean=16",
+    "workload.input_tokens.spread=0",
+    "workload.output_tokens.mean=12",
+    "workload.output_tokens.spread=0",
+    "workload.num_prompts=32",
+    "export.live_metrics=false",
+    "export.scrape_target=false",
+]
+
+
+def test_paired_blocks_detect_a_20_percent_itl_regression(tmp_path):
+    lines: list[str] = []
+    code = paired_command(
+        "default",
+        "synthetic:itl_s=0.010",
+        "synthetic:itl_s=0.012",
+        2,
+        tmp_path / "runs",
+        SHORT,
+        tmp_path / "gate",
+        out=lines.append,
+    )
+    assert code == 1
+    body = json.loads((tmp_path / "gate" / "gate.json").read_text())
+    verdicts = {v["key"]: v for v in body["verdicts"]}
+    itl = verdicts["c=8/itl_s p50"]
+    assert itl["outcome"] == "regression"
+    assert itl["ratio"] == pytest.approx(1.2, abs=0.05)
+    # TTFT is configured the same on both sides: no regression there.
+    assert verdicts["c=8/ttft_s p50"]["outcome"] != "regression"
+    assert [len(body["runs"]["a"]), len(body["runs"]["b"])] == [2, 2]
+    assert body["order"] == "abba"
+    assert any("REGRESSION c=8/itl_s p50" in line for line in lines)
+
+
+def test_a_over_a_flags_nothing(tmp_path):
+    lines: list[str] = []
+    overrides = [*SHORT, "target.synthetic.jitter=lognormal", "target.synthetic.jitter_scale=0.1"]
+    assert (
+        calibrate_command("default", 2, tmp_path / "runs", overrides, tmp_path, out=lines.append)
+        == 0
+    )
+    body = json.loads((tmp_path / "calibration.json").read_text())
+    assert body["comparisons"] > 0
+    assert body["false_positives"] == 0
+    assert "A/A false positives: 0 of" in "\n".join(lines)
+
+
+def test_targets_and_block_orders():
+    _, spec = load_spec("default", SHORT)
+    assert parse_target("http://127.0.0.1:8000", spec).url == "http://127.0.0.1:8000"
+    assert parse_target("url:http://h:1", spec).url == "http://h:1"
+    synthetic = parse_target("synthetic:itl_s=0.011,tokens_per_chunk=2", spec).synthetic
+    assert synthetic["itl_s"] == 0.011 and synthetic["tokens_per_chunk"] == 2
+    assert synthetic["ttft_s"] == spec.target.synthetic.ttft_s
+    assert parse_target('synthetic:{"ttft_s": 0.2}', spec).synthetic["ttft_s"] == 0.2
+    with pytest.raises(UsageError, match="valid fields"):
+        parse_target("synthetic:itl=0.01", spec)
+    with pytest.raises(UsageError, match="expected a URL"):
+        parse_target("ftp://x", spec)
+    assert block_order(3, "abba") == list("abbaab")
+    assert block_order(2, "abab") == list("abab")
+    with pytest.raises(UsageError, match="valid orders"):
+        block_order(2, "aabb")
+    with pytest.raises(UsageError):
+        paired_gate("default", "synthetic", "synthetic", 0)

@@ -1,0 +1,332 @@
+"""The gate on seeded synthetic samples, and on runs written to a store."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from collectors.records import RequestRecord, SampleRecord, StepRecord
+from collectors.store import RunStore
+from reports.compare import compare_command, compare_runs
+from reports.errors import ReportUsageError
+from reports.gate import check_fingerprints, format_gate, gate, gate_command
+from reports.runs import load_run
+from reports.samples import MetricSamples, pool_samples, run_samples, throughput_bins
+
+S = 1_000_000_000
+
+
+def latency(name: str, values, statistic: str = "p50") -> MetricSamples:
+    return MetricSamples(name, statistic, values, "lower", "latency", "s")
+
+
+def throughput(values) -> MetricSamples:
+    return MetricSamples("c=1/output_tok_s", "mean", values, "higher", "throughput", "tok/s")
+
+
+def sides(factor: float, seed: int, n: int = 2000):
+    """Baseline and candidate latency metrics; the candidate's values scaled by factor."""
+    rng = np.random.default_rng(seed)
+    base = rng.lognormal(np.log(0.01), 0.3, n)
+    cand = rng.lognormal(np.log(0.01), 0.3, n) * factor
+    stats = ("p50", "p99")
+    return (
+        [latency("c=1/itl_s", cand, s) for s in stats],
+        [latency("c=1/itl_s", base, s) for s in stats],
+    )
+
+
+def outcomes(result) -> dict[str, str]:
+    return {v.key: v.outcome for v in result.verdicts}
+
+
+def test_an_injected_regression_is_detected():
+    # p99 needs many samples for its interval to clear the 5% minimum effect.
+    result = gate(*sides(1.10, seed=1, n=20_000))
+    assert outcomes(result) == {"c=1/itl_s p50": "regression", "c=1/itl_s p99": "regression"}
+    assert result.exit_code == 1
+    verdict = result.verdicts[0]
+    assert verdict.ratio == pytest.approx(1.10, abs=0.02)
+    assert 1.05 < verdict.ci_low < verdict.ratio < verdict.ci_high
+    assert verdict.q_value < 0.05 and verdict.test == "mann-whitney"
+    text = format_gate(result)
+    assert "REGRESSION c=1/itl_s p50" in text and "FAIL" in text
+
+
+def test_a_regression_below_the_minimum_effect_does_not_fail():
+    result = gate(*sides(1.02, seed=2, n=20_000))
+    assert result.exit_code == 0
+    p50 = result.verdicts[0]
+    assert p50.q_value < 0.05  # significant: the samples do differ
+    assert p50.outcome == "no change"  # but the interval excludes a 5% regression
+
+
+def test_improvement_is_not_a_failure():
+    result = gate(*sides(0.85, seed=3))
+    assert set(outcomes(result).values()) == {"improvement"}
+    assert result.exit_code == 0
+
+
+def test_throughput_drop_is_a_regression_and_a_rise_an_improvement():
+    rng = np.random.default_rng(4)
+    base = rng.normal(1000, 30, 60)
+    down = gate([throughput(rng.normal(850, 30, 60))], [throughput(base)])
+    up = gate([throughput(rng.normal(1150, 30, 60))], [throughput(base)])
+    assert down.verdicts[0].outcome == "regression" and down.exit_code == 1
+    assert up.verdicts[0].outcome == "improvement" and up.exit_code == 0
+
+
+def test_no_change_is_not_flagged_over_many_seeds():
+    seeds, alpha = 200, 0.05
+    flagged = significant = 0
+    flagged_without_min_effect = 0
+    for seed in range(seeds):
+        cand, base = sides(1.0, seed=1000 + seed, n=800)
+        tput_rng = np.random.default_rng(seed)
+        cand.append(throughput(tput_rng.normal(1000, 30, 30)))
+        base.append(throughput(tput_rng.normal(1000, 30, 30)))
+        result = gate(cand, base, alpha=alpha, seed=seed)
+        flagged += result.exit_code
+        significant += any(v.q_value < alpha for v in result.verdicts)
+        no_floor = gate(cand, base, alpha=alpha, min_effects={"latency": 0, "throughput": 0})
+        flagged_without_min_effect += no_floor.exit_code
+    tolerance = 3 * np.sqrt(alpha * (1 - alpha) / seeds)  # three standard errors: 0.046
+    # With the minimum effect the rate is far below alpha (1 in 1000 seeds when measured).
+    assert flagged / seeds <= 0.01
+    assert significant / seeds <= alpha + tolerance  # BH holds the family-wise rate
+    assert flagged_without_min_effect / seeds <= alpha + tolerance
+
+
+def test_too_few_samples_are_inconclusive_even_for_a_large_change():
+    rng = np.random.default_rng(5)
+    base, cand = rng.lognormal(size=200), rng.lognormal(size=200) * 2
+    result = gate(
+        [latency("x", cand, "p99"), latency("y", cand[:5], "p50")],
+        [latency("x", base, "p99"), latency("y", base[:5], "p50")],
+    )
+    assert outcomes(result) == {"x p99": "inconclusive", "y p50": "inconclusive"}
+    assert "368 needed" in result.verdicts[0].reason
+    assert result.verdicts[0].p_value is None and result.exit_code == 0
+
+
+def test_a_wide_interval_past_the_minimum_effect_is_inconclusive_not_no_change():
+    rng = np.random.default_rng(6)
+    base, cand = rng.lognormal(0, 1, 30), rng.lognormal(0, 1, 30)
+    verdict = gate([latency("x", cand)], [latency("x", base)]).verdicts[0]
+    assert verdict.ci_high > 1.05
+    assert verdict.outcome == "inconclusive"
+
+
+def test_benjamini_hochberg_changes_the_decision():
+    rng = np.random.default_rng(4)
+    base = rng.lognormal(0, 0.5, 400)
+    cand = rng.lognormal(0, 0.5, 400) * 1.12
+    alone = gate([latency("x", cand)], [latency("x", base)], min_effects={"latency": 0.0})
+    (verdict,) = alone.verdicts
+    assert 0.01 < verdict.p_value < 0.05 and verdict.outcome == "regression"
+    # Nine more metrics without any change: the same p-value no longer survives.
+    nulls = [latency(f"null{i}", rng.lognormal(size=400)) for i in range(9)]
+    many = gate(
+        [latency("x", cand), *nulls],
+        [latency("x", base), *nulls],
+        min_effects={"latency": 0.0},
+    )
+    x = next(v for v in many.verdicts if v.name == "x")
+    assert x.p_value == verdict.p_value
+    assert x.q_value > 0.05 and x.outcome == "inconclusive"
+    assert many.exit_code == 0
+
+
+def test_metrics_on_one_side_are_missing():
+    base = [latency("a", np.ones(50)), latency("b", np.ones(50))]
+    cand = [latency("b", np.ones(50)), latency("c", np.ones(50))]
+    result = gate(cand, base)
+    assert outcomes(result) == {"a p50": "missing", "b p50": "no change", "c p50": "missing"}
+    reasons = {v.key: v.reason for v in result.by_outcome("missing")}
+    assert reasons == {"a p50": "not in the candidate", "c p50": "not in the baseline"}
+
+
+def test_fingerprint_mismatch_is_refused_unless_forced():
+    here = {"cpu_model": "X", "logical_cores": 8, "gpus": []}
+    there = {"cpu_model": "Y", "logical_cores": 8, "gpus": [{"name": "H100"}]}
+    assert check_fingerprints(here, dict(here)).matches
+    with pytest.raises(ReportUsageError, match="--force"):
+        check_fingerprints(here, there)
+    forced = check_fingerprints(here, there, force=True)
+    assert forced.forced and not forced.matches
+    result = gate(*sides(1.0, seed=7), fingerprint=forced)
+    assert any("FORCED" in note for note in result.notes)
+    assert result.to_dict()["fingerprint"]["forced"] is True
+
+
+# --- runs in a store --------------------------------------------------------------------
+
+
+def write_serving_run(store: RunStore, itl_s: float, seed: int, requests: int = 150) -> str:
+    """An open-loop run: a request every 100 ms, 20 tokens at itl_s (lognormal jitter)."""
+    rng = np.random.default_rng(seed)
+    with store.create("serving") as run:
+        for i in range(requests):
+            send = i * S // 10
+            first = send + int(rng.lognormal(np.log(0.05), 0.1) * S)
+            gaps = (rng.lognormal(np.log(itl_s), 0.2, 19) * S).astype(int)
+            chunks = [send + 1000, first, *(first + np.cumsum(gaps)).tolist()]
+            run.append_request(
+                RequestRecord(
+                    request_id=f"r{i}",
+                    scenario="rate=10",
+                    phase="warmup" if i < 5 else "measure",
+                    worker=0,
+                    intended_send_ns=send,
+                    send_ns=send,
+                    done_ns=chunks[-1] + 1000,
+                    status="error" if i % 50 == 7 else "ok",
+                    chunk_ns=chunks,
+                    chunk_tokens=[0] + [1] * 20,
+                    first_token_ns=first,
+                    last_token_ns=chunks[-1],
+                    output_tokens=20,
+                )
+            )
+    return run.run_id
+
+
+def test_serving_samples_follow_the_metric_definitions(tmp_path):
+    store = RunStore(tmp_path)
+    run = load_run(store, write_serving_run(store, 0.01, seed=1))
+    metrics = {m.key: m for m in run_samples(run)}
+    assert list(metrics) == [
+        "rate=10/ttft_s p50",
+        "rate=10/ttft_s p99",
+        "rate=10/tpot_s p50",
+        "rate=10/tpot_s p99",
+        "rate=10/itl_s p50",
+        "rate=10/itl_s p99",
+        "rate=10/e2e_s p50",
+        "rate=10/output_tok_s mean",
+    ]
+    measured_ok = 145 - 3  # 5 warm-up requests excluded, 3 errors (i = 7, 57, 107)
+    assert metrics["rate=10/ttft_s p50"].n == measured_ok
+    assert metrics["rate=10/itl_s p99"].n == measured_ok * 19
+    assert np.median(metrics["rate=10/itl_s p50"].values) == pytest.approx(0.01, rel=0.05)
+    # A request every 0.1 s with 20 tokens: about 200 tokens per second, whole bins only.
+    tput = metrics["rate=10/output_tok_s mean"]
+    # Measured sends span 0.5 s to 14.9 s: 14 whole bins, the first dropped.
+    assert tput.direction == "higher" and tput.n == 13
+    assert tput.values.mean() == pytest.approx(200, rel=0.1)
+
+
+def test_throughput_bins_drop_partial_and_first_bins():
+    frame = {
+        "send_ns": [0, int(3.5 * S)],
+        "chunk_ns": [[S // 2, int(1.5 * S), int(2.5 * S)], [int(3.6 * S)]],
+        "chunk_tokens": [[1, 2, 3], [4]],
+    }
+    import pandas as pd
+
+    bins = throughput_bins(pd.DataFrame(frame))
+    assert bins.tolist() == [2.0, 3.0]  # bins [1, 2) and [2, 3); [0, 1) and [3, 3.5) dropped
+
+
+def test_gate_command_prints_and_writes_its_verdict(tmp_path):
+    store = RunStore(tmp_path)
+    baseline = load_run(store, write_serving_run(store, 0.010, seed=1))
+    candidate_id = write_serving_run(store, 0.012, seed=2)
+    lines: list[str] = []
+    code = gate_command(candidate_id, baseline, tmp_path, out=lines.append)
+    assert code == 1
+    assert "REGRESSION rate=10/itl_s p50" in lines[0]
+    body = json.loads((tmp_path / candidate_id / "gate.json").read_text())
+    verdicts = {v["key"]: v for v in body["verdicts"]}
+    assert verdicts["rate=10/itl_s p50"]["outcome"] == "regression"
+    assert verdicts["rate=10/ttft_s p50"]["outcome"] == "no change"
+    assert verdicts["rate=10/ttft_s p99"]["outcome"] == "inconclusive"  # 142 < 368 samples
+    assert body["exit_code"] == 1 and body["baseline"] == baseline.run_id
+    assert (tmp_path / candidate_id / "gate.txt").read_text().startswith("gate: ")
+
+
+def test_gate_command_refuses_another_host_unless_forced(tmp_path):
+    store = RunStore(tmp_path)
+    baseline = load_run(store, write_serving_run(store, 0.010, seed=1))
+    manifest = copy.deepcopy(baseline.manifest)
+    manifest.host["cpu_model"] = "some other CPU"
+    elsewhere = dataclasses.replace(baseline, manifest=manifest)
+    candidate_id = write_serving_run(store, 0.010, seed=2)
+    with pytest.raises(ReportUsageError, match="different hosts"):
+        gate_command(candidate_id, elsewhere, tmp_path, out=lambda _: None)
+    out_dir = tmp_path / "out"
+    assert gate_command(candidate_id, elsewhere, tmp_path, out_dir, force=True, out=print) == 0
+    body = json.loads((out_dir / "gate.json").read_text())
+    assert body["fingerprint"]["forced"] is True and "FORCED" in body["notes"][0]
+
+
+def test_micro_and_training_runs(tmp_path):
+    store = RunStore(tmp_path)
+    rng = np.random.default_rng(3)
+    ids = {}
+    for label, scale in (("a", 1.0), ("b", 1.3)):
+        with store.create("micro") as run:
+            for value in rng.normal(0.010 * scale, 0.0002, 30):
+                run.append_sample(SampleRecord("moe_dispatch", float(value), "s", "lower"))
+        ids[label] = run.run_id
+    reader = store.open(ids["a"])
+    (micro,) = run_samples(load_run(store, ids["a"]), samples=reader.samples())
+    assert (micro.key, micro.metric_class, micro.n) == ("moe_dispatch median", "micro", 30)
+    lines: list[str] = []
+    assert gate_command(
+        ids["b"], load_run_with_samples(store, ids["a"]), tmp_path, out=lines.append
+    )
+    assert "REGRESSION moe_dispatch median" in lines[0]
+
+    with store.create("training") as run:
+        for step in range(20):
+            for rank in range(2):
+                start = step * S
+                run.append_step(StepRecord(step, rank, start, start + S // 2 + rank, 4096, mfu=0.4))
+    training = {m.key: m for m in run_samples(load_run(store, run.run_id))}
+    assert set(training) == {"step_time_s median", "tokens_per_s mean", "mfu mean"}
+    assert training["step_time_s median"].values[0] == pytest.approx(0.5, rel=1e-6)
+    assert training["tokens_per_s mean"].values[0] == pytest.approx(8192 / 0.5, rel=1e-6)
+
+
+def load_run_with_samples(store: RunStore, run_id: str):
+    """RunData with its samples table, whether or not RunData has the field yet."""
+    run = load_run(store, run_id)
+    if hasattr(run, "samples"):
+        return run
+    samples = store.open(run_id).samples()
+
+    class WithSamples:
+        def __init__(self):
+            self.samples = samples
+
+        def __getattr__(self, name):
+            return getattr(run, name)
+
+    return WithSamples()
+
+
+def test_pooling_concatenates_each_metric():
+    one = [latency("x", [1.0, 2.0]), latency("y", [5.0])]
+    two = [latency("x", [3.0]), latency("z", [7.0])]
+    pooled = {m.key: m.values.tolist() for m in pool_samples([one, two])}
+    assert pooled == {"x p50": [1.0, 2.0, 3.0], "y p50": [5.0], "z p50": [7.0]}
+
+
+def test_compare_runs_side_by_side(tmp_path):
+    store = RunStore(tmp_path)
+    a_id = write_serving_run(store, 0.010, seed=1)
+    b_id = write_serving_run(store, 0.012, seed=2)
+    frame = compare_runs(load_run(store, a_id), load_run(store, b_id))
+    row = frame.set_index(frame["metric"] + " " + frame["statistic"]).loc["rate=10/itl_s p50"]
+    assert row["ratio"] == pytest.approx(1.2, rel=0.05)
+    assert row["ci_low"] < row["ratio"] < row["ci_high"] and row["p_value"] < 1e-6
+    assert row["difference"] == pytest.approx(row["b"] - row["a"])
+    assert np.isnan(frame.set_index("statistic").loc["p99"]["p_value"]).any()  # ttft: few
+    lines: list[str] = []
+    assert compare_command(a_id, b_id, tmp_path, out=lines.append) == 0
+    assert "rate=10/itl_s p50" in lines[0]
