@@ -31,7 +31,7 @@ class RunData:
 
     @property
     def kind(self) -> str:
-        """"serving", "training" or "micro" (from the suite that wrote the run)."""
+        """The suite that wrote the run: "serving", "training" or "micro"."""
         return self.manifest.suite
 
 
