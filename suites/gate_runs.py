@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -202,12 +203,22 @@ def paired_command(
     *,
     order: str = "abba",
     alpha: float = 0.05,
+    min_effects: Mapping[str, float] | None = None,
     out: Say = print,
 ) -> int:
     """Paired gate: print the table, write gate.json and gate.txt into ``out_dir``
     (default ``<runs_dir>/gates/<time>-paired/``). Exit code 0 or 1 (a regression)."""
     result, run_ids = paired_gate(
-        spec_ref, target_a, target_b, blocks, runs_dir, overrides, order=order, alpha=alpha, say=out
+        spec_ref,
+        target_a,
+        target_b,
+        blocks,
+        runs_dir,
+        overrides,
+        order=order,
+        alpha=alpha,
+        min_effects=min_effects,
+        say=out,
     )
     out(format_gate(result))
     directory = Path(out_dir) if out_dir else _gates_dir(runs_dir, "paired")
@@ -251,9 +262,27 @@ class Calibration:
             if v.q_value is not None and v.q_value < self.alpha
         )
 
+    def suggested_min_effects(self) -> dict[str, float]:
+        """Per metric whose A/A intervals reached past its minimum effect: the smallest
+        minimum effect (rounded up to 1%) that would have flagged none of these pairs, in
+        either order. A lower bound from few pairs: calibrate with ten or more."""
+        worst: dict[str, float] = {}
+        for *_, result in self.pairs:
+            for v in result.verdicts:
+                if v.ci_low is None or v.q_value is None:
+                    continue
+                if v.direction == "lower":  # bad side above 1; the reversed pair's too
+                    excess = max(v.ci_low - 1, 1 / v.ci_high - 1)
+                else:
+                    excess = max(1 - v.ci_high, 1 - 1 / v.ci_low)
+                if excess > v.min_effect:
+                    worst[v.key] = max(worst.get(v.key, 0.0), excess)
+        return {key: math.ceil(value * 100) / 100 for key, value in worst.items()}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "alpha": self.alpha,
+            "suggested_min_effects": self.suggested_min_effects(),
             "pairs": [
                 {"baseline": a, "candidate": b, "gate": r.to_dict()} for a, b, r in self.pairs
             ],
@@ -325,6 +354,11 @@ def format_calibration(calibration: Calibration) -> str:
             f"({c.metric_rate:.1%}); pairs with any regression: {c.pair_rate:.1%} of "
             f"{len(c.pairs)}; nominal alpha {c.alpha:g} (Benjamini-Hochberg per pair)",
             f"significant but below the minimum effect: {c.raw_significant - c.false_positives}",
+            *(
+                f"suggested minimum effect for {key}: {value:.0%} (A/A intervals reached past "
+                "the current one)"
+                for key, value in c.suggested_min_effects().items()
+            ),
         ]
     )
 
@@ -338,12 +372,20 @@ def calibrate_command(
     *,
     target: str = "synthetic",
     alpha: float = 0.05,
+    min_effects: Mapping[str, float] | None = None,
     out: Say = print,
 ) -> int:
     """A/A calibration: print the table, write calibration.json into ``out_dir`` (default
     ``<runs_dir>/gates/<time>-calibration/``). Always 0: it measures, it does not judge."""
     calibration = calibrate_gate(
-        spec_ref, pairs, runs_dir, overrides, target=target, alpha=alpha, say=out
+        spec_ref,
+        pairs,
+        runs_dir,
+        overrides,
+        target=target,
+        alpha=alpha,
+        min_effects=min_effects,
+        say=out,
     )
     out(format_calibration(calibration))
     directory = Path(out_dir) if out_dir else _gates_dir(runs_dir, "calibration")

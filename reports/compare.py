@@ -1,0 +1,117 @@
+"""Side-by-side comparison of two runs: the gate's statistics, without a verdict.
+
+Per metric (the gate's metrics, ``reports.samples``): run A's and run B's value of the
+statistic, B - A, B / A with its bootstrap interval, and a two-sided p-value from the
+gate's test for that statistic (``reports.stats.rank_test``), unadjusted. Metrics with
+fewer samples than the gate needs get values but no interval or p-value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from collectors.fingerprint import fingerprint_key
+from collectors.store import RunStore
+from reports.gate import format_value, text_table
+from reports.runs import RunData, load_run
+from reports.samples import run_samples
+from reports.stats import bootstrap_ratio_ci, min_samples, point_value, rank_test
+
+COLUMNS = (
+    "metric",
+    "statistic",
+    "direction",
+    "unit",
+    "n_a",
+    "n_b",
+    "a",
+    "b",
+    "difference",
+    "ratio",
+    "ci_low",
+    "ci_high",
+    "p_value",
+)
+
+
+def compare_runs(
+    a: RunData,
+    b: RunData,
+    *,
+    ci_level: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """One row per metric of either run (NaN where a side lacks it); ratios are B / A."""
+    left = {m.key: m for m in run_samples(a)}
+    right = {m.key: m for m in run_samples(b)}
+    rng = np.random.default_rng(seed)
+    rows = []
+    for key in [*left, *(k for k in right if k not in left)]:
+        ma, mb = left.get(key), right.get(key)
+        meta = ma or mb
+        row: dict[str, Any] = dict(
+            metric=meta.name,
+            statistic=meta.statistic,
+            direction=meta.direction,
+            unit=meta.unit,
+            n_a=ma.n if ma else 0,
+            n_b=mb.n if mb else 0,
+            a=point_value(ma.values, meta.statistic) if ma else np.nan,
+            b=point_value(mb.values, meta.statistic) if mb else np.nan,
+        )
+        row["difference"] = row["b"] - row["a"]
+        row["ratio"] = row["b"] / row["a"] if row["a"] and row["a"] > 0 else np.nan
+        row["ci_low"] = row["ci_high"] = row["p_value"] = np.nan
+        if ma and mb and min(ma.n, mb.n) >= min_samples(meta.statistic):
+            ci = bootstrap_ratio_ci(ma.values, mb.values, meta.statistic, n_boot, ci_level, rng)
+            if ci is not None:
+                row["ci_low"], row["ci_high"] = ci
+            row["p_value"] = rank_test(ma.values, mb.values, meta.statistic, None)[0]
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def format_comparison(frame: pd.DataFrame, a_label: str, b_label: str) -> str:
+    def num(x: float, fmt: str) -> str:
+        return "-" if pd.isna(x) else format(x, fmt)
+
+    rows = []
+    for r in frame.itertuples(index=False):
+        ratio = num(r.ratio, ".3f")
+        if not pd.isna(r.ci_low):
+            ratio += f" [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+        rows.append(
+            (
+                f"{r.metric} {r.statistic}",
+                r.direction,
+                f"{r.n_a}/{r.n_b}",
+                format_value(None if pd.isna(r.a) else r.a, r.unit),
+                format_value(None if pd.isna(r.b) else r.b, r.unit),
+                ratio,
+                num(r.p_value, ".2g"),
+            )
+        )
+    headers = ("metric", "better", "n A/B", "A", "B", "B/A [95% CI]", "p (two-sided)")
+    return "\n".join([f"A: {a_label}", f"B: {b_label}", text_table(headers, rows)])
+
+
+def compare_command(
+    a_ref: str, b_ref: str, runs_dir: str | Path = "runs", out: Callable[[str], Any] = print
+) -> int:
+    """Print runs A and B side by side. Always 0 (a comparison has no verdict); an
+    unknown run raises ReportUsageError (exit 2)."""
+    store = RunStore(runs_dir)
+    a, b = load_run(store, a_ref), load_run(store, b_ref)
+    frame = compare_runs(a, b)
+    out(format_comparison(frame, a.run_id, b.run_id))
+    if fingerprint_key(a.manifest.host) != fingerprint_key(b.manifest.host):
+        out("note: the runs were measured on different hosts (fingerprints differ)")
+    if a.kind != b.kind:
+        out(f"note: the runs are of different kinds ({a.kind}, {b.kind})")
+    return 0

@@ -1,0 +1,231 @@
+"""The statistics of the gate: bootstrap ratio intervals, rank tests, FDR, minimum effects.
+
+Conventions: ``a`` is the baseline, ``b`` the candidate, and a ratio is always
+statistic(b) / statistic(a). A statistic is "mean", "median" or "pNN" (a percentile, e.g.
+"p99", "p99.9"), computed with numpy's "linear" estimator as in ``collectors.quantiles``.
+
+Bootstrap (percentile method, baseline and candidate resampled independently):
+- percentiles and the median are drawn from their exact bootstrap distribution rather
+  than by materialising resamples. Sorting a resample of ``x`` (n values, sorted) gives
+  ``x[floor(U_(j) * n)]`` for the order statistics U_(j) of n uniforms, and U_(j) ~
+  Beta(j, n - j + 1); the next one is U_(j) + (1 - U_(j)) * Beta(1, n - j). Two Beta
+  draws per resample give the two order statistics the linear estimator interpolates, so
+  2000 resamples cost the same for 50 samples or 5 million.
+- means are resampled (vectorized, in chunks); arrays above ``MEAN_RESAMPLE_CAP`` are
+  first subsampled without replacement to the cap with the generator given. A smaller
+  sample widens the interval, so the cap errs towards "inconclusive", never "regression".
+
+Tests (one-sided, in the direction of a regression):
+- the median, p50 and mean: Mann-Whitney U (scipy, asymptotic with tie correction for
+  large samples), whether the candidate's values are stochastically worse;
+- other percentiles: the Brown-Mood quantile test: the count of each side's values above
+  the pooled sample's percentile, compared with Fisher's exact test on that 2x2 table. A
+  rank test of the whole distribution misses a regression confined to the tail; this one
+  asks about the percentile itself, and is exact under exchangeability (the pooled
+  threshold does not depend on the labels).
+Both treat samples as independent. Per-token and per-request samples of one run are
+correlated, so the nominal alpha is a lower bound on the real false-positive rate; the
+minimum effect guards against that, and A/A runs (``suites.gate_runs``) measure it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+
+import numpy as np
+from scipy import stats as sps
+
+from collectors.quantiles import quantile_ci
+
+# A change smaller than this fraction is not material, whatever its significance. Keys are
+# a metric class, or a class and a statistic ("latency p99"), which wins over the class.
+# Latency and throughput: 5%, about the run-to-run spread of medians in short serving runs;
+# micro-benchmarks are noisier (caches, turbo, scheduling): 10%. Tail percentiles vary far
+# more from run to run than within a run, which no test on one run's samples can see: A/A
+# runs on the 2-core development host (suites.gate_runs A/A calibration, 12 pairs at 4
+# and 16 streams, both orders) flagged ITL p99 in 5 of 24 comparisons with a 5% minimum effect,
+# 1 of 24 with 20%. Calibrate on your own host; its suggested minimum effects override these.
+DEFAULT_MIN_EFFECTS: Mapping[str, float] = {
+    "latency": 0.05,
+    "latency p99": 0.20,
+    "throughput": 0.05,
+    "micro": 0.10,
+    "training": 0.05,
+}
+FALLBACK_MIN_EFFECT = 0.05
+# No statistic is compared on fewer samples than this (per side).
+MIN_SAMPLES = 8
+# Percentiles also need enough samples that their 95% order-statistic interval
+# (collectors.quantiles.quantile_ci) exists: 36 for p90, 368 for p99, 3688 for p99.9.
+PERCENTILE_CI_LEVEL = 0.95
+MEAN_RESAMPLE_CAP = 20_000
+_CHUNK_VALUES = 4_000_000  # resampled values held in memory at once
+
+
+def quantile_of(statistic: str) -> float | None:
+    """The quantile a statistic names ("p99" -> 0.99, "median" -> 0.5), None for the mean."""
+    if statistic == "median":
+        return 0.5
+    if statistic == "mean":
+        return None
+    if statistic.startswith("p"):
+        try:
+            q = float(statistic[1:]) / 100
+        except ValueError:
+            q = -1.0
+        if 0 < q < 1:
+            return q
+    raise ValueError(f"unknown statistic {statistic!r}; valid: mean, median, pNN (e.g. p99)")
+
+
+def point_value(values: np.ndarray, statistic: str) -> float:
+    q = quantile_of(statistic)
+    values = np.asarray(values, dtype=float)
+    if not len(values):
+        return math.nan
+    return float(values.mean() if q is None else np.quantile(values, q, method="linear"))
+
+
+@functools.lru_cache(maxsize=64)
+def min_samples(statistic: str) -> int:
+    """The fewest samples per side the gate compares ``statistic`` on (documented above)."""
+    q = quantile_of(statistic)
+    if q is None:
+        return MIN_SAMPLES
+    n = 2
+    while quantile_ci(np.arange(n, dtype=float), q, PERCENTILE_CI_LEVEL)[0] is None:
+        n += 1 if n < 64 else max(1, n // 64)
+    # The stepped search may overshoot by < 1.6%; walk back to the exact minimum.
+    while n > 2 and quantile_ci(np.arange(n - 1.0), q, PERCENTILE_CI_LEVEL)[0] is not None:
+        n -= 1
+    return max(n, MIN_SAMPLES)
+
+
+def min_effect_for(
+    name: str, statistic: str, metric_class: str, overrides: Mapping[str, float] | None = None
+) -> float:
+    """The minimum effect: the first of "name statistic", "name", "class statistic" and
+    "class" found in ``overrides``, else in ``DEFAULT_MIN_EFFECTS`` (so an override of a
+    class applies to its tail percentiles too)."""
+    keys = (f"{name} {statistic}", name, f"{metric_class} {statistic}", metric_class)
+    for table in (overrides or {}, DEFAULT_MIN_EFFECTS):
+        for key in keys:
+            if key in table:
+                return float(table[key])
+    return FALLBACK_MIN_EFFECT
+
+
+def _bootstrap_quantile(values: np.ndarray, q: float, n_boot: int, rng) -> np.ndarray:
+    """n_boot draws of the linear-estimator quantile of a bootstrap resample (exact)."""
+    x = np.sort(values)
+    n = len(x)
+    h = (n - 1) * q
+    k = math.floor(h)  # 0-based: order statistics k+1 and k+2 (1-based) are interpolated
+    frac = h - k
+    u1 = rng.beta(k + 1, n - k, size=n_boot)
+    low = x[np.minimum((u1 * n).astype(np.int64), n - 1)]
+    if frac == 0 or k + 1 >= n:
+        return low
+    u2 = u1 + (1 - u1) * rng.beta(1, n - k - 1, size=n_boot)
+    high = x[np.minimum((u2 * n).astype(np.int64), n - 1)]
+    return low + frac * (high - low)
+
+
+def _bootstrap_mean(values: np.ndarray, n_boot: int, rng, cap: int) -> np.ndarray:
+    x = np.asarray(values, dtype=float)
+    if len(x) > cap:
+        x = rng.choice(x, size=cap, replace=False)
+    n = len(x)
+    per_chunk = max(1, _CHUNK_VALUES // n)
+    means = np.empty(n_boot)
+    for start in range(0, n_boot, per_chunk):
+        stop = min(n_boot, start + per_chunk)
+        means[start:stop] = x[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
+    return means
+
+
+def bootstrap_statistic(
+    values: np.ndarray, statistic: str, n_boot: int = 2000, rng=None, cap: int = MEAN_RESAMPLE_CAP
+) -> np.ndarray:
+    """n_boot bootstrap replicates of ``statistic`` of ``values``."""
+    rng = rng if rng is not None else np.random.default_rng(0)
+    values = np.asarray(values, dtype=float)
+    q = quantile_of(statistic)
+    if q is None:
+        return _bootstrap_mean(values, n_boot, rng, cap)
+    return _bootstrap_quantile(values, q, n_boot, rng)
+
+
+def bootstrap_ratio_ci(
+    a: np.ndarray,
+    b: np.ndarray,
+    statistic: str,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    rng=None,
+) -> tuple[float, float] | None:
+    """Percentile-bootstrap interval of statistic(b) / statistic(a); None if undefined
+    (no samples, or a baseline replicate that is not positive)."""
+    if not len(a) or not len(b):
+        return None
+    rng = rng if rng is not None else np.random.default_rng(0)
+    boot_a = bootstrap_statistic(a, statistic, n_boot, rng)
+    boot_b = bootstrap_statistic(b, statistic, n_boot, rng)
+    if not np.all(boot_a > 0):
+        return None
+    ratios = boot_b / boot_a
+    tail = (1 - level) / 2
+    low, high = np.quantile(ratios, [tail, 1 - tail])
+    return float(low), float(high)
+
+
+def _worse(direction: str | None) -> str:
+    """scipy's ``alternative`` for "b is worse than a", or two-sided for None."""
+    if direction is None:
+        return "two-sided"
+    if direction not in ("lower", "higher"):
+        raise ValueError(f"direction must be 'lower' or 'higher', got {direction!r}")
+    return "greater" if direction == "lower" else "less"
+
+
+def mann_whitney(a: np.ndarray, b: np.ndarray, direction: str | None) -> float:
+    """p-value that the candidate ``b`` is stochastically worse than the baseline ``a``
+    (one-sided; ``direction`` says which way is better), or two-sided for None."""
+    return float(sps.mannwhitneyu(b, a, alternative=_worse(direction)).pvalue)
+
+
+def quantile_test(a: np.ndarray, b: np.ndarray, q: float, direction: str | None) -> float:
+    """Brown-Mood test of the q-quantile: p-value that ``b``'s is worse than ``a``'s."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    threshold = np.quantile(np.concatenate([a, b]), q, method="linear")
+    table = [
+        [int((b > threshold).sum()), int((b <= threshold).sum())],
+        [int((a > threshold).sum()), int((a <= threshold).sum())],
+    ]
+    # Rows: candidate, baseline. "greater" odds: the candidate has more values above.
+    return float(sps.fisher_exact(table, alternative=_worse(direction)).pvalue)
+
+
+def rank_test(a: np.ndarray, b: np.ndarray, statistic: str, direction: str | None):
+    """(p-value, test name) of the test the gate uses for ``statistic``."""
+    q = quantile_of(statistic)
+    if q is None or q == 0.5:
+        return mann_whitney(a, b, direction), "mann-whitney"
+    return quantile_test(a, b, q, direction), "brown-mood quantile (fisher exact)"
+
+
+def benjamini_hochberg(pvalues) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values (q-values), in the order given."""
+    p = np.asarray(pvalues, dtype=float)
+    if not len(p):
+        return p
+    if hasattr(sps, "false_discovery_control"):
+        return np.asarray(sps.false_discovery_control(p, method="bh"))
+    order = np.argsort(p)
+    ranked = p[order] * len(p) / np.arange(1, len(p) + 1)
+    adjusted = np.minimum.accumulate(ranked[::-1])[::-1]
+    out = np.empty_like(p)
+    out[order] = np.minimum(adjusted, 1.0)
+    return out
