@@ -172,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="where baselines live (default: reports/baselines, committed to the repository)",
     )
     cli_reports.add_baseline_commands(commands, reports_common)
+    cli_reports.add_gate_commands(commands, reports_common)
 
     dashboards = commands.add_parser("dashboards", help="Grafana dashboards")
     dashboards_commands = dashboards.add_subparsers(dest="dashboards_command", required=True)

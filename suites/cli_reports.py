@@ -11,6 +11,8 @@ import argparse
 
 from rich.console import Console
 
+from suites.errors import UsageError
+
 
 def _out(console: Console):
     return lambda line: console.print(line, markup=False, highlight=False)
@@ -53,3 +55,73 @@ def add_baseline_commands(commands, common: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", parents=[common], help="one version: NAME or NAME@V")
     show.add_argument("ref")
     show.set_defaults(handler=baseline_show)
+
+
+def gate(args: argparse.Namespace, console: Console) -> int:
+    """`gate RUN --baseline NAME[@V]`, `gate --paired SPEC --a A --b B`, `gate calibrate`."""
+    out = _out(console)
+    positional = list(args.target)
+    if positional[:1] == ["calibrate"]:
+        from suites.gate_runs import calibrate_command
+
+        spec = positional[1] if len(positional) > 1 else "default"
+        return calibrate_command(
+            spec, args.pairs, args.runs_dir, args.set or [], args.out_dir, out=out
+        )
+    if args.paired:
+        if positional or not (args.a and args.b):
+            raise UsageError("gate --paired SPEC needs --a TARGET and --b TARGET and no RUN")
+        from suites.gate_runs import paired_command
+
+        return paired_command(
+            args.paired, args.a, args.b, args.blocks, args.runs_dir, args.set or [],
+            args.out_dir, out=out,
+        )  # fmt: skip
+    if len(positional) != 1 or not args.baseline:
+        raise UsageError(
+            "usage: moeperf gate RUN --baseline NAME[@V] | gate --paired SPEC --a A --b B "
+            "| gate calibrate [SPEC]"
+        )
+    from reports.baselines import BaselineStore, parse_ref
+    from reports.gate import gate_command
+
+    name, version = parse_ref(args.baseline)
+    baseline = BaselineStore(args.baselines_dir).load_run_data(name, version)
+    return gate_command(
+        positional[0], baseline, args.runs_dir, args.out_dir, args.force, out=out,
+        baseline_label=args.baseline,
+    )  # fmt: skip
+
+
+def compare(args: argparse.Namespace, console: Console) -> int:
+    from reports.compare import compare_command
+
+    return compare_command(args.a, args.b, args.runs_dir, out=_out(console))
+
+
+def add_gate_commands(commands, common: argparse.ArgumentParser) -> None:
+    parser = commands.add_parser(
+        "gate",
+        parents=[common],
+        help="judge a run against a baseline (exit 0 pass, 1 regression, 2 bad input)",
+    )
+    parser.add_argument(
+        "target", nargs="*", metavar="RUN", help="the run to judge, or 'calibrate [SPEC]'"
+    )
+    parser.add_argument("--baseline", metavar="NAME[@V]", help="the baseline to judge against")
+    parser.add_argument("--force", action="store_true", help="accept a host-fingerprint mismatch")
+    parser.add_argument("--out-dir", help="where gate.json and gate.txt go (default: the run)")
+    parser.add_argument("--paired", metavar="SPEC", help="run --a and --b interleaved in one job")
+    parser.add_argument("--a", help="baseline target: URL, 'synthetic' or 'synthetic:k=v,...'")
+    parser.add_argument("--b", help="candidate target, same forms as --a")
+    parser.add_argument("--blocks", type=int, default=4, help="blocks per target (paired)")
+    parser.add_argument("--pairs", type=int, default=6, help="A/A pairs (calibrate)")
+    parser.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="spec overrides for paired/calibrate"
+    )
+    parser.set_defaults(handler=gate)
+
+    comparison = commands.add_parser("compare", help="two runs side by side, with CIs")
+    comparison.add_argument("a", help="run A (reference)")
+    comparison.add_argument("b", help="run B")
+    comparison.set_defaults(handler=compare)
