@@ -1,0 +1,91 @@
+"""The percentile table: p50 / p90 / p99 per scenario and metric, each with its sample
+count and 95% confidence interval, exactly as ``collectors.quantiles.describe`` gives them
+(the interval reads "too few samples" where describe has none)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from reports.figures.text import plotly_text, styled
+
+# Summary keys (collectors.summary "latency_s") in display order, with their labels.
+METRICS = {
+    "ttft_s": "TTFT",
+    "ttft_from_send_s": "TTFT from send",
+    "queue_delay_s": "client queue delay",
+    "tpot_s": "TPOT",
+    "itl_s": "ITL",
+    "icl_s": "ICL",
+    "e2e_s": "E2E",
+}
+QUANTILES = {0.5: "p50", 0.9: "p90", 0.99: "p99"}
+
+
+def percentile_frame(latency_by_scenario: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per (scenario, metric) from ``{scenario: summary "latency_s"}``, values in
+    seconds: scenario, metric, count, mean_s, and p50_s, p50_low_s, p50_high_s, ... ."""
+    rows = []
+    for scenario, latencies in latency_by_scenario.items():
+        for key, label in METRICS.items():
+            described = latencies.get(key)
+            if described is None:
+                continue
+            row: dict[str, Any] = {
+                "scenario": scenario,
+                "metric": label,
+                "count": described["count"],
+                "mean_s": described["mean"],
+            }
+            for estimate in described["quantiles"]:
+                name = QUANTILES.get(round(estimate["q"], 6))
+                if name:
+                    row[f"{name}_s"] = estimate["value"]
+                    row[f"{name}_low_s"] = estimate["ci_low"]
+                    row[f"{name}_high_s"] = estimate["ci_high"]
+            rows.append(row)
+    columns = ["scenario", "metric", "count", "mean_s"] + [
+        f"{name}{part}_s" for name in QUANTILES.values() for part in ("", "_low", "_high")
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _ms(value) -> str:
+    return "-" if value is None or not np.isfinite(value) else f"{value * 1e3:.2f}"
+
+
+def _with_ci(row: pd.Series, name: str) -> str:
+    value, low, high = row[f"{name}_s"], row[f"{name}_low_s"], row[f"{name}_high_s"]
+    if value is None or not np.isfinite(value):
+        return "-"
+    if low is None or high is None or not (np.isfinite(low) and np.isfinite(high)):
+        return f"{_ms(value)} (too few samples)"
+    return f"{_ms(value)} [{_ms(low)}, {_ms(high)}]"
+
+
+def percentile_table(frame: pd.DataFrame, title: str = "Latency percentiles") -> go.Figure:
+    """A table figure of ``percentile_frame`` output, in milliseconds."""
+    header = ["scenario", "metric", "samples"] + [
+        f"{name} ms [95% CI]" for name in QUANTILES.values()
+    ]
+    cells = [
+        [plotly_text(s) for s in frame["scenario"]],
+        [plotly_text(m) for m in frame["metric"]],
+        [f"{int(c):,}" for c in frame["count"]],
+    ]
+    for name in QUANTILES.values():
+        cells.append([_with_ci(row, name) for _, row in frame.iterrows()])
+    fig = go.Figure(
+        go.Table(
+            columnwidth=[1.2, 1.4, 1, 2, 2, 2],
+            header={"values": header, "align": "left", "fill_color": "#eef1f8"},
+            cells={"values": cells, "align": "left", "height": 24},
+        )
+    )
+    fig = styled(fig, title, height=min(100 + 24 * max(len(frame), 1), 1600))
+    fig.update_layout(margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig

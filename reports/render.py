@@ -1,0 +1,229 @@
+"""One self-contained, offline HTML page from sections of charts and tables.
+
+plotly.js is embedded once (with the first chart), nothing is loaded from anywhere: no
+CDN, no font, no image, and a Content-Security-Policy that forbids any fetch says so to
+the browser too. Every string that reaches the page is escaped here (``html.escape``),
+whatever its source: spec, target, manifest, notes, model output. Figures carry their
+own escaping of the text Plotly draws (``reports.figures.text``), and Plotly's JSON
+escapes ``<``, ``>`` and ``/``, so no string can close the ``<script>`` that holds it.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
+
+# Plotly's modebar without the "Produced with Plotly" link (an external URL).
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+# Inline scripts and styles only; images from data: and blob: (the PNG download button).
+CSP = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "img-src data: blob:; font-src data:"
+)
+
+STATUS_CLASSES = ("running", "complete", "aborted", "invalid")
+_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
+       max-width: 1200px; padding: 0 20px 60px; color: #1f2430; }
+h1 { margin: 24px 0 4px; } h2 { border-bottom: 2px solid #dde3f0; padding-bottom: 4px;
+       margin-top: 40px; }
+.generated { color: #666; font-size: 90%; }
+.conditions { display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px;
+       font-size: 92%; margin: 8px 0 12px; }
+.conditions dt { color: #555; } .conditions dd { margin: 0; overflow-wrap: anywhere; }
+.status-complete { color: #17723b; } .status-aborted, .status-invalid { color: #b3261e; }
+.status-running, .status-unknown { color: #8a5a00; }
+.notes li { margin: 2px 0; }
+details { margin: 4px 0; } summary { cursor: pointer; color: #2a3f8f; }
+pre { background: #f6f8fb; padding: 10px; overflow-x: auto; font-size: 85%;
+       white-space: pre-wrap; overflow-wrap: anywhere; }
+.block { margin: 22px 0; }
+.condition-line { font-size: 85%; color: #555; margin: 0 0 4px;
+       border-left: 3px solid #dde3f0; padding-left: 8px; overflow-wrap: anywhere; }
+.caption { font-size: 88%; color: #444; margin: 4px 0; }
+table.data { border-collapse: collapse; font-size: 88%; margin: 6px 0; }
+table.data th, table.data td { border: 1px solid #dde3f0; padding: 3px 8px; text-align: left;
+       vertical-align: top; overflow-wrap: anywhere; max-width: 420px; }
+table.data th { background: #eef1f8; overflow-wrap: normal; } td.num { text-align: right; }
+nav ul { padding-left: 20px; } .appendix pre.doc { background: #fbfbf6; }
+"""
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A Plotly figure with a caption under it."""
+
+    figure: go.Figure
+    caption: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    """A small DataFrame shown as an HTML table (cells escaped, numbers right-aligned)."""
+
+    frame: pd.DataFrame
+    caption: str = ""
+
+
+@dataclass(frozen=True)
+class Details:
+    """Collapsible preformatted text (a spec, a fingerprint), closed by default."""
+
+    summary: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Section:
+    """One run (or one comparison): its conditions, then its blocks.
+
+    ``facts`` are (label, value) pairs stated at the top; ``condition_line`` is repeated
+    above every chart so a chart cut out of the page still says what it measured.
+    """
+
+    title: str
+    anchor: str
+    facts: Sequence[tuple[str, str]] = ()
+    status: str = ""  # running, complete, aborted or invalid
+    status_reason: str | None = None
+    notes: Sequence[str] = ()
+    details: Sequence[Details] = ()
+    condition_line: str = ""
+    blocks: Sequence[Chart | Table] = field(default_factory=list)
+
+
+def esc(value: Any) -> str:
+    """Text for HTML content and attribute values."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def pretty_json(value: Any) -> str:
+    """Indented JSON for a <pre> block (escaped by the caller, like any text)."""
+    return json.dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=False)
+
+
+def _cell(value: Any) -> tuple[str, bool]:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "-", False
+    if isinstance(value, bool | np.bool_):
+        return str(bool(value)), False
+    if isinstance(value, int | np.integer):
+        return f"{int(value):,}", True
+    if isinstance(value, float | np.floating):
+        # Four significant digits, but never an exponent for a count-like 16,384.
+        return f"{float(value):,.0f}" if abs(value) >= 1000 else f"{float(value):.4g}", True
+    return str(value), False
+
+
+def table_html(table: Table) -> str:
+    """An escaped HTML table of ``table.frame``."""
+    head = "".join(f"<th>{esc(c)}</th>" for c in table.frame.columns)
+    rows = []
+    for values in table.frame.itertuples(index=False, name=None):
+        cells = []
+        for value in values:
+            text, numeric = _cell(value)
+            cls = ' class="num"' if numeric else ""
+            cells.append(f"<td{cls}>{esc(text)}</td>")
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    caption = f'<p class="caption">{esc(table.caption)}</p>' if table.caption else ""
+    return (
+        f'<table class="data"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>{caption}"
+    )
+
+
+def chart_html(chart: Chart, div_id: str, *, include_plotlyjs: bool) -> str:
+    """The chart's div and script; plotly.js itself only when ``include_plotlyjs``."""
+    body = pio.to_html(
+        chart.figure,
+        full_html=False,
+        include_plotlyjs=include_plotlyjs,
+        include_mathjax=False,
+        config=PLOTLY_CONFIG,
+        div_id=div_id,
+        validate=False,
+    )
+    caption = f'<p class="caption">{esc(chart.caption)}</p>' if chart.caption else ""
+    return f'<div class="chart">{body}</div>{caption}'
+
+
+def _facts_html(facts: Sequence[tuple[str, str]]) -> str:
+    items = "".join(f"<dt>{esc(label)}</dt><dd>{esc(value)}</dd>" for label, value in facts)
+    return f'<dl class="conditions">{items}</dl>' if items else ""
+
+
+def _status_html(section: Section) -> str:
+    if not section.status:
+        return ""
+    known = section.status if section.status in STATUS_CLASSES else "unknown"
+    reason = f": {esc(section.status_reason)}" if section.status_reason else ""
+    return (
+        f'<p class="status status-{known}"><strong>status:</strong> '
+        f"{esc(section.status)}{reason}</p>"
+    )
+
+
+def _section_html(section: Section, chart_numbers: Iterator[int]) -> str:
+    parts = [f'<section class="run" id="{esc(section.anchor)}">', f"<h2>{esc(section.title)}</h2>"]
+    parts.append(_status_html(section))
+    parts.append(_facts_html(section.facts))
+    if section.notes:
+        notes = "".join(f"<li>{esc(note)}</li>" for note in section.notes)
+        parts.append(f'<h3>Notes</h3><ul class="notes">{notes}</ul>')
+    for item in section.details:
+        parts.append(
+            f"<details><summary>{esc(item.summary)}</summary><pre>{esc(item.text)}</pre></details>"
+        )
+    for block in section.blocks:
+        parts.append('<div class="block">')
+        if section.condition_line:
+            parts.append(f'<p class="condition-line">{esc(section.condition_line)}</p>')
+        if isinstance(block, Chart):
+            number = next(chart_numbers)
+            # plotly.js goes in once, with the first chart of the page.
+            parts.append(chart_html(block, f"chart-{number}", include_plotlyjs=number == 1))
+        else:
+            parts.append(table_html(block))
+        parts.append("</div>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def render_page(
+    title: str, sections: Sequence[Section], appendix: str, *, generated: str = ""
+) -> str:
+    """The whole page. ``appendix`` is trusted HTML (``reports.appendix`` escapes its
+    text); everything else is escaped here."""
+    chart_numbers = itertools.count(1)
+    body = "\n".join(_section_html(s, chart_numbers) for s in sections)
+    toc = "".join(f'<li><a href="#{esc(s.anchor)}">{esc(s.title)}</a></li>' for s in sections)
+    toc += '<li><a href="#definitions">Metric definitions</a></li>'
+    generated_html = f'<p class="generated">{esc(generated)}</p>' if generated else ""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{esc(title)}</title>
+<style>{_STYLE}</style>
+</head>
+<body>
+<h1>{esc(title)}</h1>
+{generated_html}
+<nav><ul>{toc}</ul></nav>
+{body}
+{appendix}
+</body>
+</html>
+"""

@@ -1,0 +1,375 @@
+"""The HTML report of one or more runs: figures chosen by run kind, rendered as one page.
+
+``moeperf report RUN...`` calls ``report_command``; ``build_report`` is the pure part
+(runs in, HTML out). Metrics come from ``collectors`` (per-request latencies, ITL samples,
+the summary); this module only picks what to show for a serving, training or micro run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from collectors.errors import CollectorError
+from collectors.latency import itl_samples_s, per_request
+from collectors.store import RunStore
+from collectors.summary import NO_SLO, Slo, summarize_requests
+from reports.appendix import appendix_html
+from reports.errors import ReportUsageError
+from reports.figures.cdf import CURVE_COLUMNS, cdf_curves, curve_frame, latency_cdf
+from reports.figures.concurrency import concurrency_curve, levels_frame
+from reports.figures.errors import error_bars, error_counts
+from reports.figures.expert_load import expert_load_heatmap, policy_matrices
+from reports.figures.memory import peak_memory
+from reports.figures.micro import micro_distributions, micro_summary
+from reports.figures.percentiles import percentile_frame, percentile_table
+from reports.figures.prefill import prefill_frame, prefill_throughput, prompt_tokens
+from reports.figures.steps import event_table, policies, step_table
+from reports.figures.timeline import scenario_starts, timeline, timeline_frame
+from reports.figures.training_events import training_timeline
+from reports.figures.training_throughput import policy_throughput, policy_throughput_frame
+from reports.render import Chart, Details, Section, Table, pretty_json, render_page
+from reports.runs import RunData, load_run
+
+# Points per CDF curve in the page: 4 metrics x 8 levels x 1,000 points keeps the data
+# well under the size of plotly.js itself.
+CDF_POINTS = 1000
+BATCH = 32_768
+GIB = 2**30
+
+
+def _spec(run: RunData) -> dict[str, Any]:
+    return run.manifest.spec_resolved or run.manifest.spec_given or {}
+
+
+def _host_line(host: Mapping[str, Any]) -> str:
+    parts = [str(host.get("cpu_model", "unknown CPU"))]
+    if host.get("usable_cores") or host.get("logical_cores"):
+        parts.append(f"{host.get('usable_cores') or host.get('logical_cores')} cores")
+    if host.get("memory_bytes"):
+        parts.append(f"{host['memory_bytes'] / GIB:.0f} GiB")
+    gpus = host.get("gpus") or []
+    if gpus:
+        names = ", ".join(str(g.get("name", "GPU")) for g in gpus)
+        driver = gpus[0].get("driver_version")
+        parts.append(f"GPUs: {names}" + (f" (driver {driver})" if driver else ""))
+    else:
+        parts.append("no GPU")
+    return "; ".join(parts)
+
+
+def _facts(run: RunData) -> list[tuple[str, str]]:
+    m = run.manifest
+    spec, target = _spec(run), m.target or {}
+    facts = [("run", m.run_id), ("suite", m.suite)]
+    for label, value in (
+        ("spec", spec.get("name")),
+        ("description", spec.get("description")),
+        ("target kind", target.get("kind")),
+        ("target URL", target.get("url")),
+        ("model", target.get("model")),
+        ("API", target.get("api")),
+        ("engine version", target.get("engine_version") or target.get("engine")),
+        (
+            "simulated",
+            "yes: latencies are configured, not a model's" if target.get("simulated") else None,
+        ),
+        ("started", m.anchor_wall_time),
+        ("ended", m.ended_wall_time),
+        ("moeperf git SHA", m.git_sha),
+        ("host", _host_line(m.host or {})),
+    ):
+        if value not in (None, ""):
+            facts.append((label, str(value)))
+    return facts
+
+
+def _condition_line(run: RunData) -> str:
+    m, target = run.manifest, run.manifest.target or {}
+    where = " ".join(str(v) for v in (target.get("kind"), target.get("url")) if v)
+    parts = [f"run {m.run_id}", f"target {where or 'unknown'}"]
+    if target.get("model"):
+        parts.append(f"model {target['model']}")
+    if target.get("engine_version"):
+        parts.append(f"engine {target['engine_version']}")
+    parts.append(f"status {m.status}")
+    return " · ".join(parts)
+
+
+def _details(run: RunData) -> list[Details]:
+    m = run.manifest
+    return [
+        Details("spec as resolved", pretty_json(m.spec_resolved)),
+        Details("spec as given", pretty_json(m.spec_given)),
+        Details("target", pretty_json(m.target)),
+        Details("host fingerprint", pretty_json(m.host)),
+    ]
+
+
+# --- serving ---------------------------------------------------------------------------
+
+
+def _slo(run: RunData) -> Slo:
+    slo = _spec(run).get("slo") or {}
+    return Slo(**{k: slo.get(k) for k in ("ttft_s", "tpot_s", "e2e_s")}) if slo else NO_SLO
+
+
+def _scenarios(run: RunData) -> dict[str, Any]:
+    """The per-scenario summary: the run's own summary.json, else computed the same way."""
+    stored = (run.summary or {}).get("scenarios")
+    if stored:
+        return stored
+    return summarize_requests(run.requests, _slo(run))["scenarios"] if len(run.requests) else {}
+
+
+def _levels_table(scenarios: Mapping[str, Any]) -> Table:
+    rows = [
+        {
+            "scenario": name,
+            "requests": e.get("requests"),
+            "ok": e.get("ok"),
+            "errors": e.get("errors"),
+            "cancelled": e.get("cancelled"),
+            "excluded (warm-up, cool-down)": f"{e.get('excluded_warmup', 0)}, "
+            f"{e.get('excluded_cooldown', 0)}",
+            "window s": e.get("window_s"),
+            "output tok/s": e.get("output_throughput_tok_s"),
+            "requests/s": e.get("request_throughput_rps"),
+            "goodput req/s": e.get("goodput_rps"),
+            "goodput ratio": e.get("goodput_ratio"),
+        }
+        for name, e in scenarios.items()
+    ]
+    return Table(
+        pd.DataFrame(rows),
+        "Per load level, measured requests only (warm-up and cool-down excluded); "
+        "goodput counts ok requests meeting every SLO of the spec.",
+    )
+
+
+def _harness_error_table(scenarios: Mapping[str, Any]) -> Table | None:
+    rows = []
+    for name, entry in scenarios.items():
+        errors = entry.get("harness_error_s")
+        if not errors:
+            continue
+        row: dict[str, Any] = {"scenario": name, "matched": errors.get("matched_requests")}
+        for key, label in (("ttft", "TTFT error"), ("chunk", "chunk error")):
+            for estimate in (errors.get(key) or {}).get("quantiles", []):
+                if estimate["q"] in (0.5, 0.99):
+                    row[f"{label} p{round(estimate['q'] * 100)} ms"] = estimate["value"] * 1e3
+        rows.append(row)
+    if not rows:
+        return None
+    return Table(
+        pd.DataFrame(rows),
+        "The harness's own measurement error against the synthetic target's write times.",
+    )
+
+
+def _batches(requests: pd.DataFrame) -> list[pd.DataFrame]:
+    """``requests`` in slices of ``BATCH`` rows. Every derivation used here is per request,
+    so slicing changes no result, only the size of the temporaries (a run of a million
+    requests holds ~60M chunk timestamps)."""
+    return [requests.iloc[start : start + BATCH] for start in range(0, len(requests), BATCH)]
+
+
+def _per_request(requests: pd.DataFrame) -> pd.DataFrame:
+    """``collectors.latency.per_request``, slice by slice."""
+    parts = [per_request(part) for part in _batches(requests)]
+    return pd.concat(parts) if len(parts) > 1 else per_request(requests)
+
+
+def _itl_samples(requests: pd.DataFrame) -> np.ndarray:
+    """``collectors.latency.itl_samples_s`` values, slice by slice, as float32."""
+    parts = [itl_samples_s(part)["itl_s"].to_numpy(np.float32) for part in _batches(requests)]
+    return np.concatenate(parts) if parts else np.empty(0, np.float32)
+
+
+def _itl_curves(requests: pd.DataFrame, keep: pd.Series) -> pd.DataFrame:
+    """ITL CDF points per scenario, one scenario's samples in memory at a time."""
+    chosen = requests[keep]
+    parts = [
+        curve_frame(scenario, _itl_samples(chosen.iloc[rows]), CDF_POINTS)
+        for scenario, rows in chosen.groupby("scenario", sort=False).indices.items()
+    ]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CURVE_COLUMNS)
+
+
+def _serving_blocks(run: RunData) -> list[Chart | Table]:
+    requests = run.requests
+    if requests.empty:
+        return [Table(pd.DataFrame({"requests": [0]}), "The run has no request records.")]
+    metrics = _per_request(requests)
+    scenarios = _scenarios(run)
+    blocks: list[Chart | Table] = [_levels_table(scenarios)]
+    blocks.append(
+        Chart(
+            concurrency_curve(levels_frame(scenarios)),
+            "One point per load level; ringed points are on the Pareto front (higher "
+            "throughput, lower latency).",
+        )
+    )
+    latency = {name: entry.get("latency_s", {}) for name, entry in scenarios.items()}
+    blocks.append(
+        Chart(
+            percentile_table(percentile_frame(latency)),
+            "Percentiles from raw samples with their sample counts and 95% confidence "
+            "intervals (see Metric definitions).",
+        )
+    )
+    keep = (metrics["phase"] == "measure") & (metrics["status"] == "ok")
+    measured = metrics[keep]
+    curves = {
+        "TTFT": cdf_curves(measured, "ttft_s", CDF_POINTS),
+        "TPOT": cdf_curves(measured, "tpot_s", CDF_POINTS),
+        "ITL": _itl_curves(requests, keep),
+        "E2E": cdf_curves(measured, "e2e_s", CDF_POINTS),
+    }
+    for label, frame in curves.items():
+        blocks.append(
+            Chart(latency_cdf(frame, label), f"{label} of ok measured requests, per scenario.")
+        )
+    blocks.append(
+        Chart(
+            timeline(timeline_frame(requests, metrics["ttft_s"]), scenario_starts(requests)),
+            "The whole run, warm-up and cool-down included.",
+        )
+    )
+    prefill = prefill_frame(measured["scenario"], prompt_tokens(requests)[keep], measured["ttft_s"])
+    blocks.append(
+        Chart(
+            prefill_throughput(prefill),
+            "Prompt tokens / TTFT: a prefill throughput where prefill dominates TTFT.",
+        )
+    )
+    harness = _harness_error_table(scenarios)
+    if harness is not None:
+        blocks.append(harness)
+    counts = error_counts(requests)
+    if not counts.empty:
+        blocks.append(Chart(error_bars(counts), "Failed and cancelled requests, all phases."))
+        blocks.append(Table(counts, "Failed and cancelled requests by type, with a message."))
+    return blocks
+
+
+# --- training --------------------------------------------------------------------------
+
+
+_POLICY_COLUMNS = {
+    "step_time_s": "step time s",
+    "lost_s": "lost to restarts s",
+    "tokens_per_s": "tokens/s",
+    "effective_tokens_per_s": "effective tokens/s",
+    "mfu_mean": "MFU mean",
+    "ooms": "OOMs",
+}
+
+
+def _training_blocks(run: RunData) -> list[Chart | Table]:
+    steps = run.steps
+    if steps.empty:
+        return [Table(pd.DataFrame({"steps": [0]}), "The run has no step records.")]
+    table = step_table(steps)
+    per_policy = policy_throughput_frame(table)
+    shown = per_policy.rename(columns=_POLICY_COLUMNS)
+    blocks: list[Chart | Table] = [
+        Table(shown, "Per policy: effective tokens/s counts the time lost to restarts."),
+        Chart(policy_throughput(per_policy, table)),
+        Chart(training_timeline(table, event_table(steps))),
+        Chart(peak_memory(steps)),
+    ]
+    for policy, matrix in policy_matrices(steps, policies(steps)).items():
+        if matrix.size:
+            blocks.append(Chart(expert_load_heatmap(matrix, f"Expert load, {policy}")))
+    return blocks
+
+
+# --- micro -----------------------------------------------------------------------------
+
+
+def _micro_blocks(run: RunData) -> list[Chart | Table]:
+    samples = run.samples
+    if samples is None or samples.empty:
+        return [Table(pd.DataFrame({"samples": [0]}), "The run has no samples.")]
+    return [
+        Table(micro_summary(samples), "Per metric: samples, mean, median with its 95% CI."),
+        Chart(micro_distributions(samples)),
+    ]
+
+
+_BLOCKS: dict[str, Callable[[RunData], list[Chart | Table]]] = {
+    "serving": _serving_blocks,
+    "training": _training_blocks,
+    "micro": _micro_blocks,
+}
+
+
+def run_section(run: RunData) -> Section:
+    """The section of one run: its conditions, then the figures of its kind."""
+    make = _BLOCKS.get(run.kind)
+    blocks = make(run) if make else []
+    notes = list(run.manifest.notes)
+    if make is None:
+        notes.append(f"No figures for runs of suite {run.kind!r}; its conditions only.")
+    return Section(
+        title=f"{run.kind} run {run.run_id}",
+        anchor=f"run-{run.run_id}",
+        facts=_facts(run),
+        status=run.manifest.status,
+        status_reason=run.manifest.status_reason,
+        notes=notes,
+        details=_details(run),
+        condition_line=_condition_line(run),
+        blocks=blocks,
+    )
+
+
+def build_report(runs: list[RunData], title: str) -> str:
+    """The self-contained HTML page of ``runs`` (one section each, in the order given)."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return render_page(
+        title,
+        [run_section(run) for run in runs],
+        appendix_html(),
+        generated=f"Generated by moeperf at {stamp} from {len(runs)} run(s); works offline.",
+    )
+
+
+def report_command(
+    run_refs: list[str],
+    runs_dir: str,
+    out: str | None = None,
+    print_fn: Callable[[str], None] = print,
+) -> int:
+    """Write the report of ``run_refs`` (ids, prefixes, directories or "latest") to
+    ``out``, by default ``report.html`` in the first run's directory; print its path."""
+    if not run_refs:
+        raise ReportUsageError(
+            "name at least one run: an id, a unique prefix, a directory or latest"
+        )
+    store = RunStore(runs_dir)
+    runs = [load_run(store, ref) for ref in run_refs]
+    if out is None:
+        try:
+            path = store.open(run_refs[0]).directory / "report.html"
+        except CollectorError as exc:
+            raise ReportUsageError(str(exc)) from None
+    else:
+        path = Path(out)
+    title = "moeperf report: " + ", ".join(run.run_id for run in runs)
+    page = build_report(runs, title)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise ReportUsageError(
+            f"cannot write the report to {path}: {exc.strerror or exc}"
+        ) from None
+    print_fn(str(path))
+    return 0
