@@ -93,6 +93,12 @@ def gate(args: argparse.Namespace, console: Console) -> int:
     )  # fmt: skip
 
 
+def report(args: argparse.Namespace, console: Console) -> int:
+    from reports.report import report_command
+
+    return report_command(args.runs, args.runs_dir, args.out, print_fn=_out(console))
+
+
 def compare(args: argparse.Namespace, console: Console) -> int:
     from reports.compare import compare_command
 
@@ -120,6 +126,11 @@ def add_gate_commands(commands, common: argparse.ArgumentParser) -> None:
         "--set", action="append", metavar="KEY=VALUE", help="spec overrides for paired/calibrate"
     )
     parser.set_defaults(handler=gate)
+
+    page = commands.add_parser("report", help="one offline HTML page for one or more runs")
+    page.add_argument("runs", nargs="+", metavar="RUN", help="run ids, prefixes, dirs or 'latest'")
+    page.add_argument("--out", help="the HTML file (default: report.html in the first run)")
+    page.set_defaults(handler=report)
 
     comparison = commands.add_parser("compare", help="two runs side by side, with CIs")
     comparison.add_argument("a", help="run A (reference)")
