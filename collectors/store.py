@@ -30,7 +30,7 @@ from collectors.fingerprint import host_fingerprint
 from collectors.manifest import RunManifest
 from collectors.records import RequestRecord, SampleRecord, StepRecord
 from collectors.schema import SCHEMA_VERSION, check_schema_version
-from collectors.tables import SCHEMAS, rows_to_table, table_to_frame
+from collectors.tables import SCHEMAS, read_parquet_frame, rows_to_table, table_to_frame
 
 _RECORD_FILES = {"requests": "requests", "steps": "steps", "samples": "samples"}
 # Tables whose rows may be amended by appending a newer row with the same key.
@@ -247,11 +247,10 @@ class RunReader:
         name = _RECORD_FILES[kind]
         parquet = self.directory / f"{name}.parquet"
         if parquet.exists():
-            table = pq.read_table(parquet)
-            meta = table.schema.metadata or {}
+            meta = pq.read_schema(parquet).metadata or {}
             found = meta.get(b"moeperf_schema_version", b"")
             check_schema_version(int(found) if found.isdigit() else found, str(parquet))
-            return table_to_frame(kind, table)
+            return read_parquet_frame(kind, parquet)
         jsonl = self.directory / f"{name}.jsonl"
         rows = _latest_rows(kind, _read_jsonl(jsonl)) if jsonl.exists() else []
         return table_to_frame(
