@@ -19,7 +19,7 @@ def _out(console: Console):
 
 
 def baseline_promote(args: argparse.Namespace, console: Console) -> int:
-    from reports.baselines import promote_command
+    from reports.baseline_commands import promote_command
 
     return promote_command(
         args.run, args.name, args.version, args.runs_dir, args.baselines_dir, args.force,
@@ -28,13 +28,13 @@ def baseline_promote(args: argparse.Namespace, console: Console) -> int:
 
 
 def baseline_list(args: argparse.Namespace, console: Console) -> int:
-    from reports.baselines import list_command
+    from reports.baseline_commands import list_command
 
     return list_command(args.baselines_dir, out=_out(console))
 
 
 def baseline_show(args: argparse.Namespace, console: Console) -> int:
-    from reports.baselines import show_command
+    from reports.baseline_commands import show_command
 
     return show_command(args.ref, args.baselines_dir, out=_out(console))
 

@@ -17,20 +17,14 @@ from collectors.records import RequestRecord, SampleRecord, StepRecord
 from collectors.store import RunReader, RunStore, RunWriter
 from collectors.summary import summarize_requests
 from collectors.tables import records_frame
+from reports.baseline_commands import list_command, promote_command, show_command
 from reports.baseline_migrations import (
     BASELINE_SCHEMA_VERSION,
     MIGRATIONS,
     content_hash,
     migrate,
 )
-from reports.baselines import (
-    BASELINE_FILE,
-    BaselineStore,
-    list_command,
-    parse_ref,
-    promote_command,
-    show_command,
-)
+from reports.baselines import BASELINE_FILE, BaselineStore, parse_ref
 from reports.errors import BaselineCorruptError, ReportUsageError
 from reports.runs import RunData, load_run
 

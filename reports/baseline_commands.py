@@ -1,0 +1,122 @@
+"""The `moeperf baseline promote | list | show` commands (presenting; the store is in
+reports/baselines.py)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from collectors.errors import CollectorError
+from collectors.store import RunStore
+from reports.baselines import BaselineStore, _quantile_label, _run_data, parse_ref
+from reports.errors import ReportUsageError
+
+
+def _render(table: Table) -> str:
+    console = Console(file=io.StringIO(), width=140, color_system=None, force_terminal=False)
+    console.print(table)
+    return console.file.getvalue().rstrip("\n")
+
+
+def promote_command(
+    run_ref: str,
+    name: str,
+    version: int | None,
+    runs_dir: str,
+    root: str,
+    force: bool,
+    out: Callable[[str], Any] = print,
+) -> int:
+    try:
+        reader = RunStore(runs_dir).open(run_ref)
+    except (CollectorError, OSError, ValueError) as exc:
+        raise ReportUsageError(str(exc)) from None
+    allow = ("aborted", "invalid") if force else ()
+    baseline = BaselineStore(root).promote(reader, name, version, allow_status=allow)
+    status = baseline.run_status
+    if baseline.run_status_reason:
+        status += f": {baseline.run_status_reason}"
+    out(f"promoted run {baseline.source_run_id} ({status}) as baseline {baseline.ref}")
+    out(f"  {baseline.path}  content hash {baseline.content_hash}")
+    out(f"  commit it: git add {baseline.path}")
+    return 0
+
+
+def list_command(root: str, out: Callable[[str], Any] = print) -> int:
+    summaries = BaselineStore(root).list()
+    if not summaries:
+        out(f"no baselines under {root}/ (moeperf baseline promote RUN --name NAME)")
+        return 0
+    table = Table(title="baselines")
+    for column in ("name", "versions", "latest", "created (UTC)", "host CPU"):
+        table.add_column(column)
+    for s in summaries:
+        table.add_row(
+            Text(s.name),
+            ", ".join(map(str, s.versions)),
+            str(s.latest),
+            Text(s.created),
+            Text(s.host_cpu or "-"),
+        )
+    out(_render(table))
+    return 0
+
+
+def _quantiles(stats: dict[str, Any] | None) -> str:
+    """One latency entry of a summary as "p50 / p99 (n=count)", in milliseconds."""
+    if not stats or not stats.get("count"):
+        return "-"
+    by_q = {_quantile_label(q["q"]): q.get("value") for q in stats.get("quantiles") or []}
+
+    def ms(label: str) -> str:
+        value = by_q.get(label)
+        return "-" if value is None else f"{value * 1e3:.2f}"
+
+    return f"{ms('p50')} / {ms('p99')} (n={stats['count']})"
+
+
+def show_command(ref: str, root: str, out: Callable[[str], Any] = print) -> int:
+    store = BaselineStore(root)
+    baseline = store.get(*parse_ref(ref))
+    data = _run_data(baseline)
+    host = baseline.host
+    gpus = ", ".join(g.get("name", "?") for g in host.get("gpus") or []) or "none"
+    status = baseline.run_status
+    if baseline.run_status_reason:
+        status += f" ({baseline.run_status_reason})"
+    out(
+        f"baseline {baseline.ref}  (versions: {', '.join(map(str, store.versions(baseline.name)))})"
+    )
+    out(f"  created       {baseline.created}")
+    out(f"  source run    {baseline.source_run_id}  suite {baseline.suite or '-'}  {status}")
+    out(
+        f"  host          {host.get('cpu_model', '?')}, {host.get('logical_cores', '?')} cores, "
+        f"GPUs: {gpus}"
+    )
+    out(f"  records       requests: {len(data.requests)}, steps: {len(data.steps)}")
+    out(f"  content hash  {baseline.content_hash}")
+    scenarios = data.summary.get("scenarios") or {}
+    if not scenarios:
+        out("  no serving scenarios in its summary")
+        return 0
+    table = Table(title="summary (latencies in ms: p50 / p99, n = samples)")
+    for column in ("scenario", "ok / requests", "TTFT", "TPOT", "ITL", "output tok/s"):
+        table.add_column(column)
+    for scenario, entry in scenarios.items():
+        latency = entry.get("latency_s") or {}
+        throughput = entry.get("output_throughput_tok_s")
+        table.add_row(
+            Text(str(scenario)),
+            f"{entry.get('ok', '-')} / {entry.get('requests', '-')}",
+            _quantiles(latency.get("ttft_s")),
+            _quantiles(latency.get("tpot_s")),
+            _quantiles(latency.get("itl_s")),
+            "-" if throughput is None else f"{throughput:.1f}",
+        )
+    out(_render(table))
+    return 0
