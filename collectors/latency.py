@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from collectors.records import RequestRecord
+from collectors.tables import flatten_list_column, list_column_lengths
 
 NS_PER_S = 1e9
 
@@ -117,7 +118,7 @@ def per_request(requests: pd.DataFrame) -> pd.DataFrame:
     sent = requests["send_ns"].astype("float64")
     # Server usage, else the client's count, else the sum over chunks (output_tokens()).
     chunk_sums = pd.Series(_list_sums(requests["chunk_tokens"]), index=requests.index)
-    chunk_sums = chunk_sums.where(_list_lengths(requests["chunk_tokens"]) > 0)
+    chunk_sums = chunk_sums.where(list_column_lengths(requests["chunk_tokens"]) > 0)
     tokens = (
         requests["output_tokens"]
         .astype("float64")
@@ -144,18 +145,9 @@ def icl_samples_s(requests: pd.DataFrame) -> pd.DataFrame:
     return _gap_samples(requests, per_token=False, column="icl_s")
 
 
-def _list_lengths(column: pd.Series) -> np.ndarray:
-    return np.fromiter((len(x) if x is not None else 0 for x in column), np.int64, len(column))
-
-
-def _flatten(column: pd.Series) -> np.ndarray:
-    arrays = [np.asarray(x, dtype=np.int64) for x in column if x is not None and len(x)]
-    return np.concatenate(arrays) if arrays else np.empty(0, np.int64)
-
-
 def _list_sums(column: pd.Series) -> np.ndarray:
-    lengths = _list_lengths(column)
-    flat = _flatten(column)
+    lengths = list_column_lengths(column)
+    flat = flatten_list_column(column)
     sums = np.zeros(len(column), dtype=np.int64)
     nonempty = lengths > 0
     if nonempty.any():
@@ -168,9 +160,9 @@ def _gap_samples(requests: pd.DataFrame, *, per_token: bool, column: str) -> pd.
     """``token_gaps_s`` for every ok request at once, vectorized over the flattened chunks
     (a run can hold a million requests)."""
     ok = requests[requests["status"] == "ok"]
-    lengths = _list_lengths(ok["chunk_ns"])
-    times = _flatten(ok["chunk_ns"])
-    tokens = _flatten(ok["chunk_tokens"])
+    lengths = list_column_lengths(ok["chunk_ns"])
+    times = flatten_list_column(ok["chunk_ns"])
+    tokens = flatten_list_column(ok["chunk_tokens"])
     owner = np.repeat(np.arange(len(ok)), lengths)
     carrying = tokens > 0
     times, tokens, owner = times[carrying], tokens[carrying], owner[carrying]

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 _INT = pa.int64()
 _STR = pa.string()
@@ -85,6 +87,24 @@ def rows_to_table(kind: str, rows: list[dict[str, Any]]) -> pa.Table:
     if json_columns:
         rows = [{**r, **{c: json.dumps(r.get(c, [])) for c in json_columns}} for r in rows]
     return pa.Table.from_pylist(rows, schema=SCHEMAS[kind])
+
+
+def list_column_lengths(column: pd.Series) -> np.ndarray:
+    """Length of every list in a list column (0 for a missing one). Arrow-backed columns
+    (pd.ArrowDtype) are read without a Python step per row."""
+    if isinstance(column.dtype, pd.ArrowDtype):
+        lengths = pc.list_value_length(column.array._pa_array).fill_null(0)
+        return lengths.to_numpy(zero_copy_only=False).astype(np.int64)
+    return np.fromiter((len(x) if x is not None else 0 for x in column), np.int64, len(column))
+
+
+def flatten_list_column(column: pd.Series) -> np.ndarray:
+    """Every element of a list column of integers, in order, as one int64 array."""
+    if isinstance(column.dtype, pd.ArrowDtype):
+        flat = pc.list_flatten(column.array._pa_array)
+        return flat.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    arrays = [np.asarray(x, dtype=np.int64) for x in column if x is not None and len(x)]
+    return np.concatenate(arrays) if arrays else np.empty(0, np.int64)
 
 
 def read_parquet_frame(kind: str, path) -> pd.DataFrame:

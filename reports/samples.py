@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from collectors.latency import NS_PER_S, itl_samples_s, per_request
+from collectors.tables import flatten_list_column
 
 THROUGHPUT_BIN_S = 1.0
 
@@ -122,8 +123,8 @@ def throughput_bins(requests: pd.DataFrame, bin_s: float = THROUGHPUT_BIN_S) -> 
     whole = (end - start) // bin_ns
     if whole < 2:
         return np.empty(0)
-    times = np.concatenate([np.asarray(t, dtype=np.int64) for t in requests["chunk_ns"]])
-    tokens = np.concatenate([np.asarray(t, dtype=np.int64) for t in requests["chunk_tokens"]])
+    times = flatten_list_column(requests["chunk_ns"])
+    tokens = flatten_list_column(requests["chunk_tokens"])
     index = (times - start) // bin_ns
     keep = (index >= 0) & (index < whole)
     counts = np.bincount(index[keep], weights=tokens[keep], minlength=whole)

@@ -611,3 +611,19 @@ def test_sample_records_round_trip(store):
     assert list(after["value"]) == [1.5e-5, 1.7e-5]
     assert after.equals(before)
     assert store.open(run.run_id).requests().empty
+
+
+def test_list_column_helpers_agree_for_numpy_and_arrow_backed_columns():
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    from collectors.tables import flatten_list_column, list_column_lengths
+
+    values = [[1, 2, 3], [], None, [4]]
+    arrow = pa.array(values, type=pa.list_(pa.int32())).to_pandas(types_mapper=pd.ArrowDtype)
+    plain = pd.Series([np.asarray(v) if v is not None else None for v in values], dtype=object)
+    for column in (arrow, plain):
+        assert list(list_column_lengths(column)) == [3, 0, 0, 1]
+        assert list(flatten_list_column(column)) == [1, 2, 3, 4]
+        assert flatten_list_column(column).dtype == np.int64
