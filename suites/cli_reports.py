@@ -39,6 +39,12 @@ def baseline_show(args: argparse.Namespace, console: Console) -> int:
     return show_command(args.ref, args.baselines_dir, out=_out(console))
 
 
+def baseline_report(args: argparse.Namespace, console: Console) -> int:
+    from reports.baseline_report import baseline_report_command
+
+    return baseline_report_command(args.ref, args.baselines_dir, args.out, print_fn=_out(console))
+
+
 def add_baseline_commands(commands, common: argparse.ArgumentParser) -> None:
     baseline = commands.add_parser("baseline", help="versioned baselines under reports/baselines/")
     sub = baseline.add_subparsers(dest="baseline_command", required=True)
@@ -55,6 +61,12 @@ def add_baseline_commands(commands, common: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", parents=[common], help="one version: NAME or NAME@V")
     show.add_argument("ref")
     show.set_defaults(handler=baseline_show)
+    page = sub.add_parser(
+        "report", parents=[common], help="HTML: the trend across versions, then NAME[@V]"
+    )
+    page.add_argument("ref")
+    page.add_argument("--out", help="the HTML file (default: baseline-NAME-report.html)")
+    page.set_defaults(handler=baseline_report)
 
 
 def gate(args: argparse.Namespace, console: Console) -> int:
