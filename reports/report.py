@@ -39,7 +39,9 @@ from reports.runs import RunData, load_run
 # Points per CDF curve in the page: 4 metrics x 8 levels x 1,000 points keeps the data
 # well under the size of plotly.js itself.
 CDF_POINTS = 1000
-BATCH = 32_768
+# Requests per slice of the per-request derivations: ~500k chunks, so their int64
+# temporaries stay ~40 MB (32k requests took ~160 MB at the peak of a 1M-request report).
+BATCH = 8_192
 GIB = 2**30
 
 
@@ -191,9 +193,13 @@ def _itl_samples(requests: pd.DataFrame) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, np.float32)
 
 
+ITL_COLUMNS = ("request_id", "scenario", "status", "chunk_ns", "chunk_tokens")
+
+
 def _itl_curves(requests: pd.DataFrame, keep: pd.Series) -> pd.DataFrame:
     """ITL CDF points per scenario, one scenario's samples in memory at a time."""
-    chosen = requests[keep]
+    # Only the columns the ITL derivation reads: a row selection copies every column.
+    chosen = requests.loc[keep, list(ITL_COLUMNS)]
     parts = [
         curve_frame(scenario, _itl_samples(chosen.iloc[rows]), CDF_POINTS)
         for scenario, rows in chosen.groupby("scenario", sort=False).indices.items()
