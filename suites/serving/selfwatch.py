@@ -28,6 +28,11 @@ class SelfWatchReport:
     wall_s: float
 
 
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class SelfWatch:
     """Samples event-loop lag every ``interval_s`` while running."""
 
@@ -70,7 +75,8 @@ class SelfWatch:
             await asyncio.sleep(self._interval_s)
             ready = loop.create_future()
             scheduled_ns = self._clock_ns()
-            loop.call_soon(ready.set_result, None)
+            # The probe may be cancelled (the level ended) before this callback runs.
+            loop.call_soon(_resolve, ready)
             await ready
             self._lags_ns.append(self._clock_ns() - scheduled_ns)
 
