@@ -43,13 +43,6 @@ def effective_output_tokens(usage, client, chunk_tokens) -> int | None:
     return int(np.sum(chunk_tokens)) if chunk_tokens is not None and len(chunk_tokens) else None
 
 
-def output_tokens(row: pd.Series) -> int | None:
-    """Output tokens of one request row (see ``effective_output_tokens``)."""
-    return effective_output_tokens(
-        row["output_tokens"], row["client_output_tokens"], row["chunk_tokens"]
-    )
-
-
 def token_gaps_s(chunk_ns, chunk_tokens, *, per_token: bool) -> np.ndarray:
     """Gaps between token-carrying chunks in seconds: ITL samples (one per token of the
     later chunk, the gap divided over them) when ``per_token``, else ICL samples."""
@@ -116,7 +109,8 @@ def per_request(requests: pd.DataFrame) -> pd.DataFrame:
     last = requests["last_token_ns"].where(ok).astype("float64")
     intended = requests["intended_send_ns"].astype("float64")
     sent = requests["send_ns"].astype("float64")
-    # Server usage, else the client's count, else the sum over chunks (output_tokens()).
+    # Server usage, else the client's count, else the sum over chunks, as in
+    # effective_output_tokens() for one record.
     chunk_sums = pd.Series(_list_sums(requests["chunk_tokens"]), index=requests.index)
     chunk_sums = chunk_sums.where(list_column_lengths(requests["chunk_tokens"]) > 0)
     tokens = (

@@ -10,7 +10,6 @@ from typing import Any, Literal
 from collectors.schema import SCHEMA_VERSION, check_schema_version
 
 RunStatus = Literal["running", "complete", "aborted", "invalid"]
-RUN_STATUSES: tuple[str, ...] = ("running", "complete", "aborted", "invalid")
 
 
 @dataclass(slots=True)
