@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-FinishReason = Literal["stop", "length", "abort"]
+# "error": the engine failed while serving the request (the server logs why).
+FinishReason = Literal["stop", "length", "abort", "error"]
 
 
 @dataclass(frozen=True)

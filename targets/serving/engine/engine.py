@@ -1,0 +1,410 @@
+"""The engine: requests in, one batched forward per step, tokens out.
+
+``step()`` asks the scheduler for this step's requests and tokens, runs the main model
+once over all of them packed together (paged attention), samples where a request reached
+its last known token, verifies MTP drafts (the longest agreeing prefix is accepted, plus
+the main model's own next token), commits tokens with stop checks, lets the MTP module
+propose the next drafts, offers newly full blocks to the prefix cache and reports outputs.
+
+Thread-safe entry points (``add_request``, ``abort_request``, ``stats``) may be called
+from any thread; ``step`` from one thread only (see loop.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from collections.abc import Sequence as Seq
+from copy import deepcopy
+
+import torch
+from torch import Tensor
+
+from targets.model.model import MoETransformer
+from targets.serving.engine import sampler
+from targets.serving.engine.api import (
+    EngineConfig,
+    EngineCounters,
+    EngineStats,
+    InvalidRequestError,
+    QueueFullError,
+    RequestOutput,
+    SamplingParams,
+    TokenLogprob,
+)
+from targets.serving.engine.block_pool import BlockPool, block_hash
+from targets.serving.engine.kv_cache import KVCache
+from targets.serving.engine.mtp_drafter import MTPDrafter
+from targets.serving.engine.paged_attention import PagedAttention, Segment
+from targets.serving.engine.scheduler import ScheduledSeq, Scheduler
+from targets.serving.engine.sequence import Sequence
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+class Engine:
+    def __init__(
+        self,
+        model: MoETransformer,
+        config: EngineConfig | None = None,
+        *,
+        eos_token_ids: Seq[int] | None = None,
+        seed: int = 0,
+    ):
+        self.config = config = config or EngineConfig()
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        mcfg = model.config
+        if config.mtp_tokens and mcfg.mtp_depth == 0:
+            raise ValueError("mtp_tokens > 0 needs a model with an MTP module (mtp_depth > 0)")
+        self.model = model.to(_DTYPES[config.dtype]).eval()
+        self.eos_token_ids = frozenset(eos_token_ids or (mcfg.eos_token_id,))
+        self.cache = KVCache(
+            num_attention_slots=model.num_slots,
+            num_blocks=config.num_kv_blocks,
+            block_size=config.block_size,
+            num_kv_heads=mcfg.num_kv_heads,
+            head_dim=mcfg.head_dim,
+            hidden_size=mcfg.hidden_size,
+            keep_hidden=config.mtp_tokens > 0,
+            dtype=_DTYPES[config.dtype],
+        )
+        self.pool = BlockPool(config.num_kv_blocks, config.enable_prefix_caching)
+        self.scheduler = Scheduler(config, self.pool)
+        self.drafter = (
+            MTPDrafter(self.model, self.cache, config.mtp_tokens) if config.mtp_tokens else None
+        )
+        self.counters = EngineCounters(
+            spec_decode_accepted_per_position=[0] * config.mtp_tokens,
+            expert_tokens=[[0] * mcfg.num_experts for _ in range(mcfg.num_layers)],
+        )
+        self._expert_tokens = torch.zeros((mcfg.num_layers, mcfg.num_experts), dtype=torch.long)
+        self._seed_source = torch.Generator().manual_seed(seed)
+        # The inbox lock is held only for moments, never across a forward: the server's
+        # event loop takes it to add requests and must not wait for a step.
+        self._inbox_lock = threading.Lock()
+        self._inbox: list[Sequence] = []
+        self._aborts: list[str] = []
+        self._request_ids: set[str] = set()  # in the inbox, waiting or running
+        self._live: dict[str, Sequence] = {}  # engine thread only
+        self._work = threading.Event()  # set when there is something to do
+        self._snapshot = self._take_snapshot()
+
+    # -- thread-safe entry points ----------------------------------------------------------
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: Seq[int],
+        params: SamplingParams,
+        on_output: Callable[[RequestOutput], None],
+    ) -> None:
+        """Queue a request; ``on_output`` is called from the engine's thread."""
+        prompt = list(prompt_token_ids)
+        self._validate(prompt, params)
+        generator = torch.Generator()
+        with self._inbox_lock:
+            if request_id in self._request_ids:
+                raise InvalidRequestError(f"request id {request_id!r} is already in use")
+            if self._snapshot.waiting + len(self._inbox) >= self.config.max_waiting_requests:
+                raise QueueFullError(
+                    f"the waiting queue is full ({self.config.max_waiting_requests} requests)"
+                )
+            seed = params.seed
+            if seed is None:
+                seed = int(torch.randint(0, 2**62, (1,), generator=self._seed_source))
+            generator.manual_seed(seed)
+            self._request_ids.add(request_id)
+            self._inbox.append(
+                Sequence(request_id, len(prompt), prompt, params, on_output, generator)
+            )
+            self._work.set()
+
+    def abort_request(self, request_id: str) -> None:
+        """End a request (finish reason "abort"); unknown or finished ids are ignored."""
+        with self._inbox_lock:
+            self._aborts.append(request_id)
+            self._work.set()
+
+    def stats(self) -> EngineStats:
+        """As of the end of the last step (requests queued since then count as waiting)."""
+        with self._inbox_lock:
+            snap, queued = self._snapshot, len(self._inbox)
+        return EngineStats(
+            snap.running,
+            snap.waiting + queued,
+            snap.kv_blocks_used,
+            snap.kv_blocks_total,
+            snap.counters,
+        )
+
+    def abort_all(self) -> None:
+        with self._inbox_lock:
+            self._aborts.extend(self._request_ids)
+            self._work.set()
+
+    def has_work(self) -> bool:
+        with self._inbox_lock:
+            return bool(self._inbox or self._aborts or self._request_ids)
+
+    def wait_for_work(self, timeout_s: float) -> None:
+        self._work.wait(timeout_s)
+
+    # -- the step --------------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """Run one iteration; False when there was nothing to run. One thread only."""
+        emitted: list[tuple[Sequence, RequestOutput]] = []
+        with self._inbox_lock:
+            inbox, aborts = self._inbox, self._aborts
+            self._inbox, self._aborts = [], []
+        self._admit(inbox, aborts, emitted)
+        batch = self.scheduler.schedule()
+        if batch:
+            with torch.inference_mode():
+                self._run(batch, emitted)
+        snapshot = self._take_snapshot()
+        with self._inbox_lock:
+            self._snapshot = snapshot
+            for seq, _ in emitted:
+                if seq.finish_reason:
+                    self._request_ids.discard(seq.request_id)
+            if not (self._inbox or self._aborts or self._request_ids):
+                self._work.clear()
+        for seq, output in emitted:
+            seq.on_output(output)
+        return bool(batch) or bool(emitted)
+
+    def _take_snapshot(self) -> EngineStats:
+        counters = deepcopy(self.counters)
+        counters.expert_tokens = self._expert_tokens.tolist()
+        return EngineStats(
+            running=len(self.scheduler.running),
+            waiting=len(self.scheduler.waiting),
+            kv_blocks_used=self.pool.num_used,
+            kv_blocks_total=self.config.num_kv_blocks,
+            counters=counters,
+        )
+
+    def _run(self, batch: list[ScheduledSeq], emitted: list) -> None:
+        hidden = self._forward_main(batch)
+        new_tokens = self._sample_and_commit(batch, hidden)
+        still_running = [item.seq for item in batch if item.seq.finish_reason is None]
+        if self.drafter is not None and still_running:
+            wants = [s.is_decoding for s in still_running]
+            self.drafter.update(still_running, wants)
+        for item in batch:
+            seq = item.seq
+            self._register_full_blocks(seq)
+            tokens, logprobs = new_tokens.get(seq, ((), None))
+            if tokens or seq.finish_reason:
+                emitted.append((seq, self._output(seq, tokens, logprobs)))
+            if seq.finish_reason:
+                self._retire(seq)
+        self.counters.steps += 1
+        self.counters.preemptions = self.scheduler.counters.preemptions
+        self.counters.prefix_cache_queries = self.scheduler.counters.prefix_cache_queries
+        self.counters.prefix_cache_hits = self.scheduler.counters.prefix_cache_hits
+
+    def _forward_main(self, batch: list[ScheduledSeq]) -> Tensor:
+        tokens, positions, write, segments, row = [], [], [], [], 0
+        for item in batch:
+            ids = item.token_ids
+            context = self.cache.slots(item.seq.block_ids(), 0, item.start + len(ids))
+            segments.append(Segment(row, len(ids), item.start, context))
+            write.append(context[item.start :])
+            tokens.extend(ids)
+            positions.extend(range(item.start, item.start + len(ids)))
+            row += len(ids)
+            if item.seq.is_decoding:
+                self.counters.decode_tokens += len(ids)
+            else:
+                self.counters.prefill_tokens += len(ids)
+        write_slots = torch.cat(write)
+        attend = PagedAttention(self.cache, write_slots, segments)
+        hidden, routings = self.model.forward_flat(
+            torch.tensor(tokens), torch.tensor(positions), attend
+        )
+        if self.cache.hidden is not None:
+            self.cache.hidden[write_slots] = hidden
+        self._expert_tokens += torch.stack([r.tokens_per_expert for r in routings])
+        return hidden
+
+    def _sample_and_commit(
+        self, batch: list[ScheduledSeq], hidden: Tensor
+    ) -> dict[Sequence, tuple[list[int], list[TokenLogprob] | None]]:
+        # Rows whose logits are needed: a sampling request's last fed token and its drafts.
+        rows, spans, row = [], [], 0
+        for item in batch:
+            n = item.num_new + len(item.drafts)
+            if item.samples:
+                first = row + item.num_new - 1
+                spans.append((item, len(rows), len(item.drafts) + 1))
+                rows.extend(range(first, first + len(item.drafts) + 1))
+            row += n
+        if not rows:
+            for item in batch:
+                item.seq.num_computed += item.num_new
+            return {}
+        logits = self.model.logits(hidden[torch.tensor(rows)]).float()
+        committed: dict[Sequence, tuple[list[int], list[TokenLogprob] | None]] = {}
+        sampled = {id(item) for item, _, _ in spans}
+        for item in batch:
+            if id(item) not in sampled:
+                item.seq.num_computed += item.num_new
+        for item, offset, count in spans:
+            seq = item.seq
+            item_logits = logits[offset : offset + count]
+            targets = sampler.sample(item_logits, seq.params, seq.generator)
+            accepted = 0
+            while accepted < len(item.drafts) and item.drafts[accepted] == targets[accepted]:
+                accepted += 1
+            self._count_speculation(item.drafts, accepted)
+            tokens = targets[: accepted + 1]  # accepted drafts equal their targets
+            seq.num_computed = item.start + item.num_new + accepted
+            tokens = self._append_with_stops(seq, tokens)
+            top_n = seq.params.logprobs
+            lps = (
+                sampler.logprobs(item_logits[: len(tokens)], tokens, top_n)
+                if top_n is not None
+                else None
+            )
+            committed[seq] = (tokens, lps)
+        return committed
+
+    def _count_speculation(self, drafts: list[int], accepted: int) -> None:
+        if not drafts:
+            return
+        c = self.counters
+        c.spec_decode_drafts += 1
+        c.spec_decode_draft_tokens += len(drafts)
+        c.spec_decode_accepted_tokens += accepted
+        for position in range(accepted):
+            c.spec_decode_accepted_per_position[position] += 1
+
+    def _append_with_stops(self, seq: Sequence, tokens: list[int]) -> list[int]:
+        params, kept = seq.params, []
+        for token in tokens:
+            seq.token_ids.append(token)
+            kept.append(token)
+            self.counters.generation_tokens += 1
+            if (
+                not params.ignore_eos and token in self.eos_token_ids
+            ) or token in params.stop_token_ids:
+                seq.finish_reason = "stop"
+            elif seq.num_output >= params.max_tokens:
+                seq.finish_reason = "length"
+            if seq.finish_reason:
+                break
+        return kept
+
+    def _register_full_blocks(self, seq: Sequence) -> None:
+        if not self.pool.enable_prefix_caching:
+            return
+        # A block is reusable once every position in it has committed inputs in the cache,
+        # the MTP entries included when MTP is on.
+        done = (
+            seq.num_computed
+            if self.drafter is None
+            else min(seq.num_computed, seq.num_mtp_computed)
+        )
+        bs = self.config.block_size
+        for b in range(len(seq.block_hashes), done // bs):
+            parent = seq.block_hashes[-1] if seq.block_hashes else 0
+            h = block_hash(parent, seq.token_ids[b * bs : (b + 1) * bs])
+            seq.block_hashes.append(h)
+            self.pool.register(seq.blocks[b], h)
+
+    # -- admission and retirement ----------------------------------------------------------
+
+    def _admit(self, inbox: list[Sequence], aborts: list[str], emitted: list) -> None:
+        for seq in inbox:
+            self._live[seq.request_id] = seq
+            self.scheduler.waiting.append(seq)
+            self.counters.prompt_tokens += seq.prompt_len
+        for request_id in aborts:
+            seq = self._live.get(request_id)
+            if seq is not None and seq.finish_reason is None:
+                seq.finish_reason = "abort"
+                emitted.append((seq, self._output(seq, (), None)))
+                self._retire(seq)
+
+    def _retire(self, seq: Sequence) -> None:
+        self.scheduler.finish(seq)
+        self._live.pop(seq.request_id, None)
+        reasons = self.counters.finished_requests
+        reasons[seq.finish_reason] = reasons.get(seq.finish_reason, 0) + 1
+
+    def fail_all(self) -> None:
+        """After an internal error: end every request with finish reason "error"."""
+        emitted: list[tuple[Sequence, RequestOutput]] = []
+        with self._inbox_lock:
+            inbox, self._inbox, self._aborts = self._inbox, [], []
+            self._request_ids.clear()
+        self._admit(inbox, [], emitted)
+        for seq in list(self._live.values()):
+            seq.finish_reason = "error"
+            emitted.append((seq, self._output(seq, (), None)))
+            self._retire(seq)
+        for seq, output in emitted:
+            seq.on_output(output)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
+        """Run ``prompts`` to completion on the calling thread (tests and benchmarks)."""
+        outputs: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
+        done: set[str] = set()
+
+        def collect(out: RequestOutput) -> None:
+            outputs[out.request_id].extend(out.new_token_ids)
+            if out.finished:
+                done.add(out.request_id)
+
+        base = len(self._request_ids) + self.counters.steps
+        ids = [f"generate-{base}-{i}" for i in range(len(prompts))]
+        outputs = {rid: [] for rid in ids}
+        for rid, prompt in zip(ids, prompts, strict=True):
+            self.add_request(rid, prompt, params, collect)
+        while len(done) < len(ids):
+            if not self.step():
+                raise RuntimeError("the engine scheduled nothing while requests were pending")
+        return [outputs[rid] for rid in ids]
+
+    @staticmethod
+    def _output(seq: Sequence, tokens, logprobs) -> RequestOutput:
+        return RequestOutput(
+            request_id=seq.request_id,
+            new_token_ids=tuple(tokens),
+            new_logprobs=tuple(logprobs) if logprobs is not None else None,
+            finish_reason=seq.finish_reason,
+            prompt_tokens=seq.prompt_len,
+            output_tokens=seq.num_output,
+            cached_prompt_tokens=seq.cached_prompt_tokens,
+        )
+
+    def _validate(self, prompt: list[int], params: SamplingParams) -> None:
+        cfg, vocab = self.config, self.model.config.vocab_size
+        if not prompt:
+            raise InvalidRequestError("the prompt is empty; give at least one token")
+        if min(prompt) < 0 or max(prompt) >= vocab:
+            raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})")
+        if params.max_tokens < 1:
+            raise InvalidRequestError(f"max_tokens must be >= 1, got {params.max_tokens}")
+        if len(prompt) + params.max_tokens > cfg.max_context_len:
+            raise InvalidRequestError(
+                f"the prompt ({len(prompt)} tokens) plus max_tokens ({params.max_tokens}) "
+                f"exceeds the context limit of {cfg.max_context_len} tokens"
+            )
+        if cfg.chunked_prefill_size == 0 and len(prompt) > cfg.max_num_batched_tokens:
+            raise InvalidRequestError(
+                f"the prompt ({len(prompt)} tokens) exceeds max_num_batched_tokens "
+                f"({cfg.max_num_batched_tokens}) and chunked prefill is off"
+            )
+        needed = (len(prompt) + params.max_tokens + 2 * cfg.mtp_tokens) // cfg.block_size + 1
+        if needed > cfg.num_kv_blocks:
+            raise InvalidRequestError(
+                f"the request needs {needed} KV blocks; the cache has {cfg.num_kv_blocks}"
+            )
+        if params.temperature < 0 or not 0 < params.top_p <= 1:
+            raise InvalidRequestError("temperature must be >= 0 and top_p in (0, 1]")
+        if params.logprobs is not None and not 0 <= params.logprobs <= 20:
+            raise InvalidRequestError("logprobs must be between 0 and 20")
