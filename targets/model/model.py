@@ -137,7 +137,9 @@ class MoE(nn.Module):
         start = 0
         for e, count in enumerate(tokens_per_expert.tolist()):
             if count:
-                out_grouped[start : start + count] = self.experts[e](x_grouped[start : start + count])
+                out_grouped[start : start + count] = self.experts[e](
+                    x_grouped[start : start + count]
+                )
             start += count
         out_grouped = out_grouped * weights.flatten()[order, None]
         y = torch.zeros_like(x).index_add_(0, token_of_pair, out_grouped)
@@ -214,9 +216,7 @@ class MoETransformer(nn.Module):
             )
         )
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        self.mtp = nn.ModuleList(
-            MTPModule(cfg, cfg.num_layers + d) for d in range(cfg.mtp_depth)
-        )
+        self.mtp = nn.ModuleList(MTPModule(cfg, cfg.num_layers + d) for d in range(cfg.mtp_depth))
         self.apply(self._init_weights)
 
     @staticmethod

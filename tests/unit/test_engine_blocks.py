@@ -11,7 +11,7 @@ from targets.serving.engine.paged_attention import PagedAttention, Segment
 
 def test_freed_blocks_are_reused_least_recently_freed_first():
     pool = BlockPool(4, enable_prefix_caching=True)
-    a, b, c, d = pool.allocate_many(4)
+    a, b, c, _ = pool.allocate_many(4)
     with pytest.raises(NoFreeBlocksError):
         pool.allocate()
     pool.free([a, b])  # freed tail first: b, then a

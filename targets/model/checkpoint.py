@@ -1,0 +1,193 @@
+"""A model directory: what ``save_model_dir`` writes and ``load_model_dir`` reads.
+
+The layout is Hugging Face's, so ``transformers.AutoModelForCausalLM.from_pretrained(dir)``
+and ``AutoTokenizer.from_pretrained(dir)`` load it (the MTP weights are keys Mixtral ignores):
+
+    config.json             MoEConfig.to_hf()
+    model.safetensors       the state dict (bfloat16 by default: half the bytes of float32)
+    tokenizer.json          the byte-level BPE
+    tokenizer_config.json   special tokens and the chat template
+    generation_config.json  bos, and both stop tokens (</s> and <|end|>)
+    recipe.json             how the weights were made: recipe, corpus hash, versions, losses
+    SHA256SUMS              every other file's sha256, in ``sha256sum -c`` format
+
+The directory stays flat: package data ships ``default/*`` and nothing below it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from targets.model.config import MoEConfig
+from targets.model.model import MoETransformer
+from targets.model.tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, ChatTokenizer
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+GENERATION_CONFIG_FILE = "generation_config.json"
+RECIPE_FILE = "recipe.json"
+CHECKSUMS_FILE = "SHA256SUMS"
+REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, TOKENIZER_CONFIG_FILE)
+
+DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+class ModelDirError(Exception):
+    """A model directory is missing, incomplete, or does not match its checksums."""
+
+
+def default_model_dir() -> Path:
+    """The model shipped with moeperf (``targets/model/default``)."""
+    return Path(__file__).resolve().parent / "default"
+
+
+def param_counts(model: MoETransformer) -> dict[str, int]:
+    """Total parameters, the MTP module's share, and those one token touches (top-k of E)."""
+    cfg = model.config
+    total = sum(p.numel() for p in model.parameters())
+    mtp = sum(p.numel() for p in model.mtp.parameters())
+    experts = sum(p.numel() for n, p in model.model.named_parameters() if ".experts." in n)
+    main = total - mtp
+    return {
+        "total": total,
+        "main": main,
+        "mtp": mtp,
+        "main_experts": experts,
+        # Mixtral's "active parameters": everything but the experts a token is not routed to.
+        "main_active_per_token": main - experts + experts * cfg.top_k // cfg.num_experts,
+    }
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def save_model_dir(
+    model: MoETransformer,
+    tokenizer: ChatTokenizer,
+    out_dir: Path,
+    recipe: dict[str, Any],
+    dtype: torch.dtype = torch.bfloat16,
+) -> Path:
+    """Write ``model`` and ``tokenizer`` to ``out_dir`` (created; existing files replaced).
+
+    ``recipe`` goes to recipe.json, with the parameter counts, weight dtype and library
+    versions added. Returns ``out_dir``.
+    """
+    if dtype not in DTYPE_NAMES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPE_NAMES.values())}, not {dtype}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = model.config
+
+    hf_config = cfg.to_hf()
+    hf_config["torch_dtype"] = DTYPE_NAMES[dtype]  # the dtype the weights are stored in
+    _write_json(out_dir / CONFIG_FILE, hf_config)
+
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
+    # "format": "pt" is the metadata transformers expects in a PyTorch safetensors file.
+    save_file(state, str(out_dir / WEIGHTS_FILE), metadata={"format": "pt"})
+    (out_dir / WEIGHTS_FILE).chmod(0o644)  # safetensors creates it owner-only; ship it readable
+
+    tokenizer.save(out_dir)
+    _write_json(
+        out_dir / GENERATION_CONFIG_FILE,
+        {
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": list(tokenizer.stop_token_ids),
+            "pad_token_id": tokenizer.pad_token_id,
+        },
+    )
+    _write_json(
+        out_dir / RECIPE_FILE,
+        {
+            **recipe,
+            "param_counts": param_counts(model),
+            "weights_dtype": DTYPE_NAMES[dtype],
+            "python_version": platform.python_version(),
+            "torch_version": torch.__version__,
+        },
+    )
+    write_checksums(out_dir)
+    return out_dir
+
+
+def write_checksums(model_dir: Path) -> None:
+    """SHA256SUMS over every other file of the directory, sorted by name."""
+    model_dir = Path(model_dir)
+    names = sorted(p.name for p in model_dir.iterdir() if p.is_file() and p.name != CHECKSUMS_FILE)
+    lines = [f"{sha256_file(model_dir / name)}  {name}\n" for name in names]
+    (model_dir / CHECKSUMS_FILE).write_text("".join(lines))
+
+
+def verify_model_dir(model_dir: Path) -> None:
+    """Check every file listed in SHA256SUMS; raise ``ModelDirError`` naming the first
+    file that is missing or differs."""
+    model_dir = Path(model_dir)
+    sums_path = model_dir / CHECKSUMS_FILE
+    if not sums_path.is_file():
+        raise ModelDirError(f"{sums_path} is missing: cannot verify the model directory")
+    for line_no, line in enumerate(sums_path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        expected, sep, name = line.partition("  ")
+        if not sep or len(expected) != 64:
+            raise ModelDirError(f"{sums_path}:{line_no}: not '<sha256>  <file>': {line!r}")
+        path = model_dir / name
+        if not path.is_file():
+            raise ModelDirError(f"{path} is listed in {CHECKSUMS_FILE} but missing")
+        actual = sha256_file(path)
+        if actual != expected:
+            raise ModelDirError(
+                f"{path} does not match {CHECKSUMS_FILE}: sha256 {actual}, expected {expected}"
+            )
+
+
+def load_model_dir(
+    model_dir: Path, dtype: torch.dtype = torch.float32, verify: bool = True
+) -> tuple[MoETransformer, ChatTokenizer]:
+    """The model (in eval mode, weights cast to ``dtype``) and tokenizer of ``model_dir``.
+
+    With ``verify``, files are checked against SHA256SUMS when the directory has one.
+    """
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ModelDirError(f"model directory {model_dir} does not exist")
+    missing = [name for name in REQUIRED_FILES if not (model_dir / name).is_file()]
+    if missing:
+        raise ModelDirError(f"model directory {model_dir} lacks {', '.join(missing)}")
+    if verify and (model_dir / CHECKSUMS_FILE).is_file():
+        verify_model_dir(model_dir)
+
+    try:
+        cfg = MoEConfig.from_hf(json.loads((model_dir / CONFIG_FILE).read_text()))
+    except (KeyError, ValueError, TypeError) as e:
+        raise ModelDirError(f"{model_dir / CONFIG_FILE} is not a valid config: {e!r}") from e
+    model = MoETransformer(cfg)
+    state = load_file(str(model_dir / WEIGHTS_FILE))
+    try:
+        missing_keys, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # a shape differs from the config's
+        raise ModelDirError(f"{model_dir / WEIGHTS_FILE} does not match {CONFIG_FILE}: {e}") from e
+    if missing_keys or unexpected:
+        raise ModelDirError(
+            f"{model_dir / WEIGHTS_FILE} does not match {CONFIG_FILE}: "
+            f"missing {sorted(missing_keys)[:5]}, unexpected {sorted(unexpected)[:5]}"
+        )
+    model.to(dtype).eval()
+    return model, ChatTokenizer.from_dir(model_dir)
