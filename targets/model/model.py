@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +31,37 @@ from targets.model.config import MoEConfig
 # (layer slot, q [N, H, D], k [N, Hkv, D], v [N, Hkv, D]) -> [N, H, D]. Slots 0..L-1 are
 # the main layers, L + d the MTP module d: a KV cache keeps one entry per slot.
 AttentionFn = Callable[[int, Tensor, Tensor, Tensor], Tensor]
+
+# An operator whose saved activations a training policy may keep, recompute or offload:
+# ("layer", l, -1) a whole transformer layer, ("attention", l, -1) its attention half,
+# ("expert", l, e) one expert's SwiGLU over the tokens routed to it.
+Op = tuple[str, int, int]
+
+
+class OpRunner(Protocol):
+    """Runs the model's operators; activation-memory policies (the trainer's) implement it.
+
+    ``after_routing`` is called once a layer's router has chosen, before its experts run:
+    the point where a policy knows this micro-batch's expert loads. A recomputed operator's
+    forward runs again in backward, calls included.
+    """
+
+    def after_routing(self, layer: int, tokens_per_expert: Tensor) -> None: ...
+
+    def run(self, op: Op, fn: Callable[..., Any], *args: Any) -> Any: ...
+
+
+class DirectRunner:
+    """Run every operator as is: autograd keeps what it saves (inference, plain training)."""
+
+    def after_routing(self, layer: int, tokens_per_expert: Tensor) -> None:
+        pass
+
+    def run(self, op: Op, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(*args)
+
+
+DIRECT = DirectRunner()
 
 
 class RMSNorm(nn.Module):
@@ -108,19 +140,24 @@ class Routing:
 
 
 class MoE(nn.Module):
-    def __init__(self, cfg: MoEConfig):
+    def __init__(self, cfg: MoEConfig, layer: int):
         super().__init__()
+        self.layer = layer
         self.top_k = cfg.top_k
         self.gate = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=False)
         self.experts = nn.ModuleList(Expert(cfg) for _ in range(cfg.num_experts))
         # Added to the router logits when set: how a benchmark forces routing skew, as
-        # Megatron's moe_router_force_biased does. Not a weight; never saved.
-        self.router_bias: Tensor | None = None
+        # Megatron's moe_router_force_biased does. A tensor [E], or a function of this
+        # micro-batch's logits returning one. Not a weight; never saved.
+        self.router_bias: Tensor | Callable[[int, Tensor], Tensor] | None = None
+        self.runner: OpRunner = DIRECT
 
     def forward(self, x: Tensor) -> tuple[Tensor, Routing]:
         n, num_experts = x.shape[0], len(self.experts)
         logits = self.gate(x)  # [N, E]
-        if self.router_bias is not None:
+        if callable(self.router_bias):
+            logits = logits + self.router_bias(self.layer, logits.detach())
+        elif self.router_bias is not None:
             logits = logits + self.router_bias
         probs = F.softmax(logits, dim=-1, dtype=torch.float)
         weights, chosen = probs.topk(self.top_k, dim=-1)  # [N, k]
@@ -132,13 +169,15 @@ class MoE(nn.Module):
         order = flat_expert.argsort(stable=True)
         token_of_pair = order // self.top_k
         tokens_per_expert = torch.bincount(flat_expert, minlength=num_experts)
+        self.runner.after_routing(self.layer, tokens_per_expert)
         x_grouped = x[token_of_pair]  # [N*k, C], expert 0's tokens first
         out_grouped = torch.empty_like(x_grouped)
         start = 0
         for e, count in enumerate(tokens_per_expert.tolist()):
             if count:
-                out_grouped[start : start + count] = self.experts[e](
-                    x_grouped[start : start + count]
+                group = x_grouped[start : start + count]
+                out_grouped[start : start + count] = self.runner.run(
+                    ("expert", self.layer, e), self.experts[e], group
                 )
             start += count
         out_grouped = out_grouped * weights.flatten()[order, None]
@@ -154,17 +193,27 @@ class Block(nn.Module):
 
     def __init__(self, cfg: MoEConfig, slot: int):
         super().__init__()
+        self.slot = slot
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Attention(cfg, slot)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.block_sparse_moe = MoE(cfg)
+        self.block_sparse_moe = MoE(cfg, slot)
+        self.runner: OpRunner = DIRECT
 
     def forward(
         self, x: Tensor, cos: Tensor, sin: Tensor, attend: AttentionFn
     ) -> tuple[Tensor, Routing]:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attend)
+        return self.runner.run(("layer", self.slot, -1), self._layer, x, cos, sin, attend)
+
+    def _layer(
+        self, x: Tensor, cos: Tensor, sin: Tensor, attend: AttentionFn
+    ) -> tuple[Tensor, Routing]:
+        x = x + self.runner.run(("attention", self.slot, -1), self._attention, x, cos, sin, attend)
         moe_out, routing = self.block_sparse_moe(self.post_attention_layernorm(x))
         return x + moe_out, routing
+
+    def _attention(self, x: Tensor, cos: Tensor, sin: Tensor, attend: AttentionFn) -> Tensor:
+        return self.self_attn(self.input_layernorm(x), cos, sin, attend)
 
 
 class MTPModule(nn.Module):
@@ -223,6 +272,12 @@ class MoETransformer(nn.Module):
     def _init_weights(module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def set_runner(self, runner: OpRunner) -> None:
+        """Route every operator (main layers and MTP modules) through ``runner``."""
+        for module in self.modules():
+            if isinstance(module, (Block, MoE)):
+                module.runner = runner
 
     @property
     def num_slots(self) -> int:

@@ -73,7 +73,7 @@ def naive_moe(moe: MoE, x: torch.Tensor) -> torch.Tensor:
 
 def test_grouped_moe_equals_per_token_loop():
     torch.manual_seed(0)
-    moe = MoE(TINY)
+    moe = MoE(TINY, layer=0)
     for p in moe.parameters():  # larger weights than the init, so routing is decisive
         torch.nn.init.normal_(p, std=0.3)
     x = torch.randn(37, TINY.hidden_size)
@@ -130,7 +130,7 @@ def test_init_is_deterministic_with_a_seed():
 
 def test_aux_loss_is_one_when_balanced_and_higher_when_skewed():
     # Switch Transformer: E * sum(f_e * P_e) is 1 at perfect balance, E at full collapse.
-    moe = MoE(TINY)
+    moe = MoE(TINY, layer=0)
     x = torch.randn(64, TINY.hidden_size)
     with torch.no_grad():
         torch.nn.init.zeros_(moe.gate.weight)  # uniform probabilities
