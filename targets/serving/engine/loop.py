@@ -27,9 +27,12 @@ class EngineLoop:
         self._thread.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
+        """Stop stepping; requests still in flight end with finish reason "abort"."""
         self.engine.abort_all()
+        self._stop.set()
         self._thread.join(timeout_s)
+        if not self._thread.is_alive():
+            self.engine.step()  # deliver the aborts; the loop thread is gone, so it is safe
 
     def add_request(
         self,

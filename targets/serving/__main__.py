@@ -1,0 +1,191 @@
+"""``python -m targets.serving``: serve the reference engine until SIGTERM or SIGINT.
+
+Prints exactly one line to stdout, ``READY http://HOST:PORT``, once listening, so a parent
+process can start it with ``--port 0`` and read the port it got. A bad config or model
+directory is a message on stderr and exit code 2; a port that cannot be bound, exit 1.
+
+Knobs come from ``--config`` (a JSON object of ``ReferenceTargetConfig`` fields), then the
+flags, which override it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import uvicorn
+
+from targets.serving.config import ReferenceTargetConfig
+from targets.serving.errors import ReferenceConfigError
+
+EXIT_USAGE = 2
+EXIT_LISTEN = 1
+_PARENT_POLL_S = 0.5
+# Streams still open at shutdown get this long to finish before the engine aborts them.
+_GRACEFUL_S = 2
+
+# Flags that override a config field: (flag, field, type, help).
+_KNOB_FLAGS: tuple[tuple[str, str, type, str], ...] = (
+    ("--max-running-requests", "max_running_requests", int, "requests in the running batch"),
+    ("--max-waiting-requests", "max_waiting_requests", int, "queue length before HTTP 429"),
+    ("--num-kv-blocks", "num_kv_blocks", int, "KV-cache blocks"),
+    ("--block-size", "block_size", int, "tokens per KV-cache block"),
+    ("--max-num-batched-tokens", "max_num_batched_tokens", int, "token budget of a step"),
+    ("--chunked-prefill-size", "chunked_prefill_size", int, "prompt tokens per step; 0: all"),
+    ("--mtp-tokens", "mtp_tokens", int, "MTP draft tokens per step (0: no speculation)"),
+    ("--max-context-len", "max_context_len", int, "prompt + output tokens"),
+    ("--dtype", "dtype", str, "float32 or bfloat16"),
+    ("--threads", "threads", int, "torch intra-op threads (0: torch's default)"),
+    ("--served-model-name", "served_model_name", str, "the model name the API answers to"),
+    ("--seed", "seed", int, "seed of unseeded sampled requests"),
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m targets.serving",
+        description="The reference MoE serving engine behind an OpenAI-compatible API.",
+    )
+    parser.add_argument("--model", default=None, metavar="DIR", help="model directory")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument(
+        "--config",
+        default=None,
+        metavar="JSON",
+        help="ReferenceTargetConfig fields as a JSON object, e.g. '{\"mtp_tokens\": 2}'",
+    )
+    for flag, field, kind, help_text in _KNOB_FLAGS:
+        metavar = "N" if kind is int else field.split("_")[-1].upper()
+        parser.add_argument(
+            flag, dest=field, type=kind, default=None, metavar=metavar, help=help_text
+        )
+    parser.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="reuse the KV cache of shared prompt prefixes",
+    )
+    parser.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="stop when the process that started this one is gone (no orphaned servers)",
+    )
+    return parser
+
+
+def _config(args: argparse.Namespace) -> ReferenceTargetConfig:
+    fields: dict[str, Any] = {}
+    if args.config is not None:
+        fields = ReferenceTargetConfig.from_json(args.config).model_dump(exclude_unset=True)
+    if args.model is not None:
+        fields["model_dir"] = args.model
+    for name in [field for _, field, _, _ in _KNOB_FLAGS] + ["enable_prefix_caching"]:
+        value = getattr(args, name)
+        if value is not None:
+            fields[name] = value
+    return ReferenceTargetConfig.from_fields(fields)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    # Bound here, not by uvicorn: the port is known before serving starts, and a port in
+    # use is an OSError to report rather than uvicorn's sys.exit inside the event loop.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+class _Server(uvicorn.Server):
+    # uvicorn's own handlers re-raise the signal after shutdown (the process then dies of
+    # it); ours stop the server and let main() return its exit code.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _stop_when_orphaned(server: _Server, parent_pid: int) -> None:
+    # A parent killed outright cannot stop us; being re-parented is the sign it is gone.
+    while not server.should_exit:
+        if os.getppid() != parent_pid:
+            server.should_exit = True
+        await asyncio.sleep(_PARENT_POLL_S)
+
+
+async def _serve(app: Any, sock: socket.socket, parent_pid: int | None) -> None:
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=_GRACEFUL_S,
+    )
+    server = _Server(config)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, setattr, server, "should_exit", True)
+    watcher = None
+    if parent_pid is not None:
+        watcher = loop.create_task(_stop_when_orphaned(server, parent_pid))
+    serving = loop.create_task(server.serve(sockets=[sock]))
+    while not server.started and not serving.done():
+        await asyncio.sleep(0.01)
+    if server.started:
+        host, port = sock.getsockname()[:2]
+        host = f"[{host}]" if ":" in host else host
+        print(f"READY http://{host}:{port}", flush=True)
+    await serving
+    if watcher is not None:
+        watcher.cancel()
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:  # not available on Windows: the default loop still works
+        return None
+    return uvloop.new_event_loop
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the arguments, load the model, serve until signalled; the exit code."""
+    args = _parser().parse_args(argv)
+    # Taken first: the parent may die while the model loads, and then getppid() is another.
+    parent_pid = os.getppid() if args.exit_with_parent else None
+    try:
+        config = _config(args)
+        if not 0 <= args.port <= 65535:
+            raise ReferenceConfigError(f"--port must be in [0, 65535]; got {args.port}")
+        # After the config: a typo in a knob is reported before the model loads.
+        from targets.serving.server import create_app
+
+        app = create_app(config)
+    except ReferenceConfigError as exc:
+        print(f"reference target: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        sock = _bind(args.host, args.port)
+    except OSError as exc:
+        print(f"reference target: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return EXIT_LISTEN
+    with sock, asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(_serve(app, sock, parent_pid))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

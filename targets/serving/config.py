@@ -1,0 +1,104 @@
+"""What a user sets for the reference serving target, validated once at the edge.
+
+``ReferenceTargetConfig`` is the JSON object of ``--config`` (and of an embedded target in a
+suite spec): which model to serve under which name, and every engine knob. Errors name the
+field and what it accepts; ``engine_config()`` hands the knobs to the engine as its own
+frozen record.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from targets.serving.engine.api import EngineConfig
+from targets.serving.errors import ReferenceConfigError
+
+_DEFAULTS = EngineConfig()
+
+
+class ReferenceTargetConfig(BaseModel):
+    """The reference serving target: model, served name, engine knobs, sampling seed.
+
+    Engine knobs keep vLLM's names (see ``EngineConfig`` for their meaning); their
+    defaults are the engine's own, so this class never disagrees with it.
+    """
+
+    # Strict: "16" is not a block size, nor true a thread count.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    model_dir: Path | None = Field(
+        None,
+        strict=False,  # a path is given as a string
+        description="model directory (weights, tokenizer, config); None: the shipped one",
+    )
+    served_model_name: str = Field("moeperf-tiny-moe", min_length=1)
+    max_running_requests: int = Field(_DEFAULTS.max_running_requests, ge=1)
+    max_waiting_requests: int = Field(_DEFAULTS.max_waiting_requests, ge=0)
+    num_kv_blocks: int = Field(_DEFAULTS.num_kv_blocks, ge=1)
+    block_size: int = Field(_DEFAULTS.block_size, ge=1)
+    max_num_batched_tokens: int = Field(_DEFAULTS.max_num_batched_tokens, ge=1)
+    chunked_prefill_size: int = Field(_DEFAULTS.chunked_prefill_size, ge=0)
+    enable_prefix_caching: bool = _DEFAULTS.enable_prefix_caching
+    mtp_tokens: int = Field(_DEFAULTS.mtp_tokens, ge=0)
+    max_context_len: int = Field(_DEFAULTS.max_context_len, ge=1)
+    dtype: Literal["float32", "bfloat16"] = _DEFAULTS.dtype
+    threads: int = Field(_DEFAULTS.threads, ge=0)
+    seed: int = Field(0, ge=0, description="torch's global seed, for unseeded sampled requests")
+
+    @model_validator(mode="after")
+    def _engine_accepts(self) -> ReferenceTargetConfig:
+        # The cross-field rules (e.g. the token budget must cover a decode step of every
+        # running request) live in EngineConfig; checking here reports them at the edge.
+        self.engine_config()
+        return self
+
+    def engine_config(self) -> EngineConfig:
+        """The engine's knobs as the engine's own record."""
+        return EngineConfig(
+            max_running_requests=self.max_running_requests,
+            max_waiting_requests=self.max_waiting_requests,
+            num_kv_blocks=self.num_kv_blocks,
+            block_size=self.block_size,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            chunked_prefill_size=self.chunked_prefill_size,
+            enable_prefix_caching=self.enable_prefix_caching,
+            mtp_tokens=self.mtp_tokens,
+            max_context_len=self.max_context_len,
+            dtype=self.dtype,
+            threads=self.threads,
+        )
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, Any]) -> ReferenceTargetConfig:
+        """Validate ``fields``; a ``ReferenceConfigError`` names every bad field."""
+        try:
+            return cls.model_validate(fields)
+        except ValidationError as exc:
+            raise ReferenceConfigError(_describe(exc)) from None
+
+    @classmethod
+    def from_json(cls, text: str) -> ReferenceTargetConfig:
+        """Validate a JSON object of fields (what ``--config`` takes)."""
+        try:
+            fields = json.loads(text)
+        except ValueError as exc:
+            raise ReferenceConfigError(f"config is not valid JSON: {exc}") from None
+        if not isinstance(fields, dict):
+            raise ReferenceConfigError("config must be a JSON object of fields")
+        return cls.from_fields(fields)
+
+
+def _describe(exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors():
+        field = ".".join(str(part) for part in error["loc"]) or "config"
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            valid = ", ".join(ReferenceTargetConfig.model_fields)
+            message = f"unknown field; valid fields: {valid}"
+        problems.append(f"{field}: {message}" if error["loc"] else message)
+    return "; ".join(problems)

@@ -1,0 +1,323 @@
+"""Reading OpenAI request bodies into what the engine runs: validated, tokenized, bounded.
+
+The bodies are pydantic models in strict mode (a string where a number belongs is an
+error, not a conversion), so a benchmark never measures something other than it asked
+for. Unknown fields are ignored, as vLLM does, except those in ``_NEUTRAL``: the server
+cannot honour them, so any value but their neutral one is refused with HTTP 400.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from targets.serving.engine.api import SamplingParams
+from targets.serving.errors import BadRequest, ModelNotFound
+
+MAX_LOGPROBS = 20  # vLLM's default max_logprobs, and OpenAI's top_logprobs limit
+_SEED_LIMIT = 2**63  # seeds are torch generator seeds: int64
+
+
+class Tokenizer(Protocol):
+    """What the server needs of ``targets.model.tokenizer.ChatTokenizer``."""
+
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def stop_token_ids(self) -> tuple[int, ...]: ...
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str: ...
+    def apply_chat_template(
+        self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True
+    ) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """The model as requests see it: its name, context limit and vocabulary."""
+
+    name: str
+    max_context_len: int
+    tokenizer: Tokenizer
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+class StreamOptions(_Body):
+    include_usage: bool | None = False
+    continuous_usage_stats: bool | None = False  # vLLM's extension: usage on every chunk
+
+
+class _Generation(_Body):
+    """Fields common to both APIs."""
+
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int | None = Field(None, ge=0, lt=_SEED_LIMIT)
+    n: int | None = 1
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None  # vLLM's extension
+    ignore_eos: bool | None = False  # vLLM's extension: generate exactly max_tokens
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+
+
+class CompletionRequest(_Generation):
+    """POST /v1/completions. ``prompt``: a string or token ids (a batch of one is too)."""
+
+    prompt: str | list[int] | list[str] | list[list[int]]
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+
+
+class TextPart(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class Message(_Body):
+    role: Literal["system", "user", "assistant"]  # the roles the chat template knows
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+
+class ChatRequest(_Generation):
+    """POST /v1/chat/completions."""
+
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool | None = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+
+
+class TokenizeRequest(_Body):
+    """vLLM's POST /tokenize: a prompt or chat messages."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[Message] | None = None
+    add_generation_prompt: bool | None = True
+
+
+class DetokenizeRequest(_Body):
+    """vLLM's POST /detokenize."""
+
+    model: str | None = None
+    tokens: list[int]
+
+
+# Fields the server cannot honour -> their neutral values (anything else is a 400).
+_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "echo": (None, False),
+    "best_of": (None, 1),
+    "suffix": (None, ""),
+    "logit_bias": (None, {}),
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "repetition_penalty": (None, 1),
+    "top_k": (None, 0, -1),
+    "min_p": (None, 0),
+    "min_tokens": (None, 0),
+    "use_beam_search": (None, False),
+    "prompt_logprobs": (None,),
+    "include_stop_str_in_output": (None, False),
+    "tools": (None, []),
+    "functions": (None, []),
+    "response_format": (None, {"type": "text"}),
+    "guided_json": (None,),
+    "guided_regex": (None,),
+    "guided_choice": (None,),
+    "guided_grammar": (None,),
+    "structured_outputs": (None,),
+    "continue_final_message": (None, False),
+    "chat_template": (None,),
+}
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_body(model: type[M], raw: bytes) -> M:
+    """Validate a JSON body; a ``BadRequest`` names the first bad field."""
+    try:
+        body = model.model_validate_json(raw or b"null")
+    except ValidationError as exc:
+        raise _bad_request(exc) from None
+    for name, value in (body.model_extra or {}).items():
+        neutral = _NEUTRAL.get(name)
+        if neutral is not None and not _is_neutral(value, neutral):
+            raise BadRequest(f"'{name}' is not supported (leave it out); got {value!r:.80}", name)
+    return body
+
+
+def _is_neutral(value: Any, neutral: tuple[Any, ...]) -> bool:
+    # 0 == False in Python, but JSON tells them apart: a boolean matches only a boolean.
+    return any(isinstance(value, bool) == isinstance(n, bool) and value == n for n in neutral)
+
+
+def _is_union_tag(part: str | int) -> bool:
+    # pydantic puts the union member tried into the location: prompt.list[int].0
+    return isinstance(part, str) and ("[" in part or part in ("str", "int", "float", "bool"))
+
+
+def _bad_request(exc: ValidationError) -> BadRequest:
+    errors = exc.errors()
+    first = errors[0]
+    if first["type"] == "json_invalid":
+        return BadRequest(f"request body is not valid JSON: {first['msg']}")
+    if not first["loc"]:
+        return BadRequest(f"request body must be a JSON object: {first['msg']}")
+    loc = first["loc"]
+    union_at = next((i for i, part in enumerate(loc) if _is_union_tag(part)), None)
+    if union_at is not None:  # a value none of a union's types took: name those types
+        field = tuple(loc[:union_at])
+        tags = dict.fromkeys(
+            e["loc"][union_at]
+            for e in errors
+            if tuple(e["loc"][:union_at]) == field and len(e["loc"]) > union_at
+        )
+        where = ".".join(str(part) for part in field)
+        message = f"{where}: must be one of {', '.join(str(t) for t in tags)}"
+        if len(loc) == union_at + 1:  # the error is about the whole value
+            message += f"; got {first['input']!r:.80}"
+        return BadRequest(message, str(field[0]) if field else None)
+    where = ".".join(str(part) for part in loc)
+    return BadRequest(f"{where}: {first['msg']}", str(loc[0]))
+
+
+def check_model(served: ServedModel, asked: str | None) -> None:
+    """404 unless ``asked`` is the served name (absent: the served model, as vLLM does)."""
+    if asked is not None and asked != served.name:
+        raise ModelNotFound(
+            f"The model `{asked}` does not exist; this server serves `{served.name}`.", "model"
+        )
+
+
+def chat_prompt(
+    served: ServedModel, messages: Sequence[Message], add_generation_prompt: bool = True
+) -> list[int]:
+    """The chat template's token ids for ``messages``."""
+    turns = [{"role": m.role, "content": _text(m.content)} for m in messages]
+    return list(served.tokenizer.apply_chat_template(turns, add_generation_prompt))
+
+
+def _text(content: str | list[TextPart] | None) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    return "\n".join(part.text for part in content)  # vLLM joins text parts with newlines
+
+
+def completion_prompt(served: ServedModel, prompt: CompletionRequest) -> list[int]:
+    """The prompt's token ids; ids given are checked against the vocabulary."""
+    value = prompt.prompt
+    if isinstance(value, list) and value and isinstance(value[0], str | list):
+        if len(value) != 1:
+            raise BadRequest("batches of prompts are not supported: give one prompt", "prompt")
+        value = value[0]
+    if isinstance(value, str):
+        return served.tokenizer.encode(value)
+    vocab = served.tokenizer.vocab_size
+    bad = next((t for t in value if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise BadRequest(f"prompt token id {bad} is outside the vocabulary [0, {vocab})", "prompt")
+    return list(value)
+
+
+@dataclass(frozen=True)
+class GenerationJob:
+    """A validated generation request: what to run and how to answer."""
+
+    chat: bool
+    prompt_ids: list[int]
+    params: SamplingParams
+    stop: tuple[str, ...]
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool  # usage on every chunk (vLLM's continuous_usage_stats)
+    logprobs: bool
+
+
+def completion_job(served: ServedModel, raw: bytes) -> GenerationJob:
+    """Parse and check a /v1/completions body."""
+    body = parse_body(CompletionRequest, raw)
+    check_model(served, body.model)
+    prompt = completion_prompt(served, body)
+    # OpenAI's legacy default: 16 tokens.
+    max_tokens = body.max_tokens if body.max_tokens is not None else 16
+    return _job(served, body, prompt, max_tokens, logprobs=body.logprobs, chat=False)
+
+
+def chat_job(served: ServedModel, raw: bytes) -> GenerationJob:
+    """Parse and check a /v1/chat/completions body."""
+    body = parse_body(ChatRequest, raw)
+    check_model(served, body.model)
+    prompt = chat_prompt(served, body.messages)
+    # max_tokens first, as vLLM reads them; neither: the rest of the context, as vLLM does.
+    max_tokens = body.max_tokens or body.max_completion_tokens
+    if max_tokens is None:
+        max_tokens = max(1, served.max_context_len - len(prompt))
+    if body.top_logprobs is not None and not body.logprobs:
+        raise BadRequest("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+    logprobs = (body.top_logprobs or 0) if body.logprobs else None
+    return _job(served, body, prompt, max_tokens, logprobs=logprobs, chat=True)
+
+
+def _job(
+    served: ServedModel,
+    body: _Generation,
+    prompt: list[int],
+    max_tokens: int,
+    *,
+    logprobs: int | None,
+    chat: bool,
+) -> GenerationJob:
+    if body.n not in (None, 1):
+        raise BadRequest(f"only n=1 is supported, got {body.n}", "n")
+    prompt_param = "messages" if chat else "prompt"
+    if not prompt:
+        raise BadRequest("the prompt is empty: it must have at least one token", prompt_param)
+    limit = served.max_context_len
+    if len(prompt) + max_tokens > limit:
+        param = "max_tokens" if len(prompt) < limit else prompt_param
+        raise BadRequest(
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{len(prompt) + max_tokens} tokens ({len(prompt)} in the {prompt_param}, "
+            f"{max_tokens} in the completion). Please reduce the length of the "
+            f"{prompt_param} or completion.",
+            param,
+        )
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    if any(not s for s in stop):
+        raise BadRequest("stop strings must not be empty", "stop")
+    vocab = served.tokenizer.vocab_size
+    stop_ids = tuple(body.stop_token_ids or ())
+    if any(not 0 <= t < vocab for t in stop_ids):
+        raise BadRequest(f"stop_token_ids must be in [0, {vocab})", "stop_token_ids")
+    options = body.stream_options
+    if options is not None and not body.stream:
+        raise BadRequest("'stream_options' is only allowed with 'stream': true", "stream_options")
+    params = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        seed=body.seed,
+        stop_token_ids=stop_ids,
+        ignore_eos=bool(body.ignore_eos),
+        logprobs=logprobs,
+    )
+    return GenerationJob(
+        chat=chat,
+        prompt_ids=prompt,
+        params=params,
+        stop=stop,
+        stream=bool(body.stream),
+        include_usage=bool(options and options.include_usage),
+        continuous_usage=bool(options and options.continuous_usage_stats),
+        logprobs=logprobs is not None,
+    )

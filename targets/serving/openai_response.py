@@ -1,0 +1,206 @@
+"""From engine outputs to OpenAI's wire format: text, stop strings, logprobs, chunks.
+
+``TextAssembler`` turns token ids into text one token at a time, with vLLM's incremental
+detokenization (decode a small window, emit what it adds, wait while it ends in a partial
+UTF-8 character), and cuts the text at the first stop string. ``ResponseWriter`` builds
+one request's SSE chunks and its whole (non-streamed) body in vLLM's shapes: legacy
+``logprobs`` objects for completions, ``logprobs.content`` for chat, and ``usage`` with
+``prompt_tokens_details.cached_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from targets.serving.engine.api import TokenLogprob
+from targets.serving.openai_request import Tokenizer
+
+DONE_EVENT = b"data: [DONE]\n\n"
+_REPLACEMENT = "\ufffd"  # what a token ending inside a UTF-8 character decodes to
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def sse(payload: dict[str, Any]) -> bytes:
+    """One server-sent event: ``data: <json>`` and a blank line."""
+    return b"data: " + _dumps(payload) + b"\n\n"
+
+
+class TextAssembler:
+    """Generated token ids -> text, incrementally, stopping at the first stop string.
+
+    Special tokens (end of turn, end of document) decode to nothing, as vLLM's default
+    ``skip_special_tokens`` does.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, stop: Sequence[str] = ()) -> None:
+        self._decode = tokenizer.decode
+        self._ids: list[int] = []
+        self._prefix_offset = 0  # window start: context for the next token's text
+        self._read_offset = 0  # tokens whose text is already in self.text
+        self._stop = tuple(stop)
+        # Text that could be the start of a stop string is held back while streaming.
+        self._hold = max((len(s) for s in self._stop), default=1) - 1
+        self.text = ""  # all text so far (cut at the stop string once one matched)
+        self.emitted = 0  # characters of self.text handed out by take()
+        self.stop_reason: str | None = None  # the stop string that matched
+
+    def add(self, token_id: int) -> bool:
+        """Append a token's text; True when a stop string matched (the text is cut there)."""
+        ids = self._ids
+        ids.append(token_id)
+        window = ids[self._prefix_offset :]
+        before = self._decode(ids[self._prefix_offset : self._read_offset], True)
+        after = self._decode(window, True)
+        if len(after) <= len(before) or after.endswith(_REPLACEMENT):
+            return False  # nothing new yet, or a character split across tokens
+        start = max(0, len(self.text) - self._hold)
+        self.text += after[len(before) :]
+        self._prefix_offset, self._read_offset = self._read_offset, len(ids)
+        return self._check_stop(start)
+
+    def _check_stop(self, start: int) -> bool:
+        found = [(i, s) for s in self._stop if (i := self.text.find(s, start)) >= 0]
+        if not found:
+            return False
+        index, self.stop_reason = min(found)
+        self.text = self.text[:index]
+        return True
+
+    def take(self, final: bool) -> str:
+        """Text not handed out yet; unless ``final``, minus what may begin a stop string."""
+        end = len(self.text) if final or not self._stop else len(self.text) - self._hold
+        if end <= self.emitted:
+            return ""
+        piece = self.text[self.emitted : end]
+        self.emitted = end
+        return piece
+
+
+@dataclass
+class Delta:
+    """What one engine output adds to a response (after stop strings are applied)."""
+
+    text: str
+    logprobs: list[TokenLogprob] | None
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    stop_reason: str | None = None  # the stop string that ended the request (vLLM's field)
+
+
+def usage(delta: Delta) -> dict[str, Any]:
+    """OpenAI's usage object, cached prompt tokens included."""
+    return {
+        "prompt_tokens": delta.prompt_tokens,
+        "completion_tokens": delta.completion_tokens,
+        "total_tokens": delta.prompt_tokens + delta.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": delta.cached_tokens},
+    }
+
+
+@dataclass
+class ResponseWriter:
+    """One response's chunks and body. ``chat`` picks chat.completion(.chunk) over
+    text_completion; ``logprobs`` says whether the request asked for them."""
+
+    tokenizer: Tokenizer
+    chat: bool
+    response_id: str
+    created: int
+    model: str
+    logprobs: bool
+    _text_offset: int = field(default=0, init=False)  # completions' legacy text_offset
+
+    def _head(self) -> dict[str, Any]:
+        kind = "chat.completion.chunk" if self.chat else "text_completion"
+        return {
+            "id": self.response_id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+        }
+
+    def role_chunk(self, with_usage: Delta | None) -> bytes:
+        """Chat's first chunk: the assistant role, no tokens (vLLM sends it at once)."""
+        choice = {"index": 0, "delta": {"role": "assistant", "content": ""}}
+        payload = {**self._head(), "choices": [{**choice, "logprobs": None, "finish_reason": None}]}
+        if with_usage is not None:
+            payload["usage"] = usage(with_usage)
+        return sse(payload)
+
+    def chunk(self, delta: Delta, with_usage: bool) -> bytes:
+        """The chunk of one engine output: all its tokens, never split."""
+        choice: dict[str, Any] = {"index": 0}
+        if self.chat:
+            choice["delta"] = {"content": delta.text}
+        else:
+            choice["text"] = delta.text
+        choice["logprobs"] = self._logprobs(delta.logprobs)
+        choice["finish_reason"] = delta.finish_reason
+        choice["stop_reason"] = delta.stop_reason
+        payload = {**self._head(), "choices": [choice]}
+        if with_usage:
+            payload["usage"] = usage(delta)
+        return sse(payload)
+
+    def usage_chunk(self, last: Delta) -> bytes:
+        """``stream_options.include_usage``'s final chunk: no choices, the usage."""
+        return sse({**self._head(), "choices": [], "usage": usage(last)})
+
+    def body(self, deltas: Sequence[Delta]) -> bytes:
+        """A non-streamed response holding every delta."""
+        last = deltas[-1]
+        text = "".join(d.text for d in deltas)
+        lps = [lp for d in deltas for lp in d.logprobs or ()] if self.logprobs else None
+        choice: dict[str, Any] = {"index": 0}
+        if self.chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        choice["logprobs"] = self._logprobs(lps)
+        choice["finish_reason"] = last.finish_reason
+        choice["stop_reason"] = last.stop_reason
+        kind = "chat.completion" if self.chat else "text_completion"
+        head = {**self._head(), "object": kind}
+        return _dumps({**head, "choices": [choice], "usage": usage(last)})
+
+    def _logprobs(self, lps: list[TokenLogprob] | None) -> dict[str, Any] | None:
+        if not self.logprobs or lps is None:
+            return None
+        decode = self.tokenizer.decode
+        if self.chat:
+            return {"content": [self._chat_entry(lp, decode) for lp in lps]}
+        tokens = [decode([lp.token_id]) for lp in lps]
+        offsets = []
+        for token in tokens:
+            offsets.append(self._text_offset)
+            self._text_offset += len(token)
+        return {
+            "tokens": tokens,
+            "token_logprobs": [lp.logprob for lp in lps],
+            # The chosen token too, as OpenAI's legacy API and vLLM give it.
+            "top_logprobs": [
+                {decode([t]): v for t, v in ((lp.token_id, lp.logprob), *lp.top)} for lp in lps
+            ],
+            "text_offset": offsets,
+        }
+
+    @staticmethod
+    def _chat_entry(lp: TokenLogprob, decode) -> dict[str, Any]:
+        token = decode([lp.token_id])
+        return {
+            "token": token,
+            "logprob": lp.logprob,
+            "bytes": list(token.encode()),
+            "top_logprobs": [
+                {"token": (s := decode([t])), "logprob": v, "bytes": list(s.encode())}
+                for t, v in lp.top
+            ],
+        }
