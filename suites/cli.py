@@ -12,7 +12,7 @@ from rich.console import Console
 from collectors.errors import CollectorError
 from collectors.store import RunInterrupted, RunStore
 from reports.errors import BaselineCorruptError, ReportError, ReportUsageError
-from suites import cli_reports
+from suites import cli_reports, cli_target
 from suites.errors import SuiteError, UsageError
 from suites.present import (
     ProgressBar,
@@ -173,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cli_reports.add_baseline_commands(commands, reports_common)
     cli_reports.add_gate_commands(commands, reports_common)
+    cli_target.add_target_commands(commands)
 
     dashboards = commands.add_parser("dashboards", help="Grafana dashboards")
     dashboards_commands = dashboards.add_subparsers(dest="dashboards_command", required=True)

@@ -8,6 +8,7 @@ so they are checked exactly like the file.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -44,13 +45,17 @@ class SyntheticTargetSpec(_Strict):
 
 
 class TargetSpec(_Strict):
-    """What to drive: an embedded reference target moeperf starts, or a server by URL."""
+    """What to drive: an embedded target moeperf starts (synthetic, reference), or a URL."""
 
-    kind: Literal["synthetic", "url"] = "synthetic"
+    kind: Literal["synthetic", "url", "reference"] = "synthetic"
     url: str = ""
     api: Literal["chat", "completions"] = "completions"
     model: str = ""
     synthetic: SyntheticTargetSpec = SyntheticTargetSpec()
+    # The reference serving engine's knobs (targets.serving.config.ReferenceTargetConfig).
+    # Checked by reference_config() only when kind = "reference", so that a harness-only
+    # install (no torch) still loads every other spec.
+    reference: dict[str, Any] = {}
     # Ask for vLLM's per-chunk usage (exact tokens per chunk). Turn off for servers that
     # reject unknown stream_options.
     continuous_usage: bool = True
@@ -171,17 +176,29 @@ def _nested_fields(model: type[BaseModel], location: tuple) -> list[str]:
     return list(model.model_fields)
 
 
-def format_errors(error: ValidationError, source: str) -> str:
-    """One line per problem: the dotted field, what is wrong, and what is valid."""
+def _unknown_field(where: str, name: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"  {where}: unknown field{hint} valid fields: {', '.join(valid)}"
+
+
+def format_errors(
+    error: ValidationError,
+    source: str,
+    root: type[BaseModel] = ServingSpec,
+    prefix: tuple[str, ...] = (),
+) -> str:
+    """One line per problem: the dotted field, what is wrong, and what is valid.
+
+    ``root`` is the model that was validated, found at ``prefix`` in the spec.
+    """
     lines = [f"{source}: invalid spec"]
     for item in error.errors():
         location = tuple(str(p) for p in item["loc"])
-        where = ".".join(location) or "(top level)"
+        where = ".".join(prefix + location) or "(top level)"
         if item["type"] == "extra_forbidden":
-            valid = _nested_fields(ServingSpec, location[:-1])
-            close = difflib.get_close_matches(location[-1], valid, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            lines.append(f"  {where}: unknown field{hint} valid fields: {', '.join(valid)}")
+            valid = _nested_fields(root, location[:-1])
+            lines.append(_unknown_field(where, location[-1], valid))
         elif item["type"] == "missing":
             lines.append(f"  {where}: required field is missing")
         else:
@@ -239,6 +256,44 @@ def load_spec(name_or_path: str, overrides: list[str] = ()) -> tuple[dict[str, A
     if suite != "serving":
         raise SpecError(f"{path}: suite {suite!r} is not runnable yet; valid suites: serving")
     try:
-        return data, ServingSpec.model_validate(data)
+        spec = ServingSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(format_errors(exc, str(path))) from None
+    if spec.target.kind == "reference":
+        reference_config(spec.target.reference, str(path))
+    return data, spec
+
+
+REFERENCE_INSTALL = "pip install torch==2.13.0 '.[reference]'"
+
+
+def torch_installed() -> bool:
+    """Whether PyTorch can be imported here (found, not imported: that takes seconds)."""
+    return importlib.util.find_spec("torch") is not None
+
+
+def reference_config(fields: dict[str, Any], source: str = "spec") -> Any:
+    """A ``[target.reference]`` table as the reference target's validated config.
+
+    Returns a ``targets.serving.config.ReferenceTargetConfig``, imported only here: specs
+    of the other kinds load without torch. Without torch, or with a knob the target does
+    not have, a ``SpecError`` says what to do (exit 2).
+    """
+    needs = f"{source}: target.kind = 'reference' needs PyTorch and the reference extra"
+    if not torch_installed():
+        raise SpecError(f"{needs}; install them with: {REFERENCE_INSTALL}")
+    try:
+        from targets.serving.config import ReferenceTargetConfig
+    except ImportError as exc:
+        raise SpecError(f"{needs} ({exc}); install them with: {REFERENCE_INSTALL}") from None
+    valid = list(ReferenceTargetConfig.model_fields)
+    unknown = [name for name in fields if name not in valid]
+    if unknown:
+        lines = [f"{source}: invalid spec"]
+        lines += [_unknown_field(f"target.reference.{name}", name, valid) for name in unknown]
+        raise SpecError("\n".join(lines))
+    try:
+        return ReferenceTargetConfig.model_validate(fields)
+    except ValidationError as exc:
+        prefix = ("target", "reference")
+        raise SpecError(format_errors(exc, source, ReferenceTargetConfig, prefix)) from None

@@ -21,11 +21,14 @@ _READY_TIMEOUT_S = 30.0
 
 
 @contextmanager
-def running_target(module: str, config: dict[str, Any]) -> Iterator[str]:
+def running_target(
+    module: str, config: dict[str, Any], ready_timeout_s: float = _READY_TIMEOUT_S
+) -> Iterator[str]:
     """Run ``python -m module --port 0 --config JSON``; yield its base URL; stop it after.
 
     The child prints ``READY http://127.0.0.1:PORT`` once it listens, and exits by itself
-    if this process dies without stopping it (``--exit-with-parent``).
+    if this process dies without stopping it (``--exit-with-parent``). A target that loads
+    a model needs a longer ``ready_timeout_s``.
     """
     command = [sys.executable, "-m", module, "--host", "127.0.0.1", "--port", "0"]
     command += ["--config", json.dumps(config), "--exit-with-parent"]
@@ -41,7 +44,7 @@ def running_target(module: str, config: dict[str, Any]) -> Iterator[str]:
             start_new_session=True,
         )
         try:
-            yield _await_ready(process, module, stderr)
+            yield _await_ready(process, module, stderr, ready_timeout_s)
         finally:
             _stop(process)
 
@@ -57,7 +60,7 @@ def _stop(process: subprocess.Popen) -> None:
         process.stdout.close()
 
 
-def _await_ready(process: subprocess.Popen, module: str, stderr) -> str:
+def _await_ready(process: subprocess.Popen, module: str, stderr, timeout_s: float) -> str:
     found: list[str] = []
 
     def read() -> None:
@@ -68,11 +71,13 @@ def _await_ready(process: subprocess.Popen, module: str, stderr) -> str:
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    reader.join(_READY_TIMEOUT_S)
+    reader.join(timeout_s)
     if not found:
+        code = process.poll()
         process.kill()
         process.wait()
         stderr.seek(0)
         err = stderr.read().strip()[-500:]
-        raise TargetError(f"{module} did not become ready in {_READY_TIMEOUT_S:.0f} s: {err}")
+        why = f"exited with code {code}" if code is not None else f"not ready in {timeout_s:.0f} s"
+        raise TargetError(f"{module} did not start ({why}): {err}")
     return found[0]

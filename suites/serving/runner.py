@@ -30,6 +30,7 @@ from suites.serving.observe import LiveObservers
 from suites.serving.plan import LevelPlan, WorkerConfig
 from suites.serving.pool import WorkerPool
 from suites.serving.prompts import build_prompts
+from suites.serving.reference_target import running_reference, with_reference_defaults
 from suites.serving.validity import client_bottlenecks
 from suites.serving.worker import LevelReport
 from suites.spec import ServingSpec
@@ -86,6 +87,10 @@ def target_url(spec: ServingSpec) -> Iterator[tuple[str, dict[str, Any]]]:
     """The base URL to drive and a description of the target for the manifest."""
     if spec.target.kind == "url":
         yield spec.target.url, {"kind": "url", "url": spec.target.url}
+        return
+    if spec.target.kind == "reference":
+        with running_reference(spec) as (url, described):
+            yield url, described
         return
     config = spec.target.synthetic.model_dump()
     with running_target("targets.synthetic", config) as url:
@@ -155,6 +160,7 @@ def run_serving(
     ``say`` receives lines for the user (the live metrics URL, warnings).
     """
     progress = progress or Progress()
+    spec = with_reference_defaults(spec)
     with target_url(spec) as (base_url, target):
         model = spec.target.model or discover_model(base_url) or "default"
         target = {**target, "model": model, "api": spec.target.api}
@@ -190,6 +196,11 @@ def _run_levels(
         run.add_note(
             "Target: the synthetic ground-truth server; its latencies are configured "
             "(simulated), not a model's."
+        )
+    if spec.target.kind == "reference":
+        run.add_note(
+            "Target: the reference engine serving the tiny MoE on this host, started by "
+            "moeperf; it shares the host's cores with the load workers."
         )
     workers = worker_count(spec)
     config = WorkerConfig(

@@ -1,0 +1,86 @@
+"""``moeperf target``: the reference targets themselves, to serve the tiny MoE or train it.
+
+``moeperf target serve [--model DIR] [--host H] [--port N] [knob flags...]`` runs
+``python -m targets.serving`` in this process, and ``moeperf target train --out DIR
+[--steps N ...]`` runs ``python -m targets.model.train``. Their flags belong to them, so
+every argument after ``serve`` or ``train`` is handed over unchanged, and
+``moeperf target serve --help`` prints the server's own help. The targets are imported
+only when one is run: the rest of the CLI loads without torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from rich.console import Console
+
+from suites import spec
+from suites.errors import UsageError
+
+EXIT_INTERRUPTED = 130
+_INSTALL = spec.REFERENCE_INSTALL
+
+
+def _entry_point(module: str):
+    """``module.main``, or a UsageError (exit 2) saying how to install what it needs."""
+    if not spec.torch_installed():
+        raise UsageError(f"{module} needs PyTorch and the reference extra: {_INSTALL}")
+    try:
+        return importlib.import_module(module).main
+    except ModuleNotFoundError as exc:
+        raise UsageError(
+            f"{module} cannot be imported ({exc}); install the reference extra: {_INSTALL}"
+        ) from None
+
+
+def _delegate(module: str, argv: list[str]) -> int:
+    main = _entry_point(module)
+    try:
+        return int(main(argv) or 0)
+    except KeyboardInterrupt:
+        # The target stops on SIGINT by itself; this is a second Ctrl-C during its shutdown.
+        return EXIT_INTERRUPTED
+
+
+def serve_command(args: argparse.Namespace, _console: Console) -> int:
+    return _delegate("targets.serving.__main__", list(args.target_args))
+
+
+def train_command(args: argparse.Namespace, _console: Console) -> int:
+    return _delegate("targets.model.train", list(args.target_args))
+
+
+def _passthrough(commands, name: str, help_text: str, delegate: str) -> argparse.ArgumentParser:
+    # prefix_chars="+": no argument looks like an option here, so all reach the target.
+    parser = commands.add_parser(
+        name,
+        help=help_text,
+        description=f"{help_text}. Every argument is passed to `{delegate}`; "
+        f"`moeperf target {name} --help` prints its flags.",
+        add_help=False,
+        prefix_chars="+",
+    )
+    parser.add_argument("target_args", nargs="*", metavar="ARG", help=f"flags of {delegate}")
+    return parser
+
+
+def add_target_commands(commands) -> None:
+    target = commands.add_parser(
+        "target", help="the reference targets: serve the tiny MoE over HTTP, or train it"
+    )
+    sub = target.add_subparsers(dest="target_command", required=True)
+    serve = _passthrough(
+        sub,
+        "serve",
+        "serve the reference MoE (OpenAI-compatible API, /metrics) until Ctrl-C or SIGTERM",
+        "python -m targets.serving",
+    )
+    serve.set_defaults(handler=serve_command)
+    train = _passthrough(
+        sub,
+        "train",
+        "train the reference MoE into a model directory (--out DIR)",
+        "python -m targets.model.train",
+    )
+    train.set_defaults(handler=train_command)
