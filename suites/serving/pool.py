@@ -53,6 +53,24 @@ class WorkerPool:
         for process in self._processes:
             process.start()
 
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Until every worker has its session and tokenizer: a level planned before that
+        would see its first requests sent late (spawning takes seconds on a busy host)."""
+        ready: set[int] = set()
+        deadline = time.monotonic() + timeout_s
+        while len(ready) < len(self._processes):
+            try:
+                message = self.results.get(timeout=_POLL_S)
+            except queue.Empty:
+                self._check_alive()
+                if time.monotonic() > deadline:
+                    raise WorkerFailed(f"load workers not ready after {timeout_s:.0f} s") from None
+                continue
+            if message[0] == "ready":
+                ready.add(message[1])
+            elif message[0] == "failed":
+                raise WorkerFailed(f"load worker {message[1]} failed:\n{message[2]}")
+
     @property
     def size(self) -> int:
         return len(self._processes)

@@ -227,6 +227,7 @@ def _run_levels(
 
     outcomes: list[LevelOutcome] = []
     try:
+        pool.wait_ready()
         for index, level in enumerate(load.levels):
             start_ns = time.monotonic_ns() + int(_LEVEL_START_DELAY_S * 1e9)
             plans = plan_level(spec, level, index, workers, start_ns, len(prompts))

@@ -76,6 +76,7 @@ async def _serve(index: int, config: WorkerConfig, commands: Any, results: Any, 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         tokenizer = resolve_tokenizer(config.tokenizer, config.base_url, session)
         level = _Level(index, config, session, results, stop)
+        results.put(("ready", index))
         while True:
             plan = await loop.run_in_executor(None, commands.get)
             if plan is None:
