@@ -103,7 +103,7 @@ def test_bad_input_exits_2_saying_what_is_valid(tmp_path, args, expected):
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory) -> tuple[Path, str, subprocess.CompletedProcess]:
     runs = tmp_path_factory.mktemp("cli") / "runs"
-    result = moeperf(runs, "run", "default", *SHORT_RUN, timeout=120)
+    result = moeperf(runs, "run", "synthetic", *SHORT_RUN, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     (run_id,) = RunStore(runs).run_ids()
     return runs, run_id, result
@@ -183,12 +183,12 @@ def test_runs_show_an_unknown_run_exits_2(tmp_path):
 
 
 def _start(runs: Path, *overrides: str, log_dir: Path) -> subprocess.Popen:
-    """``moeperf run default --set O ...`` in the background, output to files in ``log_dir``."""
+    """``moeperf run synthetic --set O ...`` in the background, output to files in ``log_dir``."""
     args = [arg for override in overrides for arg in ("--set", override)]
     # The child has its own copies of the descriptors: ours can close at once.
     with open(log_dir / "stdout.txt", "w") as out, open(log_dir / "stderr.txt", "w") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "suites.cli", "--runs-dir", str(runs), "run", "default", *args],
+            [sys.executable, "-m", "suites.cli", "--runs-dir", str(runs), "run", "synthetic", *args],
             cwd=REPO_ROOT,
             env=ENV,
             stdout=out,

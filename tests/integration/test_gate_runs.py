@@ -37,7 +37,7 @@ SHORT = [
 def test_paired_blocks_detect_a_20_percent_itl_regression(tmp_path):
     lines: list[str] = []
     code = paired_command(
-        "default",
+        "synthetic",
         "synthetic:itl_s=0.010",
         "synthetic:itl_s=0.012",
         2,
@@ -63,7 +63,7 @@ def test_a_over_a_flags_nothing(tmp_path):
     lines: list[str] = []
     overrides = [*SHORT, "target.synthetic.jitter=lognormal", "target.synthetic.jitter_scale=0.1"]
     assert (
-        calibrate_command("default", 2, tmp_path / "runs", overrides, tmp_path, out=lines.append)
+        calibrate_command("synthetic", 2, tmp_path / "runs", overrides, tmp_path, out=lines.append)
         == 0
     )
     body = json.loads((tmp_path / "calibration.json").read_text())
@@ -73,7 +73,7 @@ def test_a_over_a_flags_nothing(tmp_path):
 
 
 def test_targets_and_block_orders():
-    _, spec = load_spec("default", SHORT)
+    _, spec = load_spec("synthetic", SHORT)
     assert parse_target("http://127.0.0.1:8000", spec).url == "http://127.0.0.1:8000"
     assert parse_target("url:http://h:1", spec).url == "http://h:1"
     synthetic = parse_target("synthetic:itl_s=0.011,tokens_per_chunk=2", spec).synthetic
@@ -89,4 +89,4 @@ def test_targets_and_block_orders():
     with pytest.raises(UsageError, match="valid orders"):
         block_order(2, "aabb")
     with pytest.raises(UsageError):
-        paired_gate("default", "synthetic", "synthetic", 0)
+        paired_gate("synthetic", "synthetic", "synthetic", 0)
