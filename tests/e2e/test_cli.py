@@ -188,7 +188,16 @@ def _start(runs: Path, *overrides: str, log_dir: Path) -> subprocess.Popen:
     # The child has its own copies of the descriptors: ours can close at once.
     with open(log_dir / "stdout.txt", "w") as out, open(log_dir / "stderr.txt", "w") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "suites.cli", "--runs-dir", str(runs), "run", "synthetic", *args],
+            [
+                sys.executable,
+                "-m",
+                "suites.cli",
+                "--runs-dir",
+                str(runs),
+                "run",
+                "synthetic",
+                *args,
+            ],
             cwd=REPO_ROOT,
             env=ENV,
             stdout=out,
