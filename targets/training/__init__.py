@@ -1,0 +1,1 @@
+"""Training measurements of the tiny MoE: model FLOPs, the device's peak FLOP/s, and MFU."""

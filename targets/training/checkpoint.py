@@ -1,0 +1,69 @@
+"""Training checkpoints on disk: model and optimizer state, the step, the data cursor.
+
+Written to a temporary file and renamed, so a crash mid-write never leaves a checkpoint
+that looks complete. Write and restore times are returned: OOM recovery costs them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class TrainState:
+    step: int  # steps completed
+    next_sample: int  # index of the next training sample (micro-batch) to draw
+
+
+class CheckpointStore:
+    def __init__(self, directory: Path, keep: int = 2):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.keep = keep
+
+    def save(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: TrainState
+    ) -> float:
+        """Write a checkpoint; seconds taken."""
+        started = time.perf_counter()
+        path = self.directory / f"step-{state.step:08d}.pt"
+        tmp = path.with_suffix(".tmp")
+        payload = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "step": state.step,
+            "next_sample": state.next_sample,
+        }
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+        for old in self._paths()[: -self.keep]:
+            old.unlink()
+        return time.perf_counter() - started
+
+    def latest(self) -> Path | None:
+        paths = self._paths()
+        return paths[-1] if paths else None
+
+    def restore(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+    ) -> tuple[TrainState, float]:
+        """Load the latest checkpoint into ``model`` and ``optimizer``; its state and seconds."""
+        started = time.perf_counter()
+        path = self.latest()
+        if path is None:
+            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        device = next(model.parameters()).device
+        payload: dict[str, Any] = torch.load(path, map_location=device, weights_only=True)
+        model.load_state_dict(payload["model"])
+        optimizer.load_state_dict(payload["optimizer"])
+        state = TrainState(payload["step"], payload["next_sample"])
+        return state, time.perf_counter() - started
+
+    def _paths(self) -> list[Path]:
+        return sorted(self.directory.glob("step-*.pt"))

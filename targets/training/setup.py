@@ -1,0 +1,215 @@
+"""What a training run is made of, built from a ``TrainerConfig``: model, data, budget,
+activation policy, routing-skew profile and the FLOPs per token for MFU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from targets.model.checkpoint import default_model_dir, load_model_dir
+from targets.model.config import MoEConfig
+from targets.model.corpus import load_corpus
+from targets.model.model import MoETransformer
+from targets.model.tokenizer import ChatTokenizer
+from targets.model.train import TrainRecipe, lr_at, split_documents, token_stream
+from targets.training import flops, memory, skew, skew_fit
+from targets.training.cost_model import calibrate_costs
+from targets.training.expert_parallel import HottestExpertRank
+from targets.training.policies import (
+    POLICY_NAMES,
+    AdaptivePolicy,
+    FullRecompute,
+    KeepAll,
+    SelectiveRecompute,
+)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+_CALIBRATION_SAMPLE = 2**40  # far beyond any training sample index
+
+
+class TrainingConfigError(ValueError):
+    """A training configuration that cannot run (the message says what is valid)."""
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    model: MoEConfig = field(default_factory=lambda: MoEConfig(mtp_depth=1))
+    init_from: str | None = "default"  # a model directory, "default" (the shipped one) or None
+    seq_len: int = 256
+    micro_batch_size: int = 4  # sequences per micro-batch
+    microbatches: int = 4  # per optimizer step (gradient accumulation)
+    steps: int = 20
+    lr: float = 3e-4
+    warmup_steps: int = 0
+    mtp: bool = True  # train the MTP module too (its loss weighted as in targets.model.train)
+    dtype: str = "float32"
+    device: str = "cpu"
+    threads: int = 2
+    policy: str = "keep-all"
+    budget_bytes: int | None = None  # device-memory budget; None: unlimited
+    pipeline_stages: int = 1
+    stage: int = 0
+    expert_parallel: int = 4  # ranks the experts are spread over (this device: the hottest)
+    skew: str = "none"
+    skew_seed: int = 0
+    replay_path: str | None = None
+    checkpoint_every: int = 5
+    checkpoint_dir: str = "checkpoints"
+    seed: int = 0
+    rank: int = 0
+    world_size: int = 1
+
+    def validate(self) -> None:
+        problems = []
+        if self.policy not in POLICY_NAMES:
+            problems.append(f"unknown policy {self.policy!r}; valid: {', '.join(POLICY_NAMES)}")
+        if self.dtype not in DTYPES:
+            problems.append(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
+        if self.device not in ("cpu", "cuda"):
+            problems.append(f"device must be cpu or cuda, not {self.device!r}")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            problems.append("device is cuda but torch sees no GPU")
+        if self.expert_parallel < 1 or self.model.num_experts % self.expert_parallel:
+            problems.append(f"expert_parallel must divide num_experts ({self.model.num_experts})")
+        if not 0 <= self.stage < self.pipeline_stages:
+            problems.append(f"stage must be in [0, pipeline_stages={self.pipeline_stages})")
+        for name in ("seq_len", "micro_batch_size", "microbatches", "steps", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1")
+        if self.seq_len > self.model.max_position:
+            problems.append(
+                f"seq_len must be <= the model's max_position {self.model.max_position}"
+            )
+        if problems:
+            raise TrainingConfigError("; ".join(problems))
+
+
+@dataclass
+class TrainingSetup:
+    config: TrainerConfig
+    recipe: TrainRecipe
+    model: MoETransformer
+    stream: Tensor  # training tokens
+    budget: memory.AccountedBudget | memory.CudaBudget
+    policy: HottestExpertRank
+    skew: skew_fit.SkewHandle
+    flops_per_token: float
+    working_set: memory.WorkingSetCalibration | None = None
+
+    def batch(self, sample: int) -> tuple[Tensor, Tensor]:
+        """Micro-batch ``sample``: the same windows every time (a replayed step after a
+        restart trains on the same data)."""
+        cfg = self.config
+        generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + sample)
+        high = len(self.stream) - cfg.seq_len - 1
+        starts = torch.randint(high, (cfg.micro_batch_size,), generator=generator).tolist()
+        windows = torch.stack([self.stream[s : s + cfg.seq_len + 1] for s in starts])
+        windows = windows.to(cfg.device)
+        return windows[:, :-1], windows[:, 1:]
+
+    def set_lr(self, optimizer: torch.optim.Optimizer, step: int) -> None:
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, self.recipe)
+
+
+def build(config: TrainerConfig) -> TrainingSetup:
+    config.validate()
+    torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    model, tokenizer = _model(config)
+    model_cfg = model.config
+    if not config.mtp and model_cfg.mtp_depth:
+        model = _without_mtp(model)
+        model_cfg = model.config
+    recipe = TrainRecipe(
+        model=model_cfg, seq_len=config.seq_len, batch_size=config.micro_batch_size,
+        steps=config.steps, lr=config.lr, warmup_steps=config.warmup_steps,
+        mtp_loss_weight=0.3 if config.mtp else 0.0, dtype=config.dtype, threads=config.threads,
+    )  # fmt: skip
+    train_docs, _ = split_documents(load_corpus(), recipe.eval_fraction)
+    stream = token_stream(train_docs, tokenizer)
+    model = model.to(device=config.device, dtype=DTYPES[config.dtype]).train()
+    static = memory.training_static_bytes(model).total_bytes
+    if config.budget_bytes is not None and config.budget_bytes <= static:
+        raise TrainingConfigError(
+            f"budget_bytes {config.budget_bytes:,} is smaller than the weights, gradients and "
+            f"optimizer state alone ({static:,} bytes); give at least that plus activations"
+        )
+    budget = _budget(config, model)
+    profile = skew.profile_by_name(config.skew, config.skew_seed, config.replay_path, model_cfg)
+    handle = skew_fit.install(model, profile)
+    setup = TrainingSetup(
+        config=config, recipe=recipe, model=model, stream=stream, budget=budget,
+        policy=KeepAll(), skew=handle,
+        flops_per_token=flops.training_flops_per_token(model_cfg, config.seq_len, config.mtp),
+    )  # fmt: skip
+    setup.policy = HottestExpertRank(_policy(setup), config.expert_parallel, model_cfg.num_experts)
+    if isinstance(budget, memory.AccountedBudget):
+        setup.working_set = _calibrate_working_set(setup)
+        budget.set_working_set(setup.working_set.working_set_bytes)
+    model.set_runner(setup.policy)
+    return setup
+
+
+def _calibrate_working_set(setup: TrainingSetup) -> memory.WorkingSetCalibration:
+    """Transient bytes of one micro-batch's forward and backward under this policy (the
+    adaptive one measured as selective: the most it recomputes), off the budget."""
+    model = setup.model
+    policy = setup.policy
+    if isinstance(policy.policy, AdaptivePolicy):
+        policy = HottestExpertRank(
+            SelectiveRecompute(), policy.ep_size, policy.experts_per_rank * policy.ep_size
+        )
+    model.set_runner(policy)
+    x, y = setup.batch(_CALIBRATION_SAMPLE)
+    try:
+        with setup.skew.at_microbatch(_CALIBRATION_SAMPLE):
+            calibration = memory.calibrate_working_set(model, lambda: model(x, y).loss)
+    finally:
+        model.zero_grad(set_to_none=True)
+    return calibration
+
+
+def _model(config: TrainerConfig) -> tuple[MoETransformer, ChatTokenizer]:
+    if config.init_from is None:
+        _, tokenizer = load_model_dir(default_model_dir())
+        return MoETransformer(config.model), tokenizer
+    path = default_model_dir() if config.init_from == "default" else Path(config.init_from)
+    return load_model_dir(path)
+
+
+def _without_mtp(model: MoETransformer) -> MoETransformer:
+    smaller = MoETransformer(replace(model.config, mtp_depth=0))
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("mtp.")}
+    smaller.load_state_dict(state)
+    return smaller
+
+
+def _budget(config: TrainerConfig, model: MoETransformer):
+    if config.device == "cuda":
+        return memory.CudaBudget(config.budget_bytes, torch.device("cuda"))
+    return memory.AccountedBudget(config.budget_bytes)
+
+
+def _policy(setup: TrainingSetup):
+    name = setup.config.policy
+    if name == "keep-all":
+        return KeepAll()
+    if name == "full-recompute":
+        return FullRecompute()
+    if name == "selective":
+        return SelectiveRecompute()
+    cfg = setup.config
+    x, y = setup.batch(_CALIBRATION_SAMPLE)
+    with setup.budget.track():
+        cost = calibrate_costs(setup.model, setup.budget, x, y, lambda out: out.loss)
+    return AdaptivePolicy(
+        budget=setup.budget,
+        cost=cost,
+        num_blocks=setup.model.num_slots,
+        tokens_per_microbatch=cfg.micro_batch_size * cfg.seq_len,
+        top_k=setup.model.config.top_k,
+    )
