@@ -58,9 +58,11 @@ class CheckpointStore:
         path = self.latest()
         if path is None:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
-        device = next(model.parameters()).device
-        payload: dict[str, Any] = torch.load(path, map_location=device, weights_only=True)
+        # Read to host memory and copy into the existing tensors: after an OOM the device
+        # has no room for a second copy of the weights or of the optimizer state.
+        payload: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
         model.load_state_dict(payload["model"])
+        optimizer.state.clear()
         optimizer.load_state_dict(payload["optimizer"])
         state = TrainState(payload["step"], payload["next_sample"])
         return state, time.perf_counter() - started

@@ -37,9 +37,12 @@ class _Probe:
     def run(self, op: Op, fn: Callable[..., Any], *args: Any) -> Any:
         if op[0] == "layer":
             return fn(*args)
+        sync = torch.cuda.synchronize if args[0].is_cuda else (lambda: None)
         before = self.budget.saved_bytes()
+        sync()
         started = time.perf_counter()
         out = fn(*args)
+        sync()  # kernels run asynchronously on a GPU: time them, not their launch
         self.seconds[op[0]] += time.perf_counter() - started
         self.bytes[op[0]] += self.budget.saved_bytes() - before
         self.tokens[op[0]] += args[0].shape[0]

@@ -56,6 +56,9 @@ class TrainerConfig:
     skew: str = "none"
     skew_seed: int = 0
     replay_path: str | None = None
+    # A saved int64 tensor of training tokens (torch.save), instead of tokenizing the
+    # corpus here: for machines without the tokenizer libraries, and to skip the work.
+    token_stream_path: str | None = None
     checkpoint_every: int = 5
     checkpoint_dir: str = "checkpoints"
     seed: int = 0
@@ -129,8 +132,10 @@ def build(config: TrainerConfig) -> TrainingSetup:
         steps=config.steps, lr=config.lr, warmup_steps=config.warmup_steps,
         mtp_loss_weight=0.3 if config.mtp else 0.0, dtype=config.dtype, threads=config.threads,
     )  # fmt: skip
-    train_docs, _ = split_documents(load_corpus(), recipe.eval_fraction)
-    stream = token_stream(train_docs, tokenizer)
+    if config.token_stream_path is not None:
+        stream = torch.load(config.token_stream_path, weights_only=True)
+    else:
+        stream = training_stream(tokenizer)
     model = model.to(device=config.device, dtype=DTYPES[config.dtype]).train()
     static = memory.training_static_bytes(model).total_bytes
     if config.budget_bytes is not None and config.budget_bytes <= static:
@@ -173,12 +178,20 @@ def _calibrate_working_set(setup: TrainingSetup) -> memory.WorkingSetCalibration
     return calibration
 
 
-def _model(config: TrainerConfig) -> tuple[MoETransformer, ChatTokenizer]:
+def _model(config: TrainerConfig) -> tuple[MoETransformer, ChatTokenizer | None]:
     if config.init_from is None:
-        _, tokenizer = load_model_dir(default_model_dir())
+        tokenizer = None
+        if config.token_stream_path is None:
+            tokenizer = ChatTokenizer.from_dir(default_model_dir())
         return MoETransformer(config.model), tokenizer
     path = default_model_dir() if config.init_from == "default" else Path(config.init_from)
     return load_model_dir(path)
+
+
+def training_stream(tokenizer: ChatTokenizer) -> Tensor:
+    """The training split of the corpus as one token stream (what the trainer draws from)."""
+    train_docs, _ = split_documents(load_corpus(), TrainRecipe.eval_fraction)
+    return token_stream(train_docs, tokenizer)
 
 
 def _without_mtp(model: MoETransformer) -> MoETransformer:
