@@ -76,7 +76,7 @@ def test_without_torch_a_reference_spec_says_how_to_install_and_others_still_loa
     with pytest.raises(SpecError) as info:
         load_spec(write(tmp_path, ""))
     assert "pip install torch==2.13.0 '.[reference]'" in str(info.value)
-    load_spec("default")  # a synthetic spec needs no torch
+    load_spec("synthetic")  # a synthetic spec needs no torch
     assert cli.main(["--runs-dir", str(tmp_path), "run", write(tmp_path, "")]) == 2
     assert cli.main(["target", "serve", "--port", "0"]) == 2
     assert "pip install torch==2.13.0 '.[reference]'" in capsys.readouterr().err
@@ -111,7 +111,7 @@ def test_the_tokenizer_is_the_chosen_models_unless_the_spec_sets_one(tmp_path):
     assert with_reference_defaults(s).workload.tokenizer == str(model.resolve())
     _, s = load_spec(write(tmp_path, '[workload]\ntokenizer = "server"\n'))
     assert with_reference_defaults(s).workload.tokenizer == "server"
-    _, synthetic = load_spec("default")
+    _, synthetic = load_spec("synthetic")
     assert with_reference_defaults(synthetic) is synthetic
 
 
