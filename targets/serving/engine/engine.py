@@ -38,6 +38,7 @@ from targets.serving.engine.mtp_drafter import MTPDrafter
 from targets.serving.engine.paged_attention import PagedAttention, Segment
 from targets.serving.engine.scheduler import ScheduledSeq, Scheduler
 from targets.serving.engine.sequence import Sequence
+from targets.serving.engine.validation import validate_request
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -101,7 +102,7 @@ class Engine:
     ) -> None:
         """Queue a request; ``on_output`` is called from the engine's thread."""
         prompt = list(prompt_token_ids)
-        self._validate(prompt, params)
+        validate_request(self.config, self.model.config.vocab_size, prompt, params)
         generator = torch.Generator()
         with self._inbox_lock:
             if request_id in self._request_ids:
@@ -380,31 +381,3 @@ class Engine:
             output_tokens=seq.num_output,
             cached_prompt_tokens=seq.cached_prompt_tokens,
         )
-
-    def _validate(self, prompt: list[int], params: SamplingParams) -> None:
-        cfg, vocab = self.config, self.model.config.vocab_size
-        if not prompt:
-            raise InvalidRequestError("the prompt is empty; give at least one token")
-        if min(prompt) < 0 or max(prompt) >= vocab:
-            raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})")
-        if params.max_tokens < 1:
-            raise InvalidRequestError(f"max_tokens must be >= 1, got {params.max_tokens}")
-        if len(prompt) + params.max_tokens > cfg.max_context_len:
-            raise InvalidRequestError(
-                f"the prompt ({len(prompt)} tokens) plus max_tokens ({params.max_tokens}) "
-                f"exceeds the context limit of {cfg.max_context_len} tokens"
-            )
-        if cfg.chunked_prefill_size == 0 and len(prompt) > cfg.max_num_batched_tokens:
-            raise InvalidRequestError(
-                f"the prompt ({len(prompt)} tokens) exceeds max_num_batched_tokens "
-                f"({cfg.max_num_batched_tokens}) and chunked prefill is off"
-            )
-        needed = (len(prompt) + params.max_tokens + 2 * cfg.mtp_tokens) // cfg.block_size + 1
-        if needed > cfg.num_kv_blocks:
-            raise InvalidRequestError(
-                f"the request needs {needed} KV blocks; the cache has {cfg.num_kv_blocks}"
-            )
-        if params.temperature < 0 or not 0 < params.top_p <= 1:
-            raise InvalidRequestError("temperature must be >= 0 and top_p in (0, 1]")
-        if params.logprobs is not None and not 0 <= params.logprobs <= 20:
-            raise InvalidRequestError("logprobs must be between 0 and 20")
