@@ -29,13 +29,15 @@ PUSHGATEWAY_ENV = "MOEPERF_PUSHGATEWAY_URL"
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
-    from suites.serving.runner import run_serving
-
     overrides = list(args.set or [])
     if args.metrics_port is not None:
         overrides.append(f"export.metrics_port={args.metrics_port}")
     given, spec = load_spec(args.spec, overrides)
     store = RunStore(args.runs_dir)
+    if spec.suite == "training":
+        return _run_training(args, console, store, given, spec)
+    from suites.serving.runner import run_serving
+
     bar = ProgressBar(console)
     try:
         run_id = run_serving(
@@ -49,6 +51,21 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         )
     finally:
         bar.close()
+    _show(store, run_id, console)
+    return 0 if store.open(run_id).manifest.status == "complete" else 1
+
+
+def _run_training(args, console: Console, store: RunStore, given, spec) -> int:
+    from suites.training.runner import run_training
+
+    run_id = run_training(
+        spec,
+        given,
+        store,
+        lambda run: announce_run(run, console),
+        pushgateway_url=args.pushgateway or os.environ.get(PUSHGATEWAY_ENV) or None,
+        say=lambda line: console.print(line, markup=False, highlight=False),
+    )
     _show(store, run_id, console)
     return 0 if store.open(run_id).manifest.status == "complete" else 1
 
@@ -68,6 +85,13 @@ def _show(store: RunStore, run: str, console: Console) -> None:
     summary = reader.summary()
     if not summary:
         console.print("no summary (the run ended before one was written)")
+        return
+    if m.suite == "training":
+        from suites.training.tables import training_tables
+
+        for table in training_tables(summary):
+            console.print(table)
+        console.print(f"results: {reader.directory}")
         return
     for scenario, entry in summary.get("scenarios", {}).items():
         if "latency_s" in entry:

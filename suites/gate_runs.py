@@ -45,13 +45,25 @@ from reports.gate import (
 )
 from reports.runs import load_run
 from reports.samples import MetricSamples, pool_samples, run_samples
-from suites.errors import UsageError
+from suites.errors import SpecError, UsageError
 from suites.serving.embedded import running_target
 from suites.serving.runner import run_serving
-from suites.spec import ServingSpec, SyntheticTargetSpec, load_spec
+from suites.spec import ServingSpec, SyntheticTargetSpec
+from suites.spec import load_spec as _load_any_spec
 
 ORDERS = ("abba", "abab")
 Say = Callable[[str], Any]
+
+
+def load_spec(spec_ref: str, overrides: list[str]) -> tuple[dict, ServingSpec]:
+    """A serving spec; the paired gate and A/A calibration drive serving targets only."""
+    given, spec = _load_any_spec(spec_ref, overrides)
+    if not isinstance(spec, ServingSpec):
+        raise SpecError(
+            f"{spec_ref}: the paired gate and gate calibrate run serving specs; this one is "
+            f"suite {spec.suite!r} (gate a training run against a baseline instead)"
+        )
+    return given, spec
 
 
 @dataclass(frozen=True)

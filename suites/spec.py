@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import tomllib
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -168,8 +169,12 @@ class ServingSpec(_Strict):
 def _nested_fields(model: type[BaseModel], location: tuple) -> list[str]:
     """The valid field names at ``location`` in the spec model tree."""
     for part in location:
+        if str(part).isdigit():  # an index into a list of tables: its items' fields
+            continue
         field = model.model_fields.get(str(part))
         annotation = getattr(field, "annotation", None)
+        if typing.get_origin(annotation) is list:
+            annotation = typing.get_args(annotation)[0]
         if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
             return []
         model = annotation
@@ -244,8 +249,9 @@ def resolve_spec_path(name_or_path: str) -> Path:
     raise SpecError(f"no spec file {name_or_path!r}; shipped specs: {', '.join(names)}")
 
 
-def load_spec(name_or_path: str, overrides: list[str] = ()) -> tuple[dict[str, Any], ServingSpec]:
-    """Read, override and validate a spec. Returns (the data as given, the spec)."""
+def load_spec(name_or_path: str, overrides: list[str] = ()) -> tuple[dict[str, Any], Any]:
+    """Read, override and validate a spec. Returns (the data as given, the spec): a
+    ``ServingSpec``, or a ``suites.training.spec.TrainingSpec`` for suite "training"."""
     path = resolve_spec_path(name_or_path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -253,8 +259,10 @@ def load_spec(name_or_path: str, overrides: list[str] = ()) -> tuple[dict[str, A
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
     data = apply_overrides(data, list(overrides))
     suite = data.get("suite", "serving")
+    if suite == "training":
+        return data, _training_spec(data, str(path))
     if suite != "serving":
-        raise SpecError(f"{path}: suite {suite!r} is not runnable yet; valid suites: serving")
+        raise SpecError(f"{path}: unknown suite {suite!r}; valid suites: serving, training")
     try:
         spec = ServingSpec.model_validate(data)
     except ValidationError as exc:
@@ -265,6 +273,18 @@ def load_spec(name_or_path: str, overrides: list[str] = ()) -> tuple[dict[str, A
 
 
 REFERENCE_INSTALL = "pip install torch==2.13.0 '.[reference]'"
+
+
+def _training_spec(data: dict[str, Any], source: str) -> Any:
+    """A training spec, validated by suites.training (imported only here: it needs torch)."""
+    if not torch_installed():
+        raise SpecError(
+            f"{source}: suite 'training' runs the reference trainer, which needs PyTorch and "
+            f"the reference extra; install them with: {REFERENCE_INSTALL}"
+        )
+    from suites.training.spec import validate_training
+
+    return validate_training(data, source)
 
 
 def torch_installed() -> bool:

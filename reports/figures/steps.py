@@ -4,7 +4,9 @@ A step's records (one per rank) are combined: its time is the span from the earl
 start to the latest end (the slowest rank), its tokens their sum, its MFU their mean, its
 peak memory their maximum. Micro-batch records are used for these only when a run has no
 whole-step records (``microbatch`` unset), as in the gate's samples; events count from
-every record. The policy of a step is its record's ``scenario`` ("default"
+every record. A step trained again after a restart (same step and rank, a later record)
+counts once, as its last attempt: the lost attempt's time is in the restart's ``lost_s``.
+The policy of a step is its record's ``scenario`` ("default"
 when empty). Events are ``{"kind": ...}`` dicts; a restart's ``lost_s`` is the time lost
 to restart and replay. One restart stops every rank, so a step's lost time is the largest
 any of its records reports, not their sum.
@@ -50,6 +52,14 @@ def _count(events: list[dict], kind: str) -> int:
     return sum(1 for e in events if e.get("kind") == kind)
 
 
+def _last_attempts(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per (scenario, step, rank, micro-batch), the record that started last."""
+    keys = [c for c in ("scenario", "step", "rank", "microbatch") if c in steps.columns]
+    ordered = steps.assign(_policy=policies(steps)).sort_values("start_ns", kind="stable")
+    keys = ["_policy" if k == "scenario" else k for k in keys]
+    return ordered.drop_duplicates(keys, keep="last").drop(columns="_policy")
+
+
 def _whole_steps(steps: pd.DataFrame) -> pd.DataFrame:
     if "microbatch" not in steps.columns:
         return steps
@@ -72,7 +82,7 @@ def step_table(steps: pd.DataFrame) -> pd.DataFrame:
             "restarts": events.map(lambda e: _count(e, "restart")).to_numpy(),
         }
     ).groupby(["policy", "step"], sort=False)
-    whole = _whole_steps(steps)
+    whole = _last_attempts(_whole_steps(steps))
     records = pd.DataFrame(
         {
             "policy": policies(whole).to_numpy(),

@@ -60,6 +60,7 @@ class TrainerConfig:
     # corpus here: for machines without the tokenizer libraries, and to skip the work.
     token_stream_path: str | None = None
     checkpoint_every: int = 5
+    max_restarts: int = 100  # then the job gives up (TrainingAbortedError), as a real one would
     checkpoint_dir: str = "checkpoints"
     seed: int = 0
     rank: int = 0

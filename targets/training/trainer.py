@@ -35,6 +35,10 @@ from targets.training.pipeline import one_f_one_b
 from targets.training.setup import TrainerConfig, TrainingConfigError, TrainingSetup
 
 
+class TrainingAbortedError(RuntimeError):
+    """The job gave up: more restarts than ``max_restarts``."""
+
+
 @dataclass(frozen=True)
 class StepResult:
     """One optimizer step, as the harness turns it into a StepRecord."""
@@ -73,6 +77,7 @@ class Trainer:
         self.skipped: set[int] = set()
         self._high_water = 0  # steps completed before any restart
         self._failed_sample = -1
+        self.restarts = 0
 
     def run(self, on_step: Callable[[StepResult], None]) -> None:
         cfg = self.config
@@ -92,6 +97,7 @@ class Trainer:
                 pending += self._recover(state, message, last_checkpoint_ns)
                 state, restore_s = self.checkpoints.restore(self.model, self.optimizer)
                 pending[-1]["restore_s"] = restore_s
+                last_checkpoint_ns = time.monotonic_ns()  # what a next OOM loses starts here
                 continue
             result.events.extend(pending)
             pending = []
@@ -105,8 +111,18 @@ class Trainer:
             on_step(result)
 
     def _recover(self, state: TrainState, message: str, last_checkpoint_ns: int) -> list[dict]:
+        self.restarts += 1
+        if self.restarts > self.config.max_restarts:
+            raise TrainingAbortedError(
+                f"{self.restarts} restarts (max_restarts {self.config.max_restarts}): "
+                f"the job keeps running out of memory; last: {message}"
+            )
+        # The whole global batch of the failed step is skipped, as a production job skips a
+        # batch that crashed it: with several micro-batches alive, the one whose forward
+        # crossed the budget is not always the one that filled it.
         failed = self._failed_sample
-        self.skipped.add(failed)
+        failed_step_samples, _ = self._samples_for_step(state.next_sample)
+        self.skipped.update(failed_step_samples)
         self.optimizer.zero_grad(set_to_none=True)
         gc.collect()
         if torch.cuda.is_available():
@@ -114,7 +130,7 @@ class Trainer:
         lost_s = (time.monotonic_ns() - last_checkpoint_ns) / 1e9
         return [
             {"kind": "oom", "step": state.step, "sample": failed, "message": message},
-            {"kind": "skip", "sample": failed},
+            {"kind": "skip", "samples": failed_step_samples},
             {"kind": "restart", "from_step": self.checkpoints_step(), "lost_s": lost_s},
         ]
 

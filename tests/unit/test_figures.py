@@ -348,6 +348,24 @@ def steps(request) -> pd.DataFrame:
     return table_to_frame("steps", rows_to_table("steps", rows))  # as RunData.steps has it
 
 
+def test_a_replayed_step_counts_once_as_its_last_attempt():
+    oom = {"kind": "oom"}
+    restart = {"kind": "restart", "lost_s": 5.0}
+    rows = [
+        step(0, 0, "keep-all"),
+        step(1, 0, "keep-all", tokens=1000),  # trained, then lost to the OOM in step 2
+        step(1, 0, "keep-all", start_ns=10 * S, end_ns=12 * S, tokens=1000,
+             events=[oom, restart, {"kind": "replay", "step": 1}]),
+        step(2, 0, "keep-all", start_ns=13 * S, end_ns=14 * S),
+    ]  # fmt: skip
+    table = step_table(pd.DataFrame([r.to_dict() for r in rows]))
+    assert table["step"].tolist() == [0, 1, 2]
+    assert table["tokens"].tolist() == [1000, 1000, 1000]
+    assert table["time_s"].tolist() == pytest.approx([1, 2, 1])  # the replay's own time
+    assert table["ooms"].tolist() == [0, 1, 0]
+    assert table["lost_s"].tolist() == [0.0, 5.0, 0.0]
+
+
 def test_steps_are_combined_per_step_across_ranks(steps):
     table = step_table(steps)
     static = table[table["policy"] == "static"]

@@ -1,0 +1,257 @@
+"""Runs a training spec: every scenario (policy x skew x size) on the reference trainer,
+one run directory, one ``StepRecord`` per optimizer step.
+
+Before the first scenario: the peak FLOP/s of the device (measured on a CPU with the
+trainer's threads, a datasheet's on a GPU, or the spec's), and, for a ``budget_ratio``,
+the budget (budget.py). Each scenario then builds its own model, data and policy, and
+trains; its build time is kept apart from its wall time. Step times are the trainer's
+``time.monotonic_ns``, stored from the run's anchor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from collectors.live_export import LiveExporter
+from collectors.push import push_run
+from collectors.records import StepRecord
+from collectors.store import RunStore, RunWriter, interrupts_end_runs
+from suites.errors import SpecError
+from suites.training.budget import Budgets
+from suites.training.plan import Scenario, build_trainer, scenarios, sizes
+from suites.training.spec import TrainingSpec
+from suites.training.summary import ScenarioOutcome, summarize_training
+from targets.training.peak import PeakFlops, PeakFlopsError, mfu, peak_flops
+from targets.training.setup import DTYPES
+from targets.training.trainer import StepResult, TrainingAbortedError
+
+MIB = 2**20
+TARGET_NAME = "reference-trainer"
+Say = Callable[[str], None]
+
+
+def measure_peak(spec: TrainingSpec) -> PeakFlops:
+    """The MFU denominator, on the threads the trainer will use."""
+    if spec.peak_flops_per_s is not None:
+        return PeakFlops(spec.peak_flops_per_s, "given: peak_flops_per_s in the spec", None)
+    torch.set_num_threads(spec.trainer.threads)
+    try:
+        return peak_flops(spec.trainer.device, DTYPES[spec.trainer.dtype])
+    except PeakFlopsError as exc:
+        raise SpecError(f"{exc} (in a training spec: peak_flops_per_s = ...)") from None
+
+
+def peak_description(peak: PeakFlops) -> dict[str, Any]:
+    detail = dataclasses.asdict(peak.detail) if peak.detail is not None else None
+    return {"flops_per_s": peak.flops_per_s, "source": peak.source, "detail": detail}
+
+
+def step_record(result: StepResult, scenario: str, anchor_ns: int, peak: PeakFlops) -> StepRecord:
+    """A trainer step as stored: times from the run's anchor, MFU against ``peak``."""
+    step_time_s = (result.end_ns - result.start_ns) / 1e9
+    return StepRecord(
+        step=result.step,
+        rank=result.rank,
+        start_ns=result.start_ns - anchor_ns,
+        end_ns=result.end_ns - anchor_ns,
+        tokens=result.tokens,
+        scenario=scenario,
+        loss=result.loss,
+        model_flops=result.model_flops,
+        mfu=mfu(result.model_flops, step_time_s, peak) if step_time_s > 0 else None,
+        peak_memory_bytes=result.peak_memory_bytes,
+        tokens_per_expert=result.tokens_per_expert,
+        policy_decisions=result.policy_decisions,
+        events=list(result.events),
+    )
+
+
+def _checkpoint_dir(spec: TrainingSpec, run: RunWriter, scenario: Scenario) -> Path:
+    root = Path(spec.trainer.checkpoint_dir) if spec.trainer.checkpoint_dir else run.directory
+    return root / "checkpoints" / scenario.name.replace("/", "_")
+
+
+def run_scenario(
+    scenario: Scenario,
+    outcome: ScenarioOutcome,
+    checkpoint_dir: Path,
+    keep: Callable[[StepRecord], None],
+    peak: PeakFlops,
+    anchor_ns: int,
+    say: Say,
+    max_ooms: int | None = None,
+) -> None:
+    """Train ``scenario``, filling ``outcome`` as it goes (an interrupted one keeps what
+    it measured). After ``max_ooms`` OOMs (default: one per step) the trainer gives up
+    (its max_restarts), noted in ``outcome.stopped``."""
+    config = dataclasses.replace(
+        scenario.config,
+        budget_bytes=outcome.budget_bytes,
+        checkpoint_dir=str(checkpoint_dir),
+        max_restarts=max_ooms or scenario.config.steps,
+    )
+    trainer, outcome.setup_s = build_trainer(config, f"scenario {scenario.name}")
+
+    def on_step(result: StepResult) -> None:
+        record = step_record(result, scenario.name, anchor_ns, peak)
+        outcome.records.append(record)
+        outcome.decide_s += result.decide_s
+        keep(record)
+        kinds = [e["kind"] for e in result.events if e["kind"] != "checkpoint"]
+        say(
+            f"{scenario.name}: step {result.step + 1}/{config.steps} "
+            f"{record.step_time_s:.2f} s, peak {result.peak_memory_bytes / MIB:.1f} MiB"
+            + (f" [{', '.join(kinds)}]" if kinds else "")
+        )
+
+    started = time.perf_counter()
+    try:
+        trainer.run(on_step)
+    except TrainingAbortedError as stop:
+        outcome.stopped = f"stopped: {stop}"
+        say(f"{scenario.name}: {stop}")
+    finally:
+        outcome.wall_s = time.perf_counter() - started
+        outcome.skipped_samples = trainer.summary()["skipped_samples"]
+        del trainer
+        gc.collect()
+
+
+def run_training(
+    spec: TrainingSpec,
+    spec_given: dict[str, Any],
+    store: RunStore,
+    on_started: Callable[[RunWriter], None] = lambda _run: None,
+    *,
+    pushgateway_url: str | None = None,
+    say: Say = lambda _line: None,
+) -> str:
+    """Run every scenario of ``spec`` into one run; return the run id."""
+    plan = scenarios(spec)
+    peak = measure_peak(spec)
+    t = spec.trainer
+    target = {
+        "kind": TARGET_NAME,
+        "model": t.init_from,
+        "device": t.device,
+        "dtype": t.dtype,
+        "threads": t.threads,
+        "model_configs": {s: dataclasses.asdict(m) for s, m in sizes(spec).items()},
+        "peak_flops": peak_description(peak),
+    }
+    run = store.create(
+        "training",
+        spec_given=spec_given,
+        spec_resolved=spec.model_dump(mode="json"),
+        target=target,
+    )
+    on_started(run)
+    wanted = spec.export.live_metrics or bool(pushgateway_url)
+    exporter = LiveExporter(spec.name, TARGET_NAME) if wanted else None
+    if exporter is not None and spec.export.live_metrics:
+        say(f"live metrics: http://127.0.0.1:{exporter.serve(spec.export.metrics_port)}/metrics")
+    try:
+        with run, interrupts_end_runs():
+            _notes(spec, run, peak)
+            _run_all(spec, run, plan, peak, exporter, say)
+    finally:
+        _finish_export(spec, run, exporter, pushgateway_url, say)
+    return run.run_id
+
+
+def _notes(spec: TrainingSpec, run: RunWriter, peak: PeakFlops) -> None:
+    run.add_note(
+        f"MFU = model FLOPs / (step time x peak FLOP/s); peak {peak.flops_per_s / 1e9:.1f} "
+        f"GFLOP/s, {peak.source}"
+        + (
+            f" ({peak.detail.size}^3 {peak.detail.dtype} matmul on {peak.detail.threads} "
+            f"threads, best of {peak.detail.reps})"
+            if peak.source == "measured" and peak.detail is not None
+            else ""
+        )
+        + "."
+    )
+    if spec.trainer.device == "cpu":
+        run.add_note(
+            "Device memory is accounted on the CPU (static + saved activations + a "
+            "calibrated working set); an OOM is that account crossing the budget."
+        )
+    if spec.trainer.budget_ratio is not None:
+        run.add_note(
+            f"Budget = {spec.trainer.budget_ratio:g} x the highest step peak of keep-all under "
+            f"the calm skew with no budget ({spec.trainer.budget_calibration_steps} steps, "
+            "measured first in this run)."
+        )
+
+
+def _run_all(spec, run: RunWriter, plan, peak, exporter, say: Say) -> None:
+    anchor_ns = run.manifest.anchor_monotonic_ns
+    budgets = Budgets(spec, run.directory / "checkpoints", say)
+    outcomes: list[ScenarioOutcome] = []
+
+    def keep(record: StepRecord) -> None:
+        run.append_step(record)
+        if exporter is not None:
+            exporter.observe_step(record, policy=record.scenario)
+
+    try:
+        for scenario in plan:
+            budget = budgets.bytes_for(scenario)
+            checkpoints = _checkpoint_dir(spec, run, scenario)
+            say(
+                f"{scenario.name}: building"
+                + (f" (budget {budget / MIB:.1f} MiB)" if budget is not None else "")
+            )
+            outcome = ScenarioOutcome(
+                scenario.name, scenario.policy, scenario.skew, scenario.size, budget
+            )
+            outcomes.append(outcome)
+            try:
+                run_scenario(
+                    scenario,
+                    outcome,
+                    checkpoints,
+                    keep,
+                    peak,
+                    anchor_ns,
+                    say,
+                    spec.trainer.max_ooms,
+                )
+            finally:
+                if not spec.trainer.checkpoint_dir:
+                    shutil.rmtree(checkpoints, ignore_errors=True)
+        for outcome in outcomes:
+            if outcome.stopped:
+                run.add_note(f"Scenario {outcome.name} {outcome.stopped}; its figures cover "
+                             f"{len(outcome.records)} step records.")  # fmt: skip
+    finally:
+        if not spec.trainer.checkpoint_dir:
+            shutil.rmtree(run.directory / "checkpoints", ignore_errors=True)
+        run.write_summary(
+            summarize_training(spec.kind, outcomes, peak_description(peak), budgets.by_size)
+        )
+
+
+def _finish_export(spec, run: RunWriter, exporter, pushgateway_url, say: Say) -> None:
+    if exporter is None:
+        return
+    if pushgateway_url:
+        warning = push_run(
+            pushgateway_url,
+            exporter,
+            suite=spec.name,
+            target=TARGET_NAME,
+            success=run.manifest.status == "complete",
+        )
+        if warning:
+            run.add_note(f"warning: {warning}")
+            say(f"warning: {warning}")
+    exporter.close()

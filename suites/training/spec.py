@@ -1,0 +1,222 @@
+"""Training suite specs: a [trainer] table and a [matrix] of policies, skews and sizes.
+
+``[trainer]`` takes the fields of the reference trainer's ``TrainerConfig`` (read from the
+dataclass, so the two never drift apart), ``[trainer.model]`` those of ``MoEConfig``;
+the policy and the routing skew come from ``[matrix]``, one scenario per combination.
+The device-memory budget is ``budget_bytes``, or ``budget_ratio`` times the peak the
+runner measures first: keep-all under the calm skew for ``budget_calibration_steps``
+steps (the highest step's peak). A ratio a little above 1 puts the budget between the
+calm and the spiky peaks, which is where the OOM suite wants it. ``max_ooms`` stops a
+scenario that keeps crashing.
+
+Validation is pydantic's, then the trainer's own: every scenario's ``TrainerConfig`` is
+validated, a replay file is read and checked against the model, and a budget below the
+weights, gradients and optimizer state is refused, all before anything runs (exit 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+
+from suites.errors import SpecError
+from targets.model.checkpoint import default_model_dir
+from targets.model.config import MoEConfig
+from targets.training.policies import POLICY_NAMES
+from targets.training.setup import TrainerConfig
+from targets.training.skew import PROFILE_NAMES
+
+# TrainerConfig fields the spec sets another way: policy and skew per scenario from the
+# matrix, the model as its own table, the checkpoint directory inside the run by default,
+# and rank / world size by the runner (one process, rank 0).
+_SET_ELSEWHERE = ("policy", "skew", "model", "checkpoint_dir", "rank", "world_size")
+NO_INIT = "none"  # TOML has no null: init_from = "none" trains from random weights
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _dataclass_fields(cls: type, skip: tuple[str, ...] = (), optional: bool = False):
+    """pydantic field definitions of a dataclass's fields: its types and defaults (or
+    ``None`` defaults with ``optional``, for a table of overrides)."""
+    hints = typing.get_type_hints(cls)
+    found: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        if optional:
+            found[f.name] = (hints[f.name] | None, None)
+        elif f.default is not dataclasses.MISSING:
+            found[f.name] = (hints[f.name], f.default)
+        else:
+            found[f.name] = (hints[f.name], Field(default_factory=f.default_factory))
+    return found
+
+
+def _moe_config(fields: dict[str, Any]) -> MoEConfig:
+    try:
+        return MoEConfig(**fields)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(str(exc)) from None
+
+
+class ModelSpec(create_model("_ModelFields", __base__=_Strict, **_dataclass_fields(MoEConfig))):
+    """The model's shape (``MoEConfig``), used when ``init_from = "none"``."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSpec:
+        _moe_config(self.model_dump())
+        return self
+
+    def config(self) -> MoEConfig:
+        return MoEConfig(**self.model_dump())
+
+
+class SizeSpec(
+    create_model("_SizeFields", __base__=_Strict, **_dataclass_fields(MoEConfig, optional=True))
+):
+    """One model size of the matrix: a name and the ``MoEConfig`` fields it overrides."""
+
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+
+    def overrides(self) -> dict[str, Any]:
+        return {k: v for k, v in self.model_dump(exclude={"name"}).items() if v is not None}
+
+
+_TrainerFields = create_model(
+    "_TrainerFields", __base__=_Strict, **_dataclass_fields(TrainerConfig, _SET_ELSEWHERE)
+)
+
+
+class TrainerSpec(_TrainerFields):
+    """``TrainerConfig``'s fields, plus where the checkpoints and the budget come from."""
+
+    model: ModelSpec = ModelSpec()
+    # A model directory, "default" (the shipped model) or "none" (random weights of `model`).
+    init_from: str = "default"
+    # "" = a directory inside the run, deleted after each scenario (checkpoints are large).
+    checkpoint_dir: str = ""
+    budget_bytes: Annotated[int, Field(gt=0)] | None = None
+    budget_ratio: Annotated[float, Field(gt=0)] | None = None
+    budget_calibration_steps: Annotated[int, Field(ge=1)] = 2
+    # A scenario stops after this many OOMs (unset: as many as it has steps); what it
+    # measured is kept and its summary says it stopped. A budget every step crosses would
+    # otherwise restart forever.
+    max_ooms: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _budget_once(self) -> TrainerSpec:
+        if self.budget_bytes is not None and self.budget_ratio is not None:
+            raise ValueError("give trainer.budget_bytes or trainer.budget_ratio, not both")
+        if "model" in self.model_fields_set and self.init_from != NO_INIT:
+            raise ValueError(
+                f"trainer.model is used only with init_from = {NO_INIT!r}; with "
+                f"init_from = {self.init_from!r} the model directory's config applies"
+            )
+        return self
+
+    @property
+    def init_dir(self) -> str | None:
+        return None if self.init_from == NO_INIT else self.init_from
+
+
+PolicyName = Literal[POLICY_NAMES]  # type: ignore[valid-type]
+SkewName = Literal[PROFILE_NAMES]  # type: ignore[valid-type]
+
+
+def _unique(values: list[str], where: str) -> None:
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(f"{where} lists {', '.join(repeated)} more than once")
+
+
+class MatrixSpec(_Strict):
+    """One scenario per policy x skew (x size)."""
+
+    policies: Annotated[list[PolicyName], Field(min_length=1)]
+    skews: Annotated[list[SkewName], Field(min_length=1)] = ["calm"]
+    sizes: list[SizeSpec] = []
+
+    @model_validator(mode="after")
+    def _distinct(self) -> MatrixSpec:
+        _unique(list(self.policies), "matrix.policies")
+        _unique(list(self.skews), "matrix.skews")
+        _unique([s.name for s in self.sizes], "matrix.sizes")
+        return self
+
+
+class TrainingExportSpec(_Strict):
+    """Live Prometheus export (``collectors.live_export``) while the run trains."""
+
+    live_metrics: bool = False
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] = 0
+
+
+class TrainingSpec(_Strict):
+    suite: Literal["training"] = "training"
+    name: str
+    description: str = ""
+    kind: Literal["mfu", "oom_rate"]
+    trainer: TrainerSpec = TrainerSpec()
+    matrix: MatrixSpec
+    export: TrainingExportSpec = TrainingExportSpec()
+    # The MFU denominator; unset: measured on a CPU, the datasheet's on a GPU.
+    peak_flops_per_s: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _coherent(self) -> TrainingSpec:
+        t = self.trainer
+        if self.kind == "oom_rate" and t.budget_bytes is None and t.budget_ratio is None:
+            raise ValueError(
+                "kind 'oom_rate' needs a budget: trainer.budget_bytes or trainer.budget_ratio"
+            )
+        if self.matrix.sizes and t.init_dir is not None:
+            raise ValueError(f"matrix.sizes needs trainer.init_from = {NO_INIT!r}")
+        base = t.model.model_dump()
+        for size in self.matrix.sizes:
+            try:
+                _moe_config({**base, **size.overrides()})
+            except ValueError as exc:
+                raise ValueError(f"matrix.sizes {size.name!r}: {exc}") from None
+        if t.replay_path is not None and "replay" not in self.matrix.skews:
+            raise ValueError("trainer.replay_path is read only when matrix.skews lists 'replay'")
+        if "replay" in self.matrix.skews and t.replay_path is None:
+            raise ValueError("matrix.skews 'replay' needs trainer.replay_path (a JSONL file)")
+        return self
+
+
+def model_config(trainer: TrainerSpec, overrides: dict[str, Any] | None = None) -> MoEConfig:
+    """The model a scenario trains: the spec's, or the directory's it starts from (read
+    from its config.json), without the MTP module when ``mtp`` is off."""
+    if trainer.init_dir is None:
+        config = MoEConfig(**{**trainer.model.model_dump(), **(overrides or {})})
+    else:
+        path = default_model_dir() if trainer.init_dir == "default" else Path(trainer.init_dir)
+        try:
+            config = MoEConfig.from_hf(json.loads((path / "config.json").read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SpecError(
+                f"trainer.init_from: {path} is not a model directory with a valid "
+                f"config.json ({exc}); give a model directory, 'default' or {NO_INIT!r}"
+            ) from None
+    return config if trainer.mtp else dataclasses.replace(config, mtp_depth=0)
+
+
+def validate_training(data: dict[str, Any], source: str) -> TrainingSpec:
+    """The spec in ``data`` validated (pydantic, then every scenario by the trainer's own
+    checks); a ``SpecError`` naming the field otherwise."""
+    from suites.spec import format_errors
+    from suites.training.plan import check_runnable
+
+    try:
+        spec = TrainingSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_errors(exc, source, TrainingSpec)) from None
+    check_runnable(spec, source)
+    return spec

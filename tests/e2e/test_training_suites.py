@@ -1,0 +1,89 @@
+"""A training suite end to end through the CLI: a tiny OOM-rate spec (keep-all and adaptive
+under calm and spiky routing, a budget just above keep-all's calm peak) stored as one run
+of step records, summarized, and reported as a page.
+
+The tiny model has wide experts (512) next to a narrow residual stream (64), so a spike
+moves its peak: with skew_seed 2, samples 1 and 2 spike; keep-all's calm peak is ~78.9
+MiB and a spiky step's ~80.2 MiB, so a budget of 1.008 x the calm peak lets calm steps
+through and stops spiky ones.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from collectors.store import RunStore
+from suites.cli import main
+
+TINY_OOM = """
+suite = "training"
+name = "tiny-oom"
+kind = "oom_rate"
+
+[trainer]
+init_from = "none"
+mtp = false
+seq_len = 64
+micro_batch_size = 2
+microbatches = 2
+steps = 3
+pipeline_stages = 2
+stage = 0
+expert_parallel = 4
+checkpoint_every = 2
+skew_seed = 2
+budget_ratio = 1.008
+budget_calibration_steps = 1
+threads = 1  # tiny matmuls: a second thread only waits, or spins when the host is busy
+
+[trainer.model]
+hidden_size = 64
+num_heads = 4
+num_kv_heads = 2
+expert_hidden_size = 512
+
+[matrix]
+policies = ["keep-all", "adaptive"]
+skews = ["calm", "spiky"]
+"""
+SCENARIOS = ["keep-all/calm", "keep-all/spiky", "adaptive/calm", "adaptive/spiky"]
+
+
+@pytest.mark.slow
+def test_tiny_oom_suite_stores_steps_summary_and_a_report(tmp_path, capsys):
+    spec = tmp_path / "tiny-oom.toml"
+    spec.write_text(TINY_OOM)
+    runs = tmp_path / "runs"
+    assert main(["--runs-dir", str(runs), "run", str(spec)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "OOM rate" in out and "effective tok/s" in out
+
+    reader = RunStore(runs).open("latest")
+    assert reader.manifest.suite == "training" and reader.manifest.status == "complete"
+    assert reader.manifest.target["peak_flops"]["source"] == "measured"
+    assert not (reader.directory / "checkpoints").exists()  # removed after each scenario
+    steps = reader.steps()
+    assert list(dict.fromkeys(steps["scenario"])) == SCENARIOS
+    assert (steps["start_ns"] >= 0).all() and (steps["end_ns"] > steps["start_ns"]).all()
+    assert (steps["mfu"] > 0).all() and (steps["peak_memory_bytes"] > 0).all()
+    assert len(steps["tokens_per_expert"].iloc[0]) == 4  # [layer][expert]
+
+    summary = reader.summary()
+    entries = summary["scenarios"]
+    assert list(entries) == SCENARIOS
+    for entry in entries.values():
+        assert entry["steps"] == 3
+        for field in ("oom_rate", "ooms", "step_attempts", "restarts", "time_lost_s",
+                      "effective_tokens_per_s", "tokens_per_s", "mfu_p50", "decide_s"):  # fmt: skip
+            assert entry[field] is not None, field
+    assert entries["keep-all/calm"]["ooms"] == 0
+    assert entries["keep-all/spiky"]["ooms"] >= 1  # the spike crossed the budget
+    assert entries["keep-all/spiky"]["oom_rate"] > 0
+    assert entries["adaptive/spiky"]["ooms"] == 0  # it decided to fit
+    budget = summary["budgets"][""]
+    assert budget["budget_bytes"] == int(1.008 * budget["calibration_peak_bytes"])
+
+    page = tmp_path / "report.html"
+    assert main(["--runs-dir", str(runs), "report", reader.run_id, "--out", str(page)]) == 0
+    html = page.read_text()
+    assert "keep-all/spiky" in html and "plotly" in html.lower()
