@@ -160,11 +160,14 @@ class SkewHandle:
         target = self.target()
         if target is None or logits.shape[0] == 0:
             return torch.zeros(logits.shape[-1], dtype=logits.dtype, device=logits.device)
-        key = (layer, _fingerprint(logits))
+        # One copy to host memory per layer: the fit's many small steps and its reads of
+        # counts would each wait for the device if run there.
+        host = logits.detach().cpu()
+        key = (layer, _fingerprint(host))
         if (self.microbatch, layer) in self._routed and key in self._fitted:
             return self._fitted[key]  # a recompute in backward
         counts = target_counts(target.load_fraction[layer], logits.shape[0], self.shape.top_k)
-        bias = fit_router_bias(logits, counts, self.shape.top_k)
+        bias = fit_router_bias(host, counts, self.shape.top_k).to(logits.device)
         _remember(self._fitted, key, bias)
         _remember(self._routed, (self.microbatch, layer), None)
         return bias
