@@ -15,7 +15,7 @@ from targets.model.corpus import load_corpus
 from targets.model.model import MoETransformer
 from targets.model.tokenizer import ChatTokenizer
 from targets.model.train import TrainRecipe, lr_at, split_documents, token_stream
-from targets.training import flops, memory, skew, skew_fit
+from targets.training import flops, memory, memory_calibrate, skew, skew_fit
 from targets.training.cost_model import calibrate_costs
 from targets.training.expert_parallel import HottestExpertRank
 from targets.training.policies import (
@@ -101,7 +101,7 @@ class TrainingSetup:
     policy: HottestExpertRank
     skew: skew_fit.SkewHandle
     flops_per_token: float
-    working_set: memory.WorkingSetCalibration | None = None
+    working_set: memory_calibrate.WorkingSetCalibration | None = None
 
     def batch(self, sample: int) -> tuple[Tensor, Tensor]:
         """Micro-batch ``sample``: the same windows every time (a replayed step after a
@@ -160,7 +160,7 @@ def build(config: TrainerConfig) -> TrainingSetup:
     return setup
 
 
-def _calibrate_working_set(setup: TrainingSetup) -> memory.WorkingSetCalibration:
+def _calibrate_working_set(setup: TrainingSetup) -> memory_calibrate.WorkingSetCalibration:
     """Transient bytes of one micro-batch's forward and backward under this policy (the
     adaptive one measured as selective: the most it recomputes), off the budget."""
     model = setup.model
@@ -173,7 +173,7 @@ def _calibrate_working_set(setup: TrainingSetup) -> memory.WorkingSetCalibration
     x, y = setup.batch(_CALIBRATION_SAMPLE)
     try:
         with setup.skew.at_microbatch(_CALIBRATION_SAMPLE):
-            calibration = memory.calibrate_working_set(model, lambda: model(x, y).loss)
+            calibration = memory_calibrate.calibrate_working_set(model, lambda: model(x, y).loss)
     finally:
         model.zero_grad(set_to_none=True)
     return calibration

@@ -18,9 +18,9 @@ from targets.training.memory import (
     AccountedBudget,
     AccountedOutOfMemoryError,
     CudaBudget,
-    calibrate_working_set,
     training_static_bytes,
 )
+from targets.training.memory_calibrate import calibrate_working_set
 
 SMALL = MoEConfig(
     vocab_size=512, hidden_size=64, expert_hidden_size=32, num_layers=4, num_heads=4,
