@@ -171,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not 0 <= args.port <= 65535:
             raise ReferenceConfigError(f"--port must be in [0, 65535]; got {args.port}")
         # After the config: a typo in a knob is reported before the model loads.
-        from targets.serving.server import create_app
+        from targets.serving.factory import create_app
 
         app = create_app(config)
     except ReferenceConfigError as exc:

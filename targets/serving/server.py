@@ -28,7 +28,6 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.background import BackgroundTask
 
-from targets.serving.config import ReferenceTargetConfig
 from targets.serving.engine.api import (
     EngineStats,
     InvalidRequestError,
@@ -40,7 +39,6 @@ from targets.serving.errors import (
     ApiError,
     BadRequest,
     Overloaded,
-    ReferenceConfigError,
     error_body,
     error_response,
     install_error_handlers,
@@ -391,58 +389,3 @@ def _metrics(request: Request) -> Response:
     # hundred series) does not delay the chunks being streamed.
     registry = _state(request).metrics.registry
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-
-def create_app(config: ReferenceTargetConfig, registry: CollectorRegistry | None = None) -> FastAPI:
-    """Load the model of ``config``, build its engine, and the API in front of it.
-
-    A model directory that is missing or broken, or knobs the model cannot serve, raise
-    ``ReferenceConfigError``.
-    """
-    # Imported here: torch and the model load only when a target is really built.
-    from targets.model.checkpoint import ModelDirError, default_model_dir, load_model_dir
-    from targets.serving.engine.engine import Engine
-    from targets.serving.engine.loop import EngineLoop
-
-    model_dir = config.model_dir if config.model_dir is not None else default_model_dir()
-    try:
-        model, tokenizer = load_model_dir(model_dir, _torch_dtype(config.dtype))
-    except ModelDirError as exc:
-        raise ReferenceConfigError(f"model_dir: {exc}") from None
-    if config.max_context_len > model.config.max_position:
-        raise ReferenceConfigError(
-            f"max_context_len: {config.max_context_len} exceeds the model's "
-            f"max_position_embeddings ({model.config.max_position})"
-        )
-    try:
-        engine = Engine(
-            model,
-            config.engine_config(),
-            eos_token_ids=tokenizer.stop_token_ids,
-            seed=config.seed,
-        )
-    except ValueError as exc:  # e.g. mtp_tokens for a model without an MTP module
-        raise ReferenceConfigError(str(exc)) from None
-    _warm_up(Engine(model, config.engine_config(), seed=config.seed))
-    served = ServedModel(config.served_model_name, config.max_context_len, tokenizer)
-    return build_app(EngineLoop(engine), served, registry)
-
-
-def _warm_up(throwaway) -> None:  # (Engine) -> None
-    """A few requests through a throwaway engine on the same model, before serving: the
-    first forwards pay torch's one-time setup (about 0.1 s here), which would otherwise
-    land on the first client's TTFT. The served engine's counters stay untouched."""
-    from targets.serving.engine.api import InvalidRequestError, SamplingParams
-
-    params = SamplingParams(max_tokens=8, ignore_eos=True)
-    for length in (5, 40, 300):  # one at a time: the waiting queue may hold only one
-        try:
-            throwaway.generate([list(range(10, 10 + length))], params)
-        except InvalidRequestError:  # longer than this configuration allows
-            break
-
-
-def _torch_dtype(name: str):  # -> torch.dtype
-    import torch
-
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]

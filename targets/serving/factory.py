@@ -1,0 +1,67 @@
+"""Building the reference target from its config: load the model directory, build the
+engine and its loop, warm up, and put the HTTP API (server.build_app) in front."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from targets.serving.config import ReferenceTargetConfig
+from targets.serving.errors import ReferenceConfigError
+from targets.serving.openai_request import ServedModel
+from targets.serving.server import build_app
+
+
+def create_app(config: ReferenceTargetConfig, registry: CollectorRegistry | None = None) -> FastAPI:
+    """Load the model of ``config``, build its engine, and the API in front of it.
+
+    A model directory that is missing or broken, or knobs the model cannot serve, raise
+    ``ReferenceConfigError``.
+    """
+    # Imported here: torch and the model load only when a target is really built.
+    from targets.model.checkpoint import ModelDirError, default_model_dir, load_model_dir
+    from targets.serving.engine.engine import Engine
+    from targets.serving.engine.loop import EngineLoop
+
+    model_dir = config.model_dir if config.model_dir is not None else default_model_dir()
+    try:
+        model, tokenizer = load_model_dir(model_dir, _torch_dtype(config.dtype))
+    except ModelDirError as exc:
+        raise ReferenceConfigError(f"model_dir: {exc}") from None
+    if config.max_context_len > model.config.max_position:
+        raise ReferenceConfigError(
+            f"max_context_len: {config.max_context_len} exceeds the model's "
+            f"max_position_embeddings ({model.config.max_position})"
+        )
+    try:
+        engine = Engine(
+            model,
+            config.engine_config(),
+            eos_token_ids=tokenizer.stop_token_ids,
+            seed=config.seed,
+        )
+    except ValueError as exc:  # e.g. mtp_tokens for a model without an MTP module
+        raise ReferenceConfigError(str(exc)) from None
+    _warm_up(Engine(model, config.engine_config(), seed=config.seed))
+    served = ServedModel(config.served_model_name, config.max_context_len, tokenizer)
+    return build_app(EngineLoop(engine), served, registry)
+
+
+def _warm_up(throwaway) -> None:  # (Engine) -> None
+    """A few requests through a throwaway engine on the same model, before serving: the
+    first forwards pay torch's one-time setup (about 0.1 s here), which would otherwise
+    land on the first client's TTFT. The served engine's counters stay untouched."""
+    from targets.serving.engine.api import InvalidRequestError, SamplingParams
+
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    for length in (5, 40, 300):  # one at a time: the waiting queue may hold only one
+        try:
+            throwaway.generate([list(range(10, 10 + length))], params)
+        except InvalidRequestError:  # longer than this configuration allows
+            break
+
+
+def _torch_dtype(name: str):  # -> torch.dtype
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
