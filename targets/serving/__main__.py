@@ -17,17 +17,17 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import uvicorn
 
+from targets.child_process import event_loop_factory, stop_when_orphaned
 from targets.serving.config import ReferenceTargetConfig
 from targets.serving.errors import ReferenceConfigError
 
 EXIT_USAGE = 2
 EXIT_LISTEN = 1
-_PARENT_POLL_S = 0.5
 # Streams still open at shutdown get this long to finish before the engine aborts them.
 _GRACEFUL_S = 2
 
@@ -118,14 +118,6 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def _stop_when_orphaned(server: _Server, parent_pid: int) -> None:
-    # A parent killed outright cannot stop us; being re-parented is the sign it is gone.
-    while not server.should_exit:
-        if os.getppid() != parent_pid:
-            server.should_exit = True
-        await asyncio.sleep(_PARENT_POLL_S)
-
-
 async def _serve(app: Any, sock: socket.socket, parent_pid: int | None) -> None:
     config = uvicorn.Config(
         app,
@@ -140,7 +132,13 @@ async def _serve(app: Any, sock: socket.socket, parent_pid: int | None) -> None:
         loop.add_signal_handler(signum, setattr, server, "should_exit", True)
     watcher = None
     if parent_pid is not None:
-        watcher = loop.create_task(_stop_when_orphaned(server, parent_pid))
+        watcher = loop.create_task(
+            stop_when_orphaned(
+                parent_pid,
+                lambda: server.should_exit,
+                lambda: setattr(server, "should_exit", True),
+            )
+        )
     serving = loop.create_task(server.serve(sockets=[sock]))
     while not server.started and not serving.done():
         await asyncio.sleep(0.01)
@@ -151,14 +149,6 @@ async def _serve(app: Any, sock: socket.socket, parent_pid: int | None) -> None:
     await serving
     if watcher is not None:
         watcher.cancel()
-
-
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    try:
-        import uvloop
-    except ImportError:  # not available on Windows: the default loop still works
-        return None
-    return uvloop.new_event_loop
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -182,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"reference target: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return EXIT_LISTEN
-    with sock, asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    with sock, asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         runner.run(_serve(app, sock, parent_pid))
     return 0
 

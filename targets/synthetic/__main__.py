@@ -13,14 +13,14 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from targets.child_process import event_loop_factory, stop_when_orphaned
 from targets.synthetic.config import SyntheticConfig
 from targets.synthetic.server import RunningServer, require_loopback, serve
 
 EXIT_USAGE = 2
-_PARENT_POLL_S = 0.5
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,29 +63,13 @@ def _config(args: argparse.Namespace) -> SyntheticConfig:
     return SyntheticConfig.from_dict(fields)
 
 
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    try:
-        import uvloop
-    except ImportError:  # not available on Windows: the default loop still works
-        return None
-    return uvloop.new_event_loop
-
-
-async def _stop_when_orphaned(stop: asyncio.Event, parent_pid: int) -> None:
-    # A parent killed outright cannot stop us; being re-parented is the sign it is gone.
-    while not stop.is_set():
-        if os.getppid() != parent_pid:
-            stop.set()
-        await asyncio.sleep(_PARENT_POLL_S)
-
-
 async def _run(config: SyntheticConfig, host: str, port: int, exit_with_parent: bool) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     if exit_with_parent:
-        watcher = loop.create_task(_stop_when_orphaned(stop, os.getppid()))
+        watcher = loop.create_task(stop_when_orphaned(os.getppid(), stop.is_set, stop.set))
 
     def ready(server: RunningServer) -> None:
         print(f"READY {server.url}", flush=True)
@@ -107,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"synthetic: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             runner.run(_run(config, args.host, args.port, args.exit_with_parent))
     except OSError as exc:  # e.g. the port is taken
         print(f"synthetic: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)

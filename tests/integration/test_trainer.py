@@ -114,7 +114,6 @@ def test_full_recompute_and_adaptive_fit_where_keep_all_does_not(tmp_path, repla
         if policy == "adaptive":
             acted = [d for r in results for d in r.policy_decisions if d["ops"]]
             assert acted, "the adaptive policy never acted under the spike"
-            assert all(r.decide_s >= 0 for r in results)
 
 
 def _gradients(model: MoETransformer, runner, budget, idx, targets) -> list[torch.Tensor]:

@@ -51,10 +51,6 @@ class BlockPool:
         self._cached: dict[BlockHash, int] = {}  # hash -> block id
 
     @property
-    def num_free(self) -> int:
-        return len(self._free)
-
-    @property
     def num_used(self) -> int:
         return len(self.blocks) - len(self._free)
 

@@ -179,6 +179,10 @@ class Engine:
     def _take_snapshot(self) -> EngineStats:
         counters = deepcopy(self.counters)
         counters.expert_tokens = self._expert_tokens.tolist()
+        # The scheduler counts these; the snapshot reports them with the rest.
+        counters.preemptions = self.scheduler.counters.preemptions
+        counters.prefix_cache_queries = self.scheduler.counters.prefix_cache_queries
+        counters.prefix_cache_hits = self.scheduler.counters.prefix_cache_hits
         return EngineStats(
             running=len(self.scheduler.running),
             waiting=len(self.scheduler.waiting),
@@ -203,9 +207,6 @@ class Engine:
             if seq.finish_reason:
                 self._retire(seq)
         self.counters.steps += 1
-        self.counters.preemptions = self.scheduler.counters.preemptions
-        self.counters.prefix_cache_queries = self.scheduler.counters.prefix_cache_queries
-        self.counters.prefix_cache_hits = self.scheduler.counters.prefix_cache_hits
 
     def _forward_main(self, batch: list[ScheduledSeq]) -> Tensor:
         tokens, positions, write, segments, row = [], [], [], [], 0
@@ -352,7 +353,6 @@ class Engine:
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
         """Run ``prompts`` to completion on the calling thread (tests and benchmarks)."""
-        outputs: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
         done: set[str] = set()
 
         def collect(out: RequestOutput) -> None:
@@ -362,7 +362,7 @@ class Engine:
 
         base = len(self._request_ids) + self.counters.steps
         ids = [f"generate-{base}-{i}" for i in range(len(prompts))]
-        outputs = {rid: [] for rid in ids}
+        outputs: dict[str, list[int]] = {rid: [] for rid in ids}
         for rid, prompt in zip(ids, prompts, strict=True):
             self.add_request(rid, prompt, params, collect)
         while len(done) < len(ids):

@@ -39,11 +39,6 @@ class KVCache:
             torch.zeros((num_cache_slots, hidden_size), dtype=dtype) if keep_hidden else None
         )
 
-    @property
-    def bytes_total(self) -> int:
-        hidden = self.hidden.nbytes if self.hidden is not None else 0
-        return self.k.nbytes + self.v.nbytes + hidden
-
     def slots(self, block_ids: Sequence[int], start: int, end: int) -> Tensor:
         """Cache slots of positions ``[start, end)`` for a sequence with these blocks."""
         positions = torch.arange(start, end)
