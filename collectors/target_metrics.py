@@ -1,6 +1,6 @@
 """A target's own /metrics, read through dialect adapters into canonical series.
 
-Pure: text in, ``TargetSample`` records out; the HTTP side is ``suites.serving.scraper``.
+Pure: text in, ``TargetSample`` records out; the HTTP side is ``suites.serving.observe.scraper``.
 The text is parsed by prometheus_client's parser, which names a typed counter family
 without its ``_total``; an untyped one keeps it, so adapters strip it themselves.
 

@@ -25,7 +25,7 @@ Tests (one-sided, in the direction of a regression):
   threshold does not depend on the labels).
 Both treat samples as independent. Per-token and per-request samples of one run are
 correlated, so the nominal alpha is a lower bound on the real false-positive rate; the
-minimum effect guards against that, and A/A runs (``suites.gate_runs``) measure it.
+minimum effect guards against that, and A/A runs (``moeperf.gate_runs``) measure it.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from collectors.quantiles import quantile_ci
 # Latency and throughput: 5%, about the run-to-run spread of medians in short serving runs;
 # micro-benchmarks are noisier (caches, turbo, scheduling): 10%. Tail percentiles vary far
 # more from run to run than within a run, which no test on one run's samples can see: A/A
-# runs on the 2-core development host (suites.gate_runs A/A calibration, 12 pairs at 4
+# runs on the 2-core development host (moeperf.gate_runs A/A calibration, 12 pairs at 4
 # and 16 streams, both orders) flagged ITL p99 in 5 of 24 comparisons with a 5% minimum effect,
 # 1 of 24 with 20%. Calibrate on your own host; its suggested minimum effects override these.
 DEFAULT_MIN_EFFECTS: Mapping[str, float] = {

@@ -1,7 +1,7 @@
 """The client's per-chunk hot path on one 256-token streamed chat completion.
 
 Component by component (SSE splitting, chunk JSON parsing) and whole: the real
-``suites.serving.client.stream_request`` reading from a stand-in transport that hands it
+``suites.serving.load.client.stream_request`` reading from a stand-in transport that hands it
 the response's bytes at once, so what is timed is the client's own work per chunk
 (clock reads, SSE, JSON, the record), not a network. The whole path also runs one event
 loop per response; ``test_event_loop_round`` times that alone, to subtract.
@@ -18,9 +18,9 @@ import pytest
 from micro_inputs import RESPONSE_TOKENS
 
 from collectors.records import RequestRecord
-from suites.serving.client import stream_request
-from suites.serving.openai_api import parse_chunk
-from suites.serving.sse import SSEParser
+from suites.serving.load.client import stream_request
+from suites.serving.load.openai_api import parse_chunk
+from suites.serving.load.sse import SSEParser
 
 # Role chunk, one chunk per token, the usage-only chunk, [DONE].
 PAYLOADS = RESPONSE_TOKENS + 3

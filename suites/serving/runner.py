@@ -23,16 +23,20 @@ from collectors.records import RequestRecord
 from collectors.store import RunStore, RunWriter, interrupts_end_runs
 from collectors.summary import Slo, summarize_requests
 from collectors.tables import records_frame
-from suites.serving.arrivals import arrival_offsets_s, split_evenly, split_round_robin
-from suites.serving.embedded import running_target
-from suites.serving.ground_truth import fetch_ground_truth, measurement_errors, summarize_errors
-from suites.serving.observe import LiveObservers
-from suites.serving.plan import LevelPlan, WorkerConfig
-from suites.serving.pool import WorkerPool
-from suites.serving.prompts import build_prompts
-from suites.serving.reference_target import running_reference, with_reference_defaults
-from suites.serving.validity import client_bottlenecks
-from suites.serving.worker import LevelReport
+from suites.serving.embedded.process import running_target
+from suites.serving.embedded.reference import running_reference, with_reference_defaults
+from suites.serving.load.arrivals import arrival_offsets_s, split_evenly, split_round_robin
+from suites.serving.load.plan import LevelPlan, WorkerConfig
+from suites.serving.load.pool import WorkerPool
+from suites.serving.load.validity import client_bottlenecks
+from suites.serving.load.worker import LevelReport
+from suites.serving.observe.ground_truth import (
+    fetch_ground_truth,
+    measurement_errors,
+    summarize_errors,
+)
+from suites.serving.observe.live import LiveObservers
+from suites.serving.workload.prompts import build_prompts
 from suites.spec import ServingSpec
 
 # Workers start a level together this long after it is planned (spawn and connect time).

@@ -38,7 +38,7 @@ SHORT_RUN = [
 
 def moeperf(runs_dir: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "suites.cli", "--runs-dir", str(runs_dir), *args],
+        [sys.executable, "-m", "moeperf.cli", "--runs-dir", str(runs_dir), *args],
         cwd=REPO_ROOT,
         env=ENV,
         capture_output=True,
@@ -191,7 +191,7 @@ def _start(runs: Path, *overrides: str, log_dir: Path) -> subprocess.Popen:
             [
                 sys.executable,
                 "-m",
-                "suites.cli",
+                "moeperf.cli",
                 "--runs-dir",
                 str(runs),
                 "run",

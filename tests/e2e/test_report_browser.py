@@ -24,7 +24,7 @@ from collectors.store import RunStore
 from collectors.tables import SCHEMAS, table_to_frame
 from reports.report import build_report
 from reports.runs import RunData, load_run
-from suites.serving.embedded import running_target
+from suites.serving.embedded.process import running_target
 from suites.serving.runner import run_serving
 from suites.spec import ServingSpec
 

@@ -34,7 +34,7 @@ def get(url: str) -> tuple[int, bytes]:
 def start_serving(*args: str) -> tuple[subprocess.Popen, str]:
     """``moeperf target serve --port 0 ARGS``; the process and the URL it announced."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "suites.cli", "target", "serve", "--port", "0", *args],
+        [sys.executable, "-m", "moeperf.cli", "target", "serve", "--port", "0", *args],
         cwd=REPO_ROOT,
         env=ENV,
         stdout=subprocess.PIPE,
@@ -81,7 +81,7 @@ def test_target_serve_announces_serves_and_stops_on_a_signal(stop_signal):
 
 def test_target_serve_with_a_bad_knob_exits_2_naming_it():
     result = subprocess.run(
-        [sys.executable, "-m", "suites.cli", "target", "serve", "--mtp-tokens", "-1"],
+        [sys.executable, "-m", "moeperf.cli", "target", "serve", "--mtp-tokens", "-1"],
         cwd=REPO_ROOT,
         env=ENV,
         capture_output=True,
@@ -108,7 +108,7 @@ def test_moeperf_run_of_kind_reference_stores_a_complete_run(tmp_path):
         "[export]\nlive_metrics = false\nscrape_interval_s = 0.5\n"
     )
     result = subprocess.run(
-        [sys.executable, "-m", "suites.cli", "--runs-dir", str(tmp_path / "runs"), "run",
+        [sys.executable, "-m", "moeperf.cli", "--runs-dir", str(tmp_path / "runs"), "run",
          str(spec)],
         cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=240,
     )  # fmt: skip

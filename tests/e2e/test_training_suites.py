@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from collectors.store import RunStore
-from suites.cli import main
+from moeperf.cli import main
 
 TINY_OOM = """
 suite = "training"

@@ -10,8 +10,8 @@ import pytest
 from aiohttp import web
 
 from collectors.records import RequestRecord
-from suites.serving.client import stream_request
-from suites.serving.openai_api import request_body
+from suites.serving.load.client import stream_request
+from suites.serving.load.openai_api import request_body
 
 CHUNK = b'data: {"id":"x","choices":[{"text":"a"}]}\n\n'
 

@@ -8,13 +8,13 @@ import psutil
 import pytest
 
 from suites.errors import TargetError
-from suites.serving.embedded import running_target
+from suites.serving.embedded.process import running_target
 
 pytestmark = pytest.mark.slow
 
 _HOLDER = """
 import sys, time
-from suites.serving.embedded import running_target
+from suites.serving.embedded.process import running_target
 with running_target("targets.synthetic", {}) as url:
     print(url, flush=True)
     time.sleep(60)

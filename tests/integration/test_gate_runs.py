@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from suites.errors import UsageError
-from suites.gate_runs import (
+from moeperf.gate_runs import (
     block_order,
     calibrate_command,
     paired_command,
     paired_gate,
     parse_target,
 )
+from suites.errors import UsageError
 from suites.spec import load_spec
 
 pytestmark = pytest.mark.slow

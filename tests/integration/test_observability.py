@@ -27,8 +27,8 @@ from collectors.records import StepRecord
 from collectors.store import RunStore
 from collectors.tables import request_records
 from dashboards.queries import panel_queries, substitute_variables
+from suites.serving.observe.scraper import ThreadedScraper
 from suites.serving.runner import LevelOutcome, Progress, run_serving
-from suites.serving.scraper import ThreadedScraper
 from suites.spec import ServingSpec
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,8 @@ from aiohttp import web
 
 from collectors import metric_names as mn
 from collectors.metric_names import TARGET_FINISHED_REQUESTS, TARGET_GENERATION_TOKENS
-from suites.serving.embedded import running_target
-from suites.serving.scraper import TargetScraper, ThreadedScraper
+from suites.serving.embedded.process import running_target
+from suites.serving.observe.scraper import TargetScraper, ThreadedScraper
 
 OUTPUT_TOKENS = 20
 

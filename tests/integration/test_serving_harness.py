@@ -11,7 +11,7 @@ import pytest
 
 from collectors.latency import itl_samples_s, per_request
 from collectors.store import RunStore
-from suites.serving.embedded import running_target
+from suites.serving.embedded.process import running_target
 from suites.serving.runner import run_serving
 from suites.spec import ServingSpec
 

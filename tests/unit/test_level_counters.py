@@ -3,7 +3,7 @@ and turned into accepted tokens per step, acceptance per position and hit ratios
 
 from __future__ import annotations
 
-from suites.serving.level_counters import LevelCounters, parse_counters
+from suites.serving.observe.level_counters import LevelCounters, parse_counters
 
 
 def exposition(steps, drafts, draft_tokens, accepted, per_position, hits, queries) -> str:

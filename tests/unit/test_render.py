@@ -269,7 +269,7 @@ def test_report_command_refuses_unknown_runs(tmp_path):
 
 def test_the_benchmark_generator_makes_a_run_the_report_reads(tmp_path):
     from collectors.latency import per_request
-    from reports.bench_report import synthetic_requests, write_run
+    from moeperf.bench.report_scale import synthetic_requests, write_run
 
     table = synthetic_requests(2_000, seed=3)
     frame = table_to_frame("requests", table)

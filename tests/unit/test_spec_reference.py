@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from suites import cli, spec
+from moeperf import cli
+from suites import spec
 from suites.errors import SpecError
-from suites.serving.reference_target import (
+from suites.serving.embedded.reference import (
     default_model_dir,
     describe,
     target_config,

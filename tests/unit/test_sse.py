@@ -1,5 +1,5 @@
-from suites.serving.openai_api import parse_chunk, request_body
-from suites.serving.sse import SSEParser
+from suites.serving.load.openai_api import parse_chunk, request_body
+from suites.serving.load.sse import SSEParser
 
 
 def test_events_split_across_reads_are_joined():

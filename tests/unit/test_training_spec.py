@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from suites.cli import main
+from moeperf.cli import main
 from suites.errors import SpecError
 from suites.spec import load_spec
 from suites.training.plan import scenarios

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from suites.serving.tokenizer import HFTokenizer
-from suites.serving.workload import (
+from suites.serving.workload.sources import (
     LengthDist,
     Prompt,
     WorkloadError,
     load_dataset,
     random_prompts,
 )
+from suites.serving.workload.tokenizer import HFTokenizer
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from suites.errors import UsageError
-from suites.serving.embedded import running_target
+from suites.serving.embedded.process import running_target
 from suites.spec import ServingSpec, reference_config
 
 MODULE = "targets.serving"

@@ -11,7 +11,7 @@ from collectors.push import push_run
 from collectors.records import RequestRecord
 from collectors.store import RunWriter
 from collectors.summary import Slo
-from suites.serving.pool import WorkerHealth
+from suites.serving.load.pool import WorkerHealth
 from suites.spec import ServingSpec
 
 
@@ -38,7 +38,7 @@ class LiveObservers:
         self.exporter = LiveExporter(spec.name, target_name, slo=slo) if wanted else None
         self._scraper = None
         if spec.export.scrape_target:
-            from suites.serving.scraper import ThreadedScraper
+            from suites.serving.observe.scraper import ThreadedScraper
 
             anchor_ns = run.manifest.anchor_monotonic_ns
             self._scraper = ThreadedScraper(

@@ -1,4 +1,4 @@
-"""``python -m suites.serving.reference_bench [--quick]``: the reference engine, measured.
+"""``python -m moeperf.bench.reference [--quick]``: the reference engine, measured.
 
 Three experiments against the embedded reference target (``targets.serving``), each
 configuration one stored run made by the same path as ``moeperf run`` (the shipped
@@ -32,9 +32,9 @@ from rich.console import Console
 
 from collectors.errors import CollectorError
 from collectors.store import RunInterrupted, RunStore, RunWriter
+from moeperf.bench.reference_tables import concurrency_table, mtp_table, prefix_table
 from suites.errors import SuiteError, UsageError
-from suites.serving.level_counters import LevelCounterProbe, LevelCounters
-from suites.serving.reference_tables import concurrency_table, mtp_table, prefix_table
+from suites.serving.observe.level_counters import LevelCounterProbe, LevelCounters
 from suites.serving.runner import run_serving
 from suites.spec import load_spec
 
@@ -236,7 +236,7 @@ def _parts(text: str) -> tuple[str, ...]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m suites.serving.reference_bench", description=__doc__.split("\n")[0]
+        prog="python -m moeperf.bench.reference", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--quick", action="store_true", help="6 s per level (default 20 s)")
     parser.add_argument("--runs-dir", default="runs", help="where runs are stored")

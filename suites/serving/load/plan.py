@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from suites.serving.openai_api import Api
-from suites.serving.workload import Prompt
+from suites.serving.load.openai_api import Api
+from suites.serving.workload.sources import Prompt
 
 LoadMode = Literal["concurrency", "poisson", "gamma"]
 

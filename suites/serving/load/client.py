@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import aiohttp
 
 from collectors.records import RequestRecord
-from suites.serving.openai_api import Api, parse_chunk
-from suites.serving.sse import SSEParser
+from suites.serving.load.openai_api import Api, parse_chunk
+from suites.serving.load.sse import SSEParser
 
 _ERROR_BODY_LIMIT = 500
 

@@ -25,11 +25,11 @@ from typing import Any
 import aiohttp
 
 from collectors.records import RequestRecord
-from suites.serving.client import StreamResult, set_token_times, stream_request
-from suites.serving.openai_api import ENDPOINTS, request_body
-from suites.serving.plan import LevelPlan, WorkerConfig
-from suites.serving.selfwatch import SelfWatch, SelfWatchReport
-from suites.serving.tokenizer import ServerTokenizer, TokenizerError, resolve_tokenizer
+from suites.serving.load.client import StreamResult, set_token_times, stream_request
+from suites.serving.load.openai_api import ENDPOINTS, request_body
+from suites.serving.load.plan import LevelPlan, WorkerConfig
+from suites.serving.load.selfwatch import SelfWatch, SelfWatchReport
+from suites.serving.workload.tokenizer import ServerTokenizer, TokenizerError, resolve_tokenizer
 
 _STOP_POLL_S = 0.05
 # Sends later than this after their intended time count as late (uvloop timers are 1 ms).

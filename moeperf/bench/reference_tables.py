@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from suites.serving.reference_bench import LevelResult
+    from moeperf.bench.reference import LevelResult
 
 # The goal for continuous batching: 16 streams give >= 3x one stream's tokens/s.
 SCALING_GOAL = 3.0

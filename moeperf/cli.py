@@ -11,8 +11,8 @@ from rich.console import Console
 
 from collectors.errors import CollectorError
 from collectors.store import RunInterrupted, RunStore
+from moeperf import report_commands, target_commands
 from reports.errors import BaselineCorruptError, ReportError, ReportUsageError
-from suites import cli_reports, cli_target
 from suites.errors import SuiteError, UsageError
 from suites.present import (
     ProgressBar,
@@ -195,9 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="reports/baselines",
         help="where baselines live (default: reports/baselines, committed to the repository)",
     )
-    cli_reports.add_baseline_commands(commands, reports_common)
-    cli_reports.add_gate_commands(commands, reports_common)
-    cli_target.add_target_commands(commands)
+    report_commands.add_baseline_commands(commands, reports_common)
+    report_commands.add_gate_commands(commands, reports_common)
+    target_commands.add_target_commands(commands)
 
     dashboards = commands.add_parser("dashboards", help="Grafana dashboards")
     dashboards_commands = dashboards.add_subparsers(dest="dashboards_command", required=True)

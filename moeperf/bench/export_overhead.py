@@ -1,6 +1,6 @@
 """Benchmark: harness CPU time per request with live export on and off.
 
-``python -m suites.serving.export_overhead`` (``tox -e bench-export``) runs the same short
+``python -m moeperf.bench.export_overhead`` (``tox -e bench-export``) runs the same short
 sweep against the synthetic target in alternating blocks, export off then on, and prints
 the median CPU seconds per request of the harness (the parent process, which exports, plus
 the load workers, which measure) and their ratio. Alternating blocks in one job keep

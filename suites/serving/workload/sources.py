@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from suites.serving.tokenizer import TargetTokenizer
+from suites.serving.workload.tokenizer import TargetTokenizer
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from reports.gate import (
 from reports.runs import load_run
 from reports.samples import MetricSamples, pool_samples, run_samples
 from suites.errors import SpecError, UsageError
-from suites.serving.embedded import running_target
+from suites.serving.embedded.process import running_target
 from suites.serving.runner import run_serving
 from suites.spec import ServingSpec, SyntheticTargetSpec
 from suites.spec import load_spec as _load_any_spec

@@ -1,6 +1,6 @@
 """CLI handlers that reach into reports/: reports, comparisons, baselines, the gate.
 
-The CLI composes packages, so these handlers (and only they, with suites.gate_runs) may
+The CLI composes packages, so these handlers (and only they, with moeperf.gate_runs) may
 import reports; the import contract in pyproject.toml states the exception. Imports are
 lazy so that `moeperf run` does not load plotly.
 """
@@ -74,7 +74,7 @@ def gate(args: argparse.Namespace, console: Console) -> int:
     out = _out(console)
     positional = list(args.target)
     if positional[:1] == ["calibrate"]:
-        from suites.gate_runs import calibrate_command
+        from moeperf.gate_runs import calibrate_command
 
         spec = positional[1] if len(positional) > 1 else "default"
         return calibrate_command(
@@ -83,7 +83,7 @@ def gate(args: argparse.Namespace, console: Console) -> int:
     if args.paired:
         if positional or not (args.a and args.b):
             raise UsageError("gate --paired SPEC needs --a TARGET and --b TARGET and no RUN")
-        from suites.gate_runs import paired_command
+        from moeperf.gate_runs import paired_command
 
         return paired_command(
             args.paired, args.a, args.b, args.blocks, args.runs_dir, args.set or [],

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from suites.errors import UsageError
-from suites.serving.tokenizer import TokenizerError, resolve_tokenizer
-from suites.serving.workload import LengthDist, Prompt, WorkloadError, load_dataset, random_prompts
+from suites.serving.workload.sources import (
+    LengthDist,
+    Prompt,
+    WorkloadError,
+    load_dataset,
+    random_prompts,
+)
+from suites.serving.workload.tokenizer import TokenizerError, resolve_tokenizer
 from suites.spec import LengthSpec, ServingSpec
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from collectors.records import RequestRecord
 from suites.errors import SuiteError
-from suites.serving.plan import LevelPlan, WorkerConfig
-from suites.serving.worker import LevelReport, worker_main
+from suites.serving.load.plan import LevelPlan, WorkerConfig
+from suites.serving.load.worker import LevelReport, worker_main
 
 _POLL_S = 0.1
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from suites.serving.worker import LevelReport
+from suites.serving.load.worker import LevelReport
 
 
 def client_bottlenecks(

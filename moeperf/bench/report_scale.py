@@ -1,6 +1,6 @@
 """How long and how much memory ``build_report`` takes on a run of 1,000,000 requests.
 
-    python -m reports.bench_report [--requests 1000000] [--runs-dir DIR] [--keep]
+    python -m moeperf.bench.report_scale [--requests 1000000] [--runs-dir DIR] [--keep]
 
 The requests are GENERATED (not measured): a closed-loop sweep over eight concurrency
 levels with realistic shapes (lognormal prompt and output lengths, about 66 chunks per
@@ -170,7 +170,7 @@ def write_run(store: RunStore, table: pa.Table, *, summary: bool = True) -> str:
         target={"kind": "generated", "model": "none", "simulated": True},
     )
     writer.add_note(
-        f"GENERATED records ({table.num_rows:,} requests) made by reports.bench_report to "
+        f"GENERATED records ({table.num_rows:,} requests) made by moeperf.bench.report_scale to "
         "time the report; nothing here was measured."
     )
     table = table.replace_schema_metadata({"moeperf_schema_version": str(SCHEMA_VERSION)})
@@ -268,7 +268,15 @@ def main(argv: list[str] | None = None) -> int:
         del table, chunks
         out = str(Path(runs_dir) / run_id / "report.html")
         result = subprocess.run(
-            [sys.executable, "-m", "reports.bench_report", "--measure", runs_dir, run_id, out],
+            [
+                sys.executable,
+                "-m",
+                "moeperf.bench.report_scale",
+                "--measure",
+                runs_dir,
+                run_id,
+                out,
+            ],
             capture_output=True,
             text=True,
             check=False,
