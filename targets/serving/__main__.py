@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
 import socket
 import sys
 from collections.abc import Iterator, Sequence
@@ -22,7 +21,8 @@ from typing import Any
 
 import uvicorn
 
-from targets.child_process import event_loop_factory, stop_when_orphaned
+from targets import child_process
+from targets.ready_line import announce_ready, base_url
 from targets.serving.config import ReferenceTargetConfig
 from targets.serving.errors import ReferenceConfigError
 
@@ -54,13 +54,11 @@ def _parser() -> argparse.ArgumentParser:
         description="The reference MoE serving engine behind an OpenAI-compatible API.",
     )
     parser.add_argument("--model", default=None, metavar="DIR", help="model directory")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind")
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    parser.add_argument(
-        "--config",
-        default=None,
-        metavar="JSON",
-        help="ReferenceTargetConfig fields as a JSON object, e.g. '{\"mtp_tokens\": 2}'",
+    child_process.add_listen_flags(
+        parser,
+        host_help="address to bind",
+        default_port=8000,
+        config_help="ReferenceTargetConfig fields as a JSON object, e.g. '{\"mtp_tokens\": 2}'",
     )
     for flag, field, kind, help_text in _KNOB_FLAGS:
         metavar = "N" if kind is int else field.split("_")[-1].upper()
@@ -73,11 +71,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="reuse the KV cache of shared prompt prefixes",
     )
-    parser.add_argument(
-        "--exit-with-parent",
-        action="store_true",
-        help="stop when the process that started this one is gone (no orphaned servers)",
-    )
+    child_process.add_exit_with_parent_flag(parser)
     return parser
 
 
@@ -127,25 +121,15 @@ async def _serve(app: Any, sock: socket.socket, parent_pid: int | None) -> None:
         timeout_graceful_shutdown=_GRACEFUL_S,
     )
     server = _Server(config)
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, setattr, server, "should_exit", True)
-    watcher = None
-    if parent_pid is not None:
-        watcher = loop.create_task(
-            stop_when_orphaned(
-                parent_pid,
-                lambda: server.should_exit,
-                lambda: setattr(server, "should_exit", True),
-            )
-        )
-    serving = loop.create_task(server.serve(sockets=[sock]))
+    watcher = child_process.stop_on_signals(
+        lambda: server.should_exit, lambda: setattr(server, "should_exit", True), parent_pid
+    )
+    serving = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
     while not server.started and not serving.done():
         await asyncio.sleep(0.01)
     if server.started:
         host, port = sock.getsockname()[:2]
-        host = f"[{host}]" if ":" in host else host
-        print(f"READY http://{host}:{port}", flush=True)
+        announce_ready(base_url(host, port))
     await serving
     if watcher is not None:
         watcher.cancel()
@@ -158,8 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parent_pid = os.getppid() if args.exit_with_parent else None
     try:
         config = _config(args)
-        if not 0 <= args.port <= 65535:
-            raise ReferenceConfigError(f"--port must be in [0, 65535]; got {args.port}")
+        if (bad_port := child_process.port_error(args.port)) is not None:
+            raise ReferenceConfigError(bad_port)
         # After the config: a typo in a knob is reported before the model loads.
         from targets.serving.factory import create_app
 
@@ -172,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"reference target: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return EXIT_LISTEN
-    with sock, asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+    with sock, asyncio.Runner(loop_factory=child_process.event_loop_factory()) as runner:
         runner.run(_serve(app, sock, parent_pid))
     return 0
 

@@ -1,14 +1,15 @@
-"""The serving target's errors: one root, the HTTP errors its API answers with, and the
-handlers that answer every error in OpenAI's shape.
+"""The serving target's errors: its own root, the one HTTP error only it answers with
+(429), and the handlers that answer every error in OpenAI's shape.
 
-An ``ApiError`` carries what the OpenAI error object needs (``{"error": {"message",
-"type", "param", "code"}}``, as vLLM answers too); ``code`` is the HTTP status.
+The errors a request is refused with are the targets' shared ``ApiError``s
+(``targets/openai_wire.py``), which carry what the OpenAI error object needs.
 """
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
+
+from targets.openai_wire import ApiError, error_body
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
@@ -23,40 +24,11 @@ class ReferenceConfigError(ServingError, ValueError):
     """A ``ReferenceTargetConfig`` field is missing, unknown or out of range."""
 
 
-class ApiError(ServingError):
-    """A request the server refuses; answered as an OpenAI error with HTTP ``status``."""
-
-    status = 400
-    kind = "invalid_request_error"  # OpenAI's error "type"
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-
-
-class BadRequest(ApiError):
-    """Malformed JSON, a wrong type, a value out of range, something unsupported: 400."""
-
-
-class ModelNotFound(ApiError):
-    """The request names a model this server does not serve: 404, as vLLM answers."""
-
-    status = 404
-    kind = "model_not_found"
-
-
 class Overloaded(ApiError):
     """The engine's waiting queue is full: 429, so load generators can tell it apart."""
 
     status = 429
     kind = "rate_limit_exceeded"
-
-
-def error_body(message: str, *, kind: str, param: str | None = None, code: int = 500) -> bytes:
-    """``{"error": {"message", "type", "param", "code"}}`` as compact JSON."""
-    error = {"message": message, "type": kind, "param": param, "code": code}
-    return json.dumps({"error": error}, separators=(",", ":")).encode()
 
 
 def error_response(status: int, message: str, kind: str, param: str | None = None) -> Response:
@@ -83,7 +55,7 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         first = exc.errors()[0] if exc.errors() else {"msg": "invalid request", "loc": ()}
         loc = [str(part) for part in first.get("loc", ()) if part != "body"]
-        message = f"{'.'.join(loc)}: {first['msg']}" if loc else first["msg"]
+        message = f"{'.'.join(loc)}: {first['msg']}" if loc else str(first["msg"])
         return error_response(400, message, "invalid_request_error", loc[0] if loc else None)
 
     async def http_error(request: Request, exc: Exception) -> Response:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from targets import openai_wire
+from targets.openai_wire import BadRequest
 from targets.serving.engine.api import SamplingParams
-from targets.serving.errors import BadRequest, ModelNotFound
 
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs, and OpenAI's top_logprobs limit
 _SEED_LIMIT = 2**63  # seeds are torch generator seeds: int64
@@ -193,10 +194,7 @@ def _bad_request(exc: ValidationError) -> BadRequest:
 
 def check_model(served: ServedModel, asked: str | None) -> None:
     """404 unless ``asked`` is the served name (absent: the served model, as vLLM does)."""
-    if asked is not None and asked != served.name:
-        raise ModelNotFound(
-            f"The model `{asked}` does not exist; this server serves `{served.name}`.", "model"
-        )
+    openai_wire.check_model(served.name, asked)
 
 
 def chat_prompt(
@@ -222,11 +220,13 @@ def completion_prompt(served: ServedModel, prompt: CompletionRequest) -> list[in
         value = value[0]
     if isinstance(value, str):
         return served.tokenizer.encode(value)
+    # What is left is one prompt of token ids (the model's type allows nothing else).
+    ids = cast(list[int], value)
     vocab = served.tokenizer.vocab_size
-    bad = next((t for t in value if not 0 <= t < vocab), None)
+    bad = next((t for t in ids if not 0 <= t < vocab), None)
     if bad is not None:
         raise BadRequest(f"prompt token id {bad} is outside the vocabulary [0, {vocab})", "prompt")
-    return list(value)
+    return list(ids)
 
 
 @dataclass(frozen=True)

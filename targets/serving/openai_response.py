@@ -11,14 +11,14 @@ one request's SSE chunks and its whole (non-streamed) body in vLLM's shapes: leg
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from targets.openai_wire import sse_event, usage_json
 from targets.serving.engine.api import TokenLogprob
 from targets.serving.openai_request import Tokenizer
 
-DONE_EVENT = b"data: [DONE]\n\n"
 _REPLACEMENT = "\ufffd"  # what a token ending inside a UTF-8 character decodes to
 
 
@@ -28,7 +28,7 @@ def _dumps(value: Any) -> bytes:
 
 def sse(payload: dict[str, Any]) -> bytes:
     """One server-sent event: ``data: <json>`` and a blank line."""
-    return b"data: " + _dumps(payload) + b"\n\n"
+    return sse_event(_dumps(payload))
 
 
 class TextAssembler:
@@ -98,9 +98,7 @@ class Delta:
 def usage(delta: Delta) -> dict[str, Any]:
     """OpenAI's usage object, cached prompt tokens included."""
     return {
-        "prompt_tokens": delta.prompt_tokens,
-        "completion_tokens": delta.completion_tokens,
-        "total_tokens": delta.prompt_tokens + delta.completion_tokens,
+        **usage_json(delta.prompt_tokens, delta.completion_tokens),
         "prompt_tokens_details": {"cached_tokens": delta.cached_tokens},
     }
 
@@ -193,7 +191,7 @@ class ResponseWriter:
         }
 
     @staticmethod
-    def _chat_entry(lp: TokenLogprob, decode) -> dict[str, Any]:
+    def _chat_entry(lp: TokenLogprob, decode: Callable[[Sequence[int]], str]) -> dict[str, Any]:
         token = decode([lp.token_id])
         return {
             "token": token,

@@ -5,7 +5,8 @@ wrote each chunk (``GET /ground_truth/{id}``), on the host's monotonic clock.
 """
 
 from targets.synthetic.config import SyntheticConfig, SyntheticConfigError
-from targets.synthetic.server import RunningServer, build_app, serve, start
+from targets.synthetic.running import RunningServer, serve, start
+from targets.synthetic.server import build_app
 
 __all__ = [
     "RunningServer",

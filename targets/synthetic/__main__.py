@@ -11,14 +11,14 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from targets.child_process import event_loop_factory, stop_when_orphaned
+from targets import child_process
+from targets.ready_line import announce_ready
 from targets.synthetic.config import SyntheticConfig
-from targets.synthetic.server import RunningServer, require_loopback, serve
+from targets.synthetic.running import RunningServer, require_loopback, serve
 
 EXIT_USAGE = 2
 
@@ -28,22 +28,16 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m targets.synthetic",
         description="OpenAI-compatible streaming server with known latencies (ground truth).",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind")
-    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    parser.add_argument(
-        "--config",
-        default=None,
-        metavar="JSON",
-        help="SyntheticConfig fields as a JSON object, e.g. '{\"ttft_s\": 0.1}'",
+    child_process.add_listen_flags(
+        parser,
+        host_help="loopback address to bind",
+        default_port=0,
+        config_help="SyntheticConfig fields as a JSON object, e.g. '{\"ttft_s\": 0.1}'",
     )
     parser.add_argument("--ttft-s", type=float, default=None, help="overrides the config")
     parser.add_argument("--itl-s", type=float, default=None, help="overrides the config")
     parser.add_argument("--tokens-per-chunk", type=int, default=None, help="overrides too")
-    parser.add_argument(
-        "--exit-with-parent",
-        action="store_true",
-        help="stop when the process that started this one is gone (no orphaned servers)",
-    )
+    child_process.add_exit_with_parent_flag(parser)
     return parser
 
 
@@ -65,17 +59,14 @@ def _config(args: argparse.Namespace) -> SyntheticConfig:
 
 async def _run(config: SyntheticConfig, host: str, port: int, exit_with_parent: bool) -> None:
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    if exit_with_parent:
-        watcher = loop.create_task(stop_when_orphaned(os.getppid(), stop.is_set, stop.set))
+    parent_pid = os.getppid() if exit_with_parent else None
+    watcher = child_process.stop_on_signals(stop.is_set, stop.set, parent_pid)
 
     def ready(server: RunningServer) -> None:
-        print(f"READY {server.url}", flush=True)
+        announce_ready(server.url)
 
     await serve(config, host, port, on_ready=ready, stop=stop)
-    if exit_with_parent:
+    if watcher is not None:
         watcher.cancel()
 
 
@@ -85,13 +76,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = _config(args)
         require_loopback(args.host)
-        if not 0 <= args.port <= 65535:
-            raise ValueError(f"--port must be in [0, 65535]; got {args.port}")
+        if (bad_port := child_process.port_error(args.port)) is not None:
+            raise ValueError(bad_port)
     except ValueError as exc:
         print(f"synthetic: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=child_process.event_loop_factory()) as runner:
             runner.run(_run(config, args.host, args.port, args.exit_with_parent))
     except OSError as exc:  # e.g. the port is taken
         print(f"synthetic: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""The synthetic model's output in OpenAI's wire format: SSE chunks and full responses.
+"""The synthetic model's output in OpenAI's wire format: SSE chunks and whole responses.
 
 Streaming is the measured path, so ``ChunkEncoder`` builds every constant byte string once
 per request and each chunk only joins precomputed per-token fragments, plus the usage
@@ -11,10 +11,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from targets.openai_wire import DONE_EVENT, sse_event, usage_json
 from targets.synthetic.tokenizer import GENERATED_CYCLE, GENERATED_TOKENS
 
-DONE_EVENT = b"data: [DONE]\n\n"
-MALFORMED_EVENT = b"data: {not json\n\n"
+# DONE_EVENT ends the streams written with this module too (the micro-benchmarks build
+# their response bytes from here).
+__all__ = ["DONE_EVENT", "MALFORMED_EVENT", "MALFORMED_JSON", "ChunkEncoder"]
+
+# The "malformed" fault: a body, or an SSE event, that is not JSON.
+MALFORMED_JSON = b"{not json"
+MALFORMED_EVENT = sse_event(MALFORMED_JSON)
 
 # A fixed, made-up log-probability per generated word: plausible values, stable output.
 _LOGPROBS = tuple(-round(0.001 * (1 + n % 97), 3) for n in range(GENERATED_CYCLE))
@@ -43,16 +49,8 @@ def _text_offset(index: int) -> int:
     return cycles * _CYCLE_CHARS + _CYCLE_OFFSETS[n]
 
 
-def _usage_json(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
-
-
 class ChunkEncoder:
-    """The SSE events (``data: <json>\\n\\n``) of one streamed response.
+    """The SSE events (``data: <json>\\n\\n``) of one streamed response, or its whole body.
 
     ``chat`` selects ``chat.completion.chunk`` (``choices[0].delta``) over
     ``text_completion`` (``choices[0].text``). ``continuous_usage`` (vLLM's extension)
@@ -76,6 +74,9 @@ class ChunkEncoder:
             f'"model":{json.dumps(model)},"choices":['
         ).encode()
         self._chat = chat
+        self._response_id = response_id
+        self._created = created
+        self._model = model
         self._prompt_tokens = prompt_tokens
         self._logprobs = logprobs
         self._continuous = continuous_usage
@@ -127,6 +128,42 @@ class ChunkEncoder:
         """The final usage-only chunk (``choices: []``) of ``stream_options.include_usage``."""
         return self._head + b"]" + self._usage(completion_tokens) + b"}\n\n"
 
+    def whole(self, completion_tokens: int) -> bytes:
+        """The body of a non-streamed response holding all ``completion_tokens`` tokens."""
+        chat = self._chat
+        text = "".join(GENERATED_TOKENS[i % GENERATED_CYCLE] for i in range(completion_tokens))
+        ids = [i % GENERATED_CYCLE for i in range(completion_tokens)]
+        choice: dict[str, Any] = {"index": 0}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+            choice["logprobs"] = (
+                {"content": [json.loads(_CHAT_LOGPROB_JSON[n]) for n in ids]}
+                if self._logprobs
+                else None
+            )
+        else:
+            choice["text"] = text
+            choice["logprobs"] = (
+                {
+                    "tokens": [GENERATED_TOKENS[n] for n in ids],
+                    "token_logprobs": [_LOGPROBS[n] for n in ids],
+                    "top_logprobs": [{GENERATED_TOKENS[n]: _LOGPROBS[n]} for n in ids],
+                    "text_offset": [_text_offset(i) for i in range(completion_tokens)],
+                }
+                if self._logprobs
+                else None
+            )
+        choice["finish_reason"] = "length"
+        body = {
+            "id": self._response_id,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": self._created,
+            "model": self._model,
+            "choices": [choice],
+            "usage": usage_json(self._prompt_tokens, completion_tokens),
+        }
+        return _dumps(body)
+
     def _logprobs_json(self, start: int, count: int) -> bytes:
         ids = [i % GENERATED_CYCLE for i in range(start, start + count)]
         if self._chat:
@@ -143,51 +180,3 @@ class ChunkEncoder:
             + offsets
             + b"]}"
         )
-
-
-def full_response(
-    *,
-    chat: bool,
-    response_id: str,
-    created: int,
-    model: str,
-    prompt_tokens: int,
-    completion_tokens: int,
-    logprobs: bool,
-) -> bytes:
-    """The body of a non-streamed response holding all ``completion_tokens`` tokens."""
-    text = "".join(GENERATED_TOKENS[i % GENERATED_CYCLE] for i in range(completion_tokens))
-    ids = [i % GENERATED_CYCLE for i in range(completion_tokens)]
-    choice: dict[str, Any] = {"index": 0}
-    if chat:
-        choice["message"] = {"role": "assistant", "content": text}
-        choice["logprobs"] = (
-            {"content": [json.loads(_CHAT_LOGPROB_JSON[n]) for n in ids]} if logprobs else None
-        )
-    else:
-        choice["text"] = text
-        choice["logprobs"] = (
-            {
-                "tokens": [GENERATED_TOKENS[n] for n in ids],
-                "token_logprobs": [_LOGPROBS[n] for n in ids],
-                "top_logprobs": [{GENERATED_TOKENS[n]: _LOGPROBS[n]} for n in ids],
-                "text_offset": [_text_offset(i) for i in range(completion_tokens)],
-            }
-            if logprobs
-            else None
-        )
-    choice["finish_reason"] = "length"
-    body = {
-        "id": response_id,
-        "object": "chat.completion" if chat else "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [choice],
-        "usage": _usage_json(prompt_tokens, completion_tokens),
-    }
-    return _dumps(body)
-
-
-def error_body(message: str, *, kind: str, param: str | None = None, code: Any = None) -> bytes:
-    """An OpenAI-style error: ``{"error": {"message", "type", "param", "code"}}``."""
-    return _dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})

@@ -10,29 +10,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from targets.openai_wire import BadRequest, check_model
 from targets.synthetic.tokenizer import count_tokens
 
 # What /tokenize reports; requests may not ask for more output than this.
 MAX_MODEL_LEN = 1_000_000
-
-
-class BadRequest(Exception):
-    """The request is not something the server accepts (answered with HTTP ``status``)."""
-
-    status = 400
-    kind = "invalid_request_error"
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-
-
-class ModelNotFound(BadRequest):
-    """The request names a model this server does not serve (HTTP 404, as vLLM answers)."""
-
-    status = 404
-    kind = "model_not_found"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +76,7 @@ def parse_generation(
     body: dict[str, Any], *, chat: bool, model: str, default_output_tokens: int
 ) -> GenerationRequest:
     """Validate a /v1/chat/completions (``chat``) or /v1/completions body for ``model``."""
-    asked = body.get("model")
-    if asked is not None and asked != model:
-        raise ModelNotFound(
-            f"The model `{asked}` does not exist; this server serves `{model}`.", "model"
-        )
+    check_model(model, body.get("model"))
     prompt_tokens = count_tokens(prompt_text(body, chat=chat))
     output_tokens = default_output_tokens
     for name in ("max_tokens", "max_completion_tokens"):

@@ -13,7 +13,6 @@ POST /tokenize, GET /metrics, GET /ground_truth/{id}, POST /ground_truth/query.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import itertools
 import time
 from collections.abc import Callable
@@ -22,19 +21,13 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from targets.openai_wire import DONE_EVENT, ApiError, BadRequest, error_body, models_list
 from targets.synthetic.config import SyntheticConfig
 from targets.synthetic.ground_truth import GroundTruthRecord, GroundTruthStore
 from targets.synthetic.metrics import SyntheticMetrics
-from targets.synthetic.openai_format import (
-    DONE_EVENT,
-    MALFORMED_EVENT,
-    ChunkEncoder,
-    error_body,
-    full_response,
-)
+from targets.synthetic.openai_format import MALFORMED_EVENT, MALFORMED_JSON, ChunkEncoder
 from targets.synthetic.openai_request import (
     MAX_MODEL_LEN,
-    BadRequest,
     GenerationRequest,
     parse_generation,
     parse_json_object,
@@ -117,8 +110,8 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
                 model=state.config.model,
                 default_output_tokens=state.config.default_output_tokens,
             )
-        except BadRequest as exc:
-            return _error(exc.status, exc.message, kind=exc.kind, param=exc.param)
+        except ApiError as exc:
+            return _refusal(exc)
         index = next(state.indices)
         plan = plan_request(state.config, index, gen.output_tokens)
         record = GroundTruthRecord(
@@ -139,9 +132,10 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
             response = _error(500, "synthetic fault: injected server error", kind="server_error")
             response.headers["X-Request-Id"] = record.id
             return response
+        job = _Job(gen, plan, record)
         if gen.stream:
-            return await _stream(request, state, gen, plan, record)
-        return await _whole(request, state, gen, plan, record)
+            return await _stream(request, state, job)
+        return await _whole(request, state, job)
     except asyncio.CancelledError:
         if record is not None:
             record.status = "cancelled"
@@ -153,23 +147,19 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         metrics.requests.labels("error" if status == "running" else status).inc()
 
 
-async def _stream(
-    request: web.Request,
-    state: _State,
-    gen: GenerationRequest,
-    plan: RequestPlan,
-    record: GroundTruthRecord,
-) -> web.StreamResponse:
+@dataclass(frozen=True)
+class _Job:
+    """A planned generation request: what was asked, how it is answered, its record."""
+
+    gen: GenerationRequest
+    plan: RequestPlan
+    record: GroundTruthRecord
+
+
+async def _stream(request: web.Request, state: _State, job: _Job) -> web.StreamResponse:
+    gen, plan, record = job.gen, job.plan, job.record
     clock_ns = state.clock_ns
-    encoder = ChunkEncoder(
-        chat=gen.chat,
-        response_id=record.id,
-        created=int(time.time()),
-        model=state.config.model,
-        prompt_tokens=gen.prompt_tokens,
-        logprobs=gen.logprobs,
-        continuous_usage=gen.continuous_usage,
-    )
+    encoder = _encoder(state, job)
     response = web.StreamResponse(headers={**_SSE_HEADERS, "X-Request-Id": record.id})
     # Bound once: the loop below runs per chunk.
     write = response.write
@@ -214,28 +204,15 @@ async def _stream(
     return response
 
 
-async def _whole(
-    request: web.Request,
-    state: _State,
-    gen: GenerationRequest,
-    plan: RequestPlan,
-    record: GroundTruthRecord,
-) -> web.StreamResponse:
+async def _whole(request: web.Request, state: _State, job: _Job) -> web.StreamResponse:
+    gen, plan, record = job.gen, job.plan, job.record
     # A non-streamed response is one write of all tokens, due when the last chunk would be.
     due_ns = record.received_ns + plan.due_ns[-1]
     await _sleep_until(state.clock_ns, due_ns)
     if plan.fault == "malformed":
-        body = MALFORMED_EVENT[len(b"data: ") :].rstrip()
+        body = MALFORMED_JSON
     else:
-        body = full_response(
-            chat=gen.chat,
-            response_id=record.id,
-            created=int(time.time()),
-            model=state.config.model,
-            prompt_tokens=gen.prompt_tokens,
-            completion_tokens=gen.output_tokens,
-            logprobs=gen.logprobs,
-        )
+        body = _encoder(state, job).whole(gen.output_tokens)
     response = web.StreamResponse(
         headers={"Content-Type": "application/json", "X-Request-Id": record.id}
     )
@@ -262,6 +239,19 @@ async def _whole(
     return response
 
 
+def _encoder(state: _State, job: _Job) -> ChunkEncoder:
+    gen = job.gen
+    return ChunkEncoder(
+        chat=gen.chat,
+        response_id=job.record.id,
+        created=int(time.time()),
+        model=state.config.model,
+        prompt_tokens=gen.prompt_tokens,
+        logprobs=gen.logprobs,
+        continuous_usage=gen.continuous_usage,
+    )
+
+
 async def _sleep_until(clock_ns: ClockNs, due_ns: int) -> None:
     # uvloop's timers have millisecond resolution (rounded) and can fire early or late by
     # about that much, so sleep to _SPIN_NS before the deadline, then yield to the loop
@@ -279,26 +269,18 @@ def _close_connection(request: web.Request) -> None:
         transport.close()
 
 
-def _error(status: int, message: str, *, kind: str, param: str | None = None) -> web.Response:
-    return web.Response(
-        status=status,
-        body=error_body(message, kind=kind, param=param, code=status),
-        content_type="application/json",
-    )
+def _error(status: int, message: str, *, kind: str) -> web.Response:
+    body = error_body(message, kind=kind, code=status)
+    return web.Response(status=status, body=body, content_type="application/json")
+
+
+def _refusal(exc: ApiError) -> web.Response:
+    return web.Response(status=exc.status, body=exc.body(), content_type="application/json")
 
 
 async def _models(request: web.Request) -> web.Response:
     model = request.app[_STATE].config.model
-    card = {
-        "id": model,
-        "object": "model",
-        "created": 0,
-        "owned_by": "moeperf",
-        "root": model,
-        "parent": None,
-        "max_model_len": MAX_MODEL_LEN,
-    }
-    return web.json_response({"object": "list", "data": [card]})
+    return web.json_response(models_list(model, MAX_MODEL_LEN))
 
 
 async def _health(request: web.Request) -> web.Response:
@@ -315,8 +297,8 @@ async def _tokenize(request: web.Request) -> web.Response:
             text = prompt_text(body, chat=False)
         else:
             raise BadRequest("give 'prompt' or 'messages'", "prompt")
-    except BadRequest as exc:
-        return _error(exc.status, exc.message, kind=exc.kind, param=exc.param)
+    except ApiError as exc:
+        return _refusal(exc)
     tokens = encode(text)
     result: dict[str, object] = {
         "count": len(tokens),
@@ -349,82 +331,6 @@ async def _ground_truth_query(request: web.Request) -> web.Response:
         ids = body.get("ids")
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise BadRequest("'ids' must be a list of strings", "ids")
-    except BadRequest as exc:
-        return _error(exc.status, exc.message, kind=exc.kind, param=exc.param)
+    except ApiError as exc:
+        return _refusal(exc)
     return web.json_response(request.app[_STATE].store.query(ids))
-
-
-@dataclass
-class RunningServer:
-    """A synthetic server listening on ``host:port``; ``close()`` stops it."""
-
-    runner: web.AppRunner
-    host: str
-    port: int
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:8000`` (no trailing slash)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-    async def close(self) -> None:
-        """Stop listening and end the requests still running (after at most 1 s)."""
-        await self.runner.cleanup()
-
-
-async def start(
-    config: SyntheticConfig,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    *,
-    clock_ns: ClockNs = time.monotonic_ns,
-    registry: CollectorRegistry | None = None,
-) -> RunningServer:
-    """Start the server on the running event loop; ``port=0`` picks a free port.
-
-    Only loopback hosts are accepted: ground truth is only exact on the same host, and
-    the server has no authentication.
-    """
-    require_loopback(host)
-    runner = web.AppRunner(
-        build_app(config, clock_ns, registry), access_log=None, shutdown_timeout=1.0
-    )
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    return RunningServer(runner, host, runner.addresses[0][1])
-
-
-async def serve(
-    config: SyntheticConfig,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    *,
-    on_ready: Callable[[RunningServer], None] | None = None,
-    stop: asyncio.Event | None = None,
-) -> None:
-    """Run the server until ``stop`` is set (or the task is cancelled), then close it."""
-    server = await start(config, host, port)
-    try:
-        if on_ready is not None:
-            on_ready(server)
-        await (stop if stop is not None else asyncio.Event()).wait()
-    finally:
-        await server.close()
-
-
-def require_loopback(host: str) -> None:
-    """Raise ValueError unless ``host`` is a loopback address (or ``localhost``)."""
-    if host == "localhost":
-        return
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise ValueError(f"host must be a loopback address such as 127.0.0.1; got {host!r}")

@@ -13,13 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from collectors.store import RunStore
+from targets.ready_line import ReadyChild, start_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONIOENCODING": "utf-8"}
@@ -31,52 +31,28 @@ def get(url: str) -> tuple[int, bytes]:
         return answer.status, answer.read()
 
 
-def start_serving(*args: str) -> tuple[subprocess.Popen, str]:
-    """``moeperf target serve --port 0 ARGS``; the process and the URL it announced."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moeperf.cli", "target", "serve", "--port", "0", *args],
-        cwd=REPO_ROOT,
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    found: list[str] = []
-
-    def read() -> None:
-        for line in process.stdout:  # type: ignore[union-attr]
-            if line.startswith("READY "):
-                found.append(line.split(" ", 1)[1].strip())
-                return
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(READY_TIMEOUT_S)
-    if not found:
-        process.kill()
-        _, err = process.communicate(timeout=10)
-        pytest.fail(f"no READY line in {READY_TIMEOUT_S} s; stderr: {err[-2000:]}")
-    return process, found[0]
+def start_serving(*args: str) -> ReadyChild:
+    """``moeperf target serve --port 0 ARGS``, once it announced its URL."""
+    command = [sys.executable, "-m", "moeperf.cli", "target", "serve", "--port", "0", *args]
+    return start_ready(command, timeout_s=READY_TIMEOUT_S, cwd=REPO_ROOT, env=ENV)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 def test_target_serve_announces_serves_and_stops_on_a_signal(stop_signal):
-    process, url = start_serving("--mtp-tokens", "1", "--served-model-name", "tiny")
+    child = start_serving("--mtp-tokens", "1", "--served-model-name", "tiny")
     try:
+        url = child.url
         assert url.startswith("http://127.0.0.1:")
         assert get(url + "/health")[0] == 200
         status, body = get(url + "/v1/models")
         assert status == 200 and json.loads(body)["data"][0]["id"] == "tiny"
         metrics = get(url + "/metrics")[1].decode()
         assert "reference_steps_total" in metrics
-        process.send_signal(stop_signal)
-        assert process.wait(timeout=30) == 0
+        assert child.stop(stop_signal, timeout_s=30) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        child.close()
 
 
 def test_target_serve_with_a_bad_knob_exits_2_naming_it():

@@ -9,11 +9,8 @@ raw bytes (malformed bodies, SSE framing, disconnects).
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.target_metrics import REFERENCE_CONTRACT, read_exposition
+from targets.ready_line import ReadyChild, start_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL = "moeperf-tiny-moe"
@@ -31,74 +29,33 @@ READY_TIMEOUT_S = 120.0  # importing torch and loading the weights on a busy 2-c
 PROMPT = "The quick brown fox jumps over the lazy dog. The"
 
 
-class Server:
-    """A ``python -m targets.serving`` child; ``url`` once it printed READY."""
-
-    def __init__(self, config: dict, *extra: str) -> None:
-        command = [sys.executable, "-m", "targets.serving", "--host", "127.0.0.1"]
-        command += ["--port", "0", "--config", json.dumps(config), *extra]
-        # stderr to a file: a pipe nobody reads could fill up and block the server.
-        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed by stop())
-        self.process = subprocess.Popen(
-            command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=self.stderr, text=True
-        )
-        self.url = self._await_ready()
-
-    def _await_ready(self) -> str:
-        found: list[str] = []
-
-        def read() -> None:
-            line = self.process.stdout.readline()  # type: ignore[union-attr]
-            if line.startswith("READY "):
-                found.append(line.split()[1])
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        reader.join(READY_TIMEOUT_S)
-        if not found:
-            self.process.kill()
-            self.process.wait()
-            pytest.fail(f"server not ready (exit {self.process.returncode}): {self.errors()}")
-        return found[0]
-
-    def errors(self) -> str:
-        """The end of what the server wrote to stderr."""
-        self.stderr.seek(0)
-        return self.stderr.read()[-3000:]
-
-    def stop(self) -> int:
-        """SIGTERM, as the harness stops it; the exit code."""
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=30)
-        finally:
-            self.process.kill()
-            self.process.wait()
-            self.process.stdout.close()  # type: ignore[union-attr]
-            self.stderr.close()
+def start_server(config: dict, *extra: str) -> ReadyChild:
+    """A ``python -m targets.serving`` child, once it printed READY."""
+    command = [sys.executable, "-m", "targets.serving", "--host", "127.0.0.1"]
+    command += ["--port", "0", "--config", json.dumps(config), *extra]
+    return start_ready(command, timeout_s=READY_TIMEOUT_S, cwd=REPO_ROOT)
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
+def server() -> Iterator[ReadyChild]:
     """The default configuration: prefix caching on, no speculation."""
-    running = Server({"seed": 0})
-    yield running
-    running.stop()
+    with start_server({"seed": 0}) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
-def small_server() -> Iterator[Server]:
+def small_server() -> Iterator[ReadyChild]:
     """One running and one waiting request at most, MTP with two draft tokens."""
-    running = Server({"max_running_requests": 1, "max_waiting_requests": 1, "mtp_tokens": 2})
-    yield running
-    running.stop()
+    config = {"max_running_requests": 1, "max_waiting_requests": 1, "mtp_tokens": 2}
+    with start_server(config) as running:
+        yield running
 
 
-def client(server: Server) -> openai.OpenAI:
+def client(server: ReadyChild) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=60)
 
 
-def scrape(server: Server) -> dict[str, float]:
+def scrape(server: ReadyChild) -> dict[str, float]:
     """Every sample of /metrics: ``name{label="v",...}`` -> value."""
     text = httpx.get(f"{server.url}/metrics", timeout=30).text
     samples = {}
@@ -117,7 +74,7 @@ def sse_chunks(response: httpx.Response) -> list[dict]:
     return [json.loads(e[len("data: ") :]) for e in events[:-1]]
 
 
-def post(server: Server, path: str, body: dict | bytes, timeout: float = 60) -> httpx.Response:
+def post(server: ReadyChild, path: str, body: dict | bytes, timeout: float = 60) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     return httpx.post(f"{server.url}{path}", content=content, headers=headers, timeout=timeout)
@@ -126,13 +83,13 @@ def post(server: Server, path: str, body: dict | bytes, timeout: float = 60) -> 
 # -- the OpenAI API, as the openai client sees it ---------------------------------------
 
 
-def test_models_lists_the_served_model(server: Server) -> None:
+def test_models_lists_the_served_model(server: ReadyChild) -> None:
     models = client(server).models.list().data
     assert [m.id for m in models] == [MODEL]
     assert models[0].model_extra["max_model_len"] == 2048
 
 
-def test_completion_whole_and_streamed_agree(server: Server) -> None:
+def test_completion_whole_and_streamed_agree(server: ReadyChild) -> None:
     api = client(server)
     whole = api.completions.create(
         model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0, extra_body={"ignore_eos": True}
@@ -164,7 +121,7 @@ def test_completion_whole_and_streamed_agree(server: Server) -> None:
     assert len({c.id for c in chunks}) == 1
 
 
-def test_chat_whole_and_streamed(server: Server) -> None:
+def test_chat_whole_and_streamed(server: ReadyChild) -> None:
     api = client(server)
     messages = [
         {"role": "system", "content": "You answer briefly."},
@@ -197,7 +154,7 @@ def test_chat_whole_and_streamed(server: Server) -> None:
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
 
 
-def test_greedy_is_deterministic_and_token_prompts_match_text(server: Server) -> None:
+def test_greedy_is_deterministic_and_token_prompts_match_text(server: ReadyChild) -> None:
     api = client(server)
     texts = [
         api.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=0)
@@ -211,7 +168,7 @@ def test_greedy_is_deterministic_and_token_prompts_match_text(server: Server) ->
     assert texts[0] == texts[1] == by_ids.choices[0].text
 
 
-def test_seeded_sampling_repeats(server: Server) -> None:
+def test_seeded_sampling_repeats(server: ReadyChild) -> None:
     api = client(server)
 
     def sample(seed: int) -> str:
@@ -226,7 +183,7 @@ def test_seeded_sampling_repeats(server: Server) -> None:
     assert sample(7) == sample(7)
 
 
-def test_continuous_usage_counts_tokens_per_chunk(server: Server) -> None:
+def test_continuous_usage_counts_tokens_per_chunk(server: ReadyChild) -> None:
     body = {
         "model": MODEL,
         "prompt": PROMPT,
@@ -244,7 +201,7 @@ def test_continuous_usage_counts_tokens_per_chunk(server: Server) -> None:
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 9
 
 
-def test_completion_logprobs_are_the_legacy_object(server: Server) -> None:
+def test_completion_logprobs_are_the_legacy_object(server: ReadyChild) -> None:
     result = client(server).completions.create(
         model=MODEL, prompt=PROMPT, max_tokens=6, temperature=0, logprobs=2
     )
@@ -261,7 +218,7 @@ def test_completion_logprobs_are_the_legacy_object(server: Server) -> None:
         assert logprob == pytest.approx(max(top.values()))
 
 
-def test_chat_logprobs_are_content_entries(server: Server) -> None:
+def test_chat_logprobs_are_content_entries(server: ReadyChild) -> None:
     result = client(server).chat.completions.create(
         model=MODEL,
         messages=[{"role": "user", "content": "Name a colour."}],
@@ -280,7 +237,7 @@ def test_chat_logprobs_are_content_entries(server: Server) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_stop_string_truncates_and_ends_the_request(server: Server, stream: bool) -> None:
+def test_stop_string_truncates_and_ends_the_request(server: ReadyChild, stream: bool) -> None:
     api = client(server)
     full = api.completions.create(
         model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0, extra_body={"ignore_eos": True}
@@ -303,7 +260,7 @@ def test_stop_string_truncates_and_ends_the_request(server: Server, stream: bool
     assert finish == "stop"
 
 
-def test_repeated_prompt_reports_cached_tokens(server: Server) -> None:
+def test_repeated_prompt_reports_cached_tokens(server: ReadyChild) -> None:
     api = client(server)
     prompt = " ".join(f"item {i}" for i in range(60))  # well over a few 16-token blocks
     first, second = (
@@ -315,11 +272,11 @@ def test_repeated_prompt_reports_cached_tokens(server: Server) -> None:
     assert 16 <= cached < second.usage.prompt_tokens
 
 
-def tokenize(server: Server, text: str) -> list[int]:
+def tokenize(server: ReadyChild, text: str) -> list[int]:
     return post(server, "/tokenize", {"model": MODEL, "prompt": text}).json()["tokens"]
 
 
-def test_tokenize_and_detokenize_round_trip(server: Server) -> None:
+def test_tokenize_and_detokenize_round_trip(server: ReadyChild) -> None:
     reply = post(server, "/tokenize", {"model": MODEL, "prompt": PROMPT}).json()
     assert reply["count"] == len(reply["tokens"]) > 0
     assert reply["max_model_len"] == 2048
@@ -327,14 +284,14 @@ def test_tokenize_and_detokenize_round_trip(server: Server) -> None:
     assert back == {"prompt": PROMPT}
 
 
-def test_health(server: Server) -> None:
+def test_health(server: ReadyChild) -> None:
     assert httpx.get(f"{server.url}/health").status_code == 200
 
 
 # -- /metrics ---------------------------------------------------------------------------
 
 
-def test_metrics_export_the_reference_contract(server: Server) -> None:
+def test_metrics_export_the_reference_contract(server: ReadyChild) -> None:
     client(server).completions.create(model=MODEL, prompt=PROMPT, max_tokens=2)
     text = httpx.get(f"{server.url}/metrics").text
     families = {f.name: f for f in text_string_to_metric_families(text)}
@@ -361,12 +318,12 @@ def test_metrics_export_the_reference_contract(server: Server) -> None:
         assert name in families
 
 
-def test_metrics_pass_promtool_lint(server: Server, promtool) -> None:
+def test_metrics_pass_promtool_lint(server: ReadyChild, promtool) -> None:
     ok, output = promtool(httpx.get(f"{server.url}/metrics").text)
     assert ok, output
 
 
-def test_metrics_count_a_request(server: Server) -> None:
+def test_metrics_count_a_request(server: ReadyChild) -> None:
     before = scrape(server)
     prompt_tokens = len(tokenize(server, PROMPT))
     client(server).completions.create(
@@ -459,7 +416,7 @@ BAD_REQUESTS = [
 ]
 
 
-def test_bad_requests_get_openai_errors_and_the_server_lives_on(server: Server) -> None:
+def test_bad_requests_get_openai_errors_and_the_server_lives_on(server: ReadyChild) -> None:
     before = scrape(server)
     for path, body, status, param in BAD_REQUESTS:
         reply = post(server, path, body)
@@ -478,7 +435,7 @@ def test_bad_requests_get_openai_errors_and_the_server_lives_on(server: Server) 
     assert ok.usage.completion_tokens >= 1
 
 
-def test_openai_client_raises_typed_errors(server: Server) -> None:
+def test_openai_client_raises_typed_errors(server: ReadyChild) -> None:
     api = client(server)
     with pytest.raises(openai.NotFoundError):
         api.completions.create(model="missing", prompt=PROMPT, max_tokens=2)
@@ -489,7 +446,7 @@ def test_openai_client_raises_typed_errors(server: Server) -> None:
 # -- load, disconnects, speculation (a server with a tiny queue and MTP) ------------------
 
 
-def _running(server: Server) -> float:
+def _running(server: ReadyChild) -> float:
     return scrape(server)["reference_requests_running"]
 
 
@@ -506,7 +463,7 @@ LONG_RUN = {"model": MODEL, "prompt": PROMPT, "max_tokens": 1500, "ignore_eos": 
 
 
 @pytest.mark.slow
-def test_full_queue_answers_429(small_server: Server) -> None:
+def test_full_queue_answers_429(small_server: ReadyChild) -> None:
     # One request running, one waiting: the queue (max_waiting_requests=1) is full.
     url = f"{small_server.url}/v1/completions"
     with (
@@ -531,7 +488,7 @@ def test_full_queue_answers_429(small_server: Server) -> None:
 
 
 @pytest.mark.slow
-def test_client_leaving_a_stream_aborts_its_request(small_server: Server) -> None:
+def test_client_leaving_a_stream_aborts_its_request(small_server: ReadyChild) -> None:
     before = scrape(small_server)['reference_requests_total{status="abort"}']
     with (
         httpx.Client(timeout=60) as http,
@@ -551,7 +508,7 @@ def test_client_leaving_a_stream_aborts_its_request(small_server: Server) -> Non
 
 
 @pytest.mark.slow
-def test_client_leaving_a_whole_response_aborts_its_request(small_server: Server) -> None:
+def test_client_leaving_a_whole_response_aborts_its_request(small_server: ReadyChild) -> None:
     before = scrape(small_server)['reference_requests_total{status="abort"}']
     with pytest.raises(httpx.ReadTimeout):
         post(small_server, "/v1/completions", LONG_RUN, timeout=1.0)
@@ -561,7 +518,7 @@ def test_client_leaving_a_whole_response_aborts_its_request(small_server: Server
 
 
 @pytest.mark.slow
-def test_mtp_steps_arrive_as_multi_token_chunks(small_server: Server) -> None:
+def test_mtp_steps_arrive_as_multi_token_chunks(small_server: ReadyChild) -> None:
     body = {
         **LONG_RUN,
         "max_tokens": 64,
@@ -620,9 +577,9 @@ def test_bad_config_exits_2_with_a_message(args: list[str], message: str) -> Non
 
 @pytest.mark.slow
 def test_sigterm_stops_the_server_cleanly() -> None:
-    running = Server({})
-    client(running).completions.create(model=MODEL, prompt=PROMPT, max_tokens=2)
-    assert running.stop() == 0
+    with start_server({}) as running:
+        client(running).completions.create(model=MODEL, prompt=PROMPT, max_tokens=2)
+        assert running.stop(timeout_s=30) == 0  # SIGTERM, as the harness stops it
 
 
 @pytest.mark.slow

@@ -13,7 +13,6 @@ import http.client
 import json
 import logging
 import os
-import selectors
 import signal
 import socket
 import subprocess
@@ -29,6 +28,7 @@ import pytest
 import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
+from targets.ready_line import start_ready
 from targets.synthetic import SyntheticConfig, start
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -368,47 +368,29 @@ def test_client_disconnect_is_quiet_and_releases_the_running_gauge(caplog):
     assert not [r for r in caplog.records if r.name.startswith("aiohttp")]
 
 
-def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:
-    with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
-        if not selector.select(timeout_s):
-            proc.kill()
-            pytest.fail(f"no READY line within {timeout_s} s")
-    return proc.stdout.readline()
-
-
 def test_cli_prints_ready_serves_and_exits_cleanly_on_sigterm():
     config = json.dumps({"ttft_s": 0.01, "itl_s": 0.001, "seed": 5})
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "targets.synthetic",
-            "--port",
-            "0",
-            "--config",
-            config,
-            "--tokens-per-chunk",
-            "2",
-        ],
+    command = [sys.executable, "-m", "targets.synthetic", "--port", "0", "--config", config]
+    child = start_ready(
+        [*command, "--tokens-per-chunk", "2"],
+        timeout_s=20,
         cwd=REPO_ROOT,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     try:
-        line = _read_line(proc, timeout_s=20)
-        assert line.startswith("READY http://127.0.0.1:")
-        url = line.split()[1]
+        url = child.url  # what followed "READY " on its stdout
+        assert url.startswith("http://127.0.0.1:")
         reply = call(
             url, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 4, "stream": True}
         )
         assert ground_truth(url, reply.headers["X-Request-Id"])["chunk_tokens"] == [2, 2]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=10)
-    assert proc.returncode == 0, stderr
+        returncode = child.stop(signal.SIGTERM, timeout_s=10)
+        assert child.process.stdout is not None
+        stdout = child.process.stdout.read()
+        stderr = child.stderr_tail()
+        child.close()
+    assert returncode == 0, stderr
     assert stdout == ""  # READY is the only line
 
 

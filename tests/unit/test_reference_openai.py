@@ -9,8 +9,8 @@ import pytest
 
 from targets.model.checkpoint import default_model_dir
 from targets.model.tokenizer import ChatTokenizer
+from targets.openai_wire import ApiError, BadRequest, ModelNotFound
 from targets.serving.engine.api import TokenLogprob
-from targets.serving.errors import ApiError, BadRequest, ModelNotFound
 from targets.serving.openai_request import (
     ChatRequest,
     CompletionRequest,

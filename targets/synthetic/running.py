@@ -1,0 +1,91 @@
+"""Running the synthetic server on an event loop: started, served until stopped, closed.
+
+Only loopback hosts are accepted: ground truth is only exact on the same host, and the
+server has no authentication.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from targets.ready_line import base_url
+from targets.synthetic.config import SyntheticConfig
+from targets.synthetic.server import ClockNs, build_app
+
+
+@dataclass
+class RunningServer:
+    """A synthetic server listening on ``host:port``; ``close()`` stops it."""
+
+    runner: web.AppRunner
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:8000`` (no trailing slash)."""
+        return base_url(self.host, self.port)
+
+    async def close(self) -> None:
+        """Stop listening and end the requests still running (after at most 1 s)."""
+        await self.runner.cleanup()
+
+
+async def start(
+    config: SyntheticConfig,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    clock_ns: ClockNs = time.monotonic_ns,
+    registry: CollectorRegistry | None = None,
+) -> RunningServer:
+    """Start the server on the running event loop; ``port=0`` picks a free port."""
+    require_loopback(host)
+    runner = web.AppRunner(
+        build_app(config, clock_ns, registry), access_log=None, shutdown_timeout=1.0
+    )
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return RunningServer(runner, host, runner.addresses[0][1])
+
+
+async def serve(
+    config: SyntheticConfig,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    on_ready: Callable[[RunningServer], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run the server until ``stop`` is set (or the task is cancelled), then close it."""
+    server = await start(config, host, port)
+    try:
+        if on_ready is not None:
+            on_ready(server)
+        await (stop if stop is not None else asyncio.Event()).wait()
+    finally:
+        await server.close()
+
+
+def require_loopback(host: str) -> None:
+    """Raise ValueError unless ``host`` is a loopback address (or ``localhost``)."""
+    if host == "localhost":
+        return
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ValueError(f"host must be a loopback address such as 127.0.0.1; got {host!r}")
