@@ -1,13 +1,31 @@
-"""The error root of the collectors package."""
+"""moeperf's one error root, and the collectors package's errors.
+
+Every error moeperf raises on purpose derives from ``MoeperfError``; the ones that are the
+user's to fix (a bad spec, flag, run id or file) derive from ``MoeperfUsageError`` as well.
+The CLI maps the two to exit codes 1 and 2 in one place (moeperf/exits.py). The root lives
+here because collectors is the base layer every other package of ours may import.
+
+targets/ imports nothing of ours, so its errors (``SyntheticConfigError``,
+``ReferenceConfigError``, ``TrainingConfigError``) are ``ValueError``s of their own; suites
+translates them into its ``SpecError`` where it validates a spec (suites/spec.py).
+"""
 
 
-class CollectorError(Exception):
+class MoeperfError(Exception):
+    """Base class for every error moeperf raises on purpose: reported without a traceback."""
+
+
+class MoeperfUsageError(MoeperfError):
+    """Bad input from the user (spec, flags, run ids, unreadable files): exit code 2."""
+
+
+class CollectorError(MoeperfError):
     """Base class for errors raised by moeperf's collectors."""
 
 
-class SchemaVersionError(CollectorError):
+class SchemaVersionError(CollectorError, MoeperfUsageError):
     """A file was written with a schema version this moeperf cannot read."""
 
 
-class RunNotFoundError(CollectorError):
+class RunNotFoundError(CollectorError, MoeperfUsageError):
     """No run directory matches the id or prefix given."""

@@ -20,7 +20,9 @@ Only requests with status "ok" contribute latency samples.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import numpy as np
 import pandas as pd
@@ -31,11 +33,13 @@ from collectors.tables import flatten_list_column, list_column_lengths
 NS_PER_S = 1e9
 
 
-def _known(value) -> bool:
+def _known(value: float | None) -> TypeGuard[float]:
     return value is not None and not pd.isna(value)
 
 
-def effective_output_tokens(usage, client, chunk_tokens) -> int | None:
+def effective_output_tokens(
+    usage: float | None, client: float | None, chunk_tokens: Sequence[int] | None
+) -> int | None:
     """Output tokens: server usage, else the client's count, else the per-chunk sum."""
     for value in (usage, client):
         if _known(value):
@@ -43,7 +47,9 @@ def effective_output_tokens(usage, client, chunk_tokens) -> int | None:
     return int(np.sum(chunk_tokens)) if chunk_tokens is not None and len(chunk_tokens) else None
 
 
-def token_gaps_s(chunk_ns, chunk_tokens, *, per_token: bool) -> np.ndarray:
+def token_gaps_s(
+    chunk_ns: Sequence[int], chunk_tokens: Sequence[int], *, per_token: bool
+) -> np.ndarray:
     """Gaps between token-carrying chunks in seconds: ITL samples (one per token of the
     later chunk, the gap divided over them) when ``per_token``, else ICL samples."""
     times = np.asarray(chunk_ns, dtype=np.int64)

@@ -8,9 +8,11 @@ reports arrive; workers never touch it, so export costs the measuring loops noth
 from __future__ import annotations
 
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 from collectors import metric_names as names
 from collectors.bulk_histogram import BulkHistogram
@@ -26,7 +28,7 @@ prometheus_client.disable_created_metrics()
 _KINDS = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
 
 
-def _family(metric: Metric, registry: CollectorRegistry):
+def _family(metric: Metric, registry: CollectorRegistry) -> MetricWrapperBase | BulkHistogram:
     if metric is names.ITL:
         # One sample per token: binned per request in one call (see bulk_histogram).
         return BulkHistogram(
@@ -54,22 +56,29 @@ class LiveExporter:
         self._base = {"suite": suite, "target": target}
         self._slo = slo
         self._families = {m.name: _family(m, self.registry) for m in names.ALL_METRICS}
+        itl = self._families[names.ITL.name]
+        assert isinstance(itl, BulkHistogram)
+        self._itl = itl
         self._children: dict[tuple, Any] = {}
         self._seen: set[str] = set()
         # Last exported window value of each target counter series, to increment by deltas.
         self._target_counters: dict[tuple, float] = {}
-        self._server = None
+        self._server: WSGIServer | None = None
         # Counters that may never move still get a series at 0: "no client-bound level"
         # must read as 0, not as missing data.
         self._get(names.CLIENT_BOTTLENECK)
 
-    def _get(self, metric: Metric, **labels: str):
+    def _get(self, metric: Metric, **labels: str) -> Any:
+        """The labelled child: a Counter, Gauge or Histogram by ``metric.kind``, which
+        share no update method (inc, set, observe), hence Any."""
         # Children are cached: resolving labels costs more than the update itself, and
         # this runs for every request of the run.
         key = (metric.name, *labels.values())
         child = self._children.get(key)
         if child is None:
-            child = self._families[metric.name].labels(**self._base, **labels)
+            family = self._families[metric.name]
+            assert isinstance(family, MetricWrapperBase), metric.name
+            child = family.labels(**self._base, **labels)
             self._children[key] = child
         return child
 
@@ -117,9 +126,7 @@ class LiveExporter:
         if metrics.tpot_s is not None:
             self._get(names.TPOT, scenario=scenario).observe(metrics.tpot_s)
         itl_labels = {**self._base, "scenario": scenario}
-        self._families[names.ITL.name].observe_many(
-            tuple(itl_labels[n] for n in names.ITL.labels), metrics.itl_s
-        )
+        self._itl.observe_many(tuple(itl_labels[n] for n in names.ITL.labels), metrics.itl_s)
         if metrics.output_tokens:
             self._get(names.OUTPUT_TOKENS, scenario=scenario).inc(metrics.output_tokens)
         if record.prompt_tokens:

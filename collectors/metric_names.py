@@ -9,6 +9,7 @@ rename here shows up in their regenerated JSON.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,7 +56,14 @@ class Metric:
         return self.name + "_total" if self.kind == "counter" else self.name
 
 
-def _m(name: str, kind: MetricKind, help: str, labels, unit="", buckets=()) -> Metric:
+def _m(
+    name: str,
+    kind: MetricKind,
+    help: str,
+    labels: Iterable[str],
+    unit: str = "",
+    buckets: Iterable[float] = (),
+) -> Metric:
     return Metric(PREFIX + name, kind, help, tuple(labels), unit, tuple(buckets))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import urllib.error
 import urllib.parse
+from collections.abc import Callable
 
 from prometheus_client.exposition import basic_auth_handler, default_handler, pushadd_to_gateway
 
@@ -50,7 +51,13 @@ def push_run(
         # Credentials in the URL become basic auth and are never echoed back.
         username, password = parts.username, parts.password or ""
 
-        def handler(url, method, timeout, headers, data):
+        def handler(
+            url: str,
+            method: str,
+            timeout: float | None,
+            headers: list[tuple[str, str]],
+            data: bytes,
+        ) -> Callable[[], None]:
             return basic_auth_handler(url, method, timeout, headers, data, username, password)
 
     grouping_key = {"suite": suite, "target": target, "host": socket.gethostname()}

@@ -8,26 +8,66 @@ distribution. Too few samples for the interval gives None, never a made-up bound
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+import math
+from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats
 
 ESTIMATOR = "numpy linear (Hyndman-Fan type 7)"
 CI_METHOD = "distribution-free order-statistic interval (binomial ranks), 95%"
 DEFAULT_QUANTILES = (0.5, 0.9, 0.99)
+# Quantile levels are compared with this tolerance (here only): 0.99 read back from JSON,
+# or computed as 99 / 100, is the same level.
+_Q_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
 class QuantileEstimate:
+    """Quantile ``q`` of a sample, with its 95% interval (None: too few samples)."""
+
     q: float
     value: float
     ci_low: float | None
     ci_high: float | None
 
+    @property
+    def label(self) -> str:
+        """The level as a percentile name: "p50", "p99", "p99.9"."""
+        return f"p{round(self.q * 100, 6):g}"
 
-def quantile_ci(sorted_values: np.ndarray, q: float, level: float = 0.95):
+
+@dataclass(frozen=True, slots=True)
+class Described:
+    """Count, mean and quantiles (with their intervals) of the finite values of a sample.
+
+    An empty sample has count 0, mean None and no quantiles.
+    """
+
+    count: int
+    mean: float | None
+    quantiles: tuple[QuantileEstimate, ...]
+
+    def at(self, q: float) -> QuantileEstimate | None:
+        """The estimate of quantile ``q``, None if it was not computed (or no samples)."""
+        for estimate in self.quantiles:
+            if math.isclose(estimate.q, q, rel_tol=0.0, abs_tol=_Q_TOLERANCE):
+                return estimate
+        return None
+
+    def value_at(self, q: float) -> float | None:
+        """The value of quantile ``q``, None if it was not computed (or no samples)."""
+        estimate = self.at(q)
+        return None if estimate is None else estimate.value
+
+
+EMPTY = Described(count=0, mean=None, quantiles=())
+
+
+def quantile_ci(
+    sorted_values: np.ndarray, q: float, level: float = 0.95
+) -> tuple[float | None, float | None]:
     """The order-statistic confidence interval of quantile q, or (None, None)."""
     n = len(sorted_values)
     alpha = 1 - level
@@ -38,19 +78,15 @@ def quantile_ci(sorted_values: np.ndarray, q: float, level: float = 0.95):
     return float(sorted_values[low_rank - 1]), float(sorted_values[high_rank])
 
 
-def describe(values: Any, quantiles: tuple[float, ...] = DEFAULT_QUANTILES) -> dict[str, Any]:
+def describe(values: npt.ArrayLike, quantiles: tuple[float, ...] = DEFAULT_QUANTILES) -> Described:
     """Count, mean and quantiles (with 95% CIs) of the finite values given."""
     array = np.asarray(values, dtype=float)
     array = np.sort(array[np.isfinite(array)])
-    result: dict[str, Any] = {"count": len(array)}
     if len(array) == 0:
-        result.update(mean=None, quantiles=[])
-        return result
-    result["mean"] = float(array.mean())
+        return EMPTY
     estimates = []
     for q in quantiles:
         low, high = quantile_ci(array, q)
         value = float(np.quantile(array, q, method="linear"))
-        estimates.append(asdict(QuantileEstimate(q, value, low, high)))
-    result["quantiles"] = estimates
-    return result
+        estimates.append(QuantileEstimate(q, value, low, high))
+    return Described(count=len(array), mean=float(array.mean()), quantiles=tuple(estimates))

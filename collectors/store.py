@@ -30,6 +30,7 @@ from collectors.fingerprint import host_fingerprint
 from collectors.manifest import RunManifest
 from collectors.records import RequestRecord, SampleRecord, StepRecord
 from collectors.schema import SCHEMA_VERSION, check_schema_version
+from collectors.summary_json import RunSummary, summary_from_json, summary_to_json
 from collectors.tables import SCHEMAS, read_parquet_frame, rows_to_table, table_to_frame
 
 _RECORD_FILES = {"requests": "requests", "steps": "steps", "samples": "samples"}
@@ -147,9 +148,9 @@ class RunWriter:
         self.manifest.notes.append(note)
         self._write_manifest()
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
-        body = {"schema_version": SCHEMA_VERSION, **summary}
-        _write_atomic(self.directory / "summary.json", json.dumps(body, indent=2, default=str))
+    def write_summary(self, summary: RunSummary) -> None:
+        body = summary_to_json(summary)
+        _write_atomic(self.directory / "summary.json", json.dumps(body, indent=2))
 
     @property
     def ended(self) -> bool:
@@ -270,13 +271,13 @@ class RunReader:
         path = self.directory / "server_metrics.jsonl"
         return _read_jsonl(path) if path.exists() else []
 
-    def summary(self) -> dict[str, Any] | None:
+    def summary(self) -> RunSummary | None:
+        """The run's summary record; None until the run has written one."""
         path = self.directory / "summary.json"
         if not path.exists():
             return None
         data = json.loads(path.read_text(encoding="utf-8"))
-        check_schema_version(data.get("schema_version"), str(path))
-        return data
+        return summary_from_json(data, str(path))
 
 
 def _mark_if_orphaned(manifest: RunManifest) -> None:

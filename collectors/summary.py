@@ -12,9 +12,6 @@ Definitions (repeated in the README and every report):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import pandas as pd
 
 from collectors.latency import (
@@ -24,19 +21,15 @@ from collectors.latency import (
     itl_samples_s,
     per_request,
 )
-from collectors.quantiles import CI_METHOD, ESTIMATOR, describe
-
-
-@dataclass(frozen=True, slots=True)
-class Slo:
-    """Service-level objectives for goodput; None means not constrained."""
-
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    e2e_s: float | None = None
-
-
-NO_SLO = Slo()
+from collectors.quantiles import Described, describe
+from collectors.serving_records import (
+    NO_SLO,
+    LatencySummary,
+    ScenarioSummary,
+    ServingSummary,
+    Slo,
+    TokenDiscrepancy,
+)
 
 
 def request_meets_slo(metrics: RequestLatencies, slo: Slo) -> bool:
@@ -59,7 +52,7 @@ def _meets_slo(metrics: pd.DataFrame, slo: Slo) -> pd.Series:
     return good
 
 
-def summarize_scenario(requests: pd.DataFrame, slo: Slo = NO_SLO) -> dict[str, Any]:
+def summarize_scenario(requests: pd.DataFrame, slo: Slo = NO_SLO) -> ScenarioSummary:
     """Summary of the measured requests of one scenario (load level)."""
     measured = requests[requests["phase"] == "measure"]
     metrics = per_request(measured)
@@ -73,53 +66,55 @@ def summarize_scenario(requests: pd.DataFrame, slo: Slo = NO_SLO) -> dict[str, A
     def per_second(count: float) -> float | None:
         return count / window_s if window_s > 0 else None
 
+    def latency(name: str) -> Described:
+        return describe(metrics.loc[ok, name])
+
     errors = metrics.loc[metrics["status"] == "error", "error_type"].value_counts()
-    return {
-        "requests": len(measured),
-        "ok": int(ok.sum()),
-        "errors": int((metrics["status"] == "error").sum()),
-        "cancelled": int((metrics["status"] == "cancelled").sum()),
-        "error_types": {str(k): int(v) for k, v in errors.items()},
-        "excluded_warmup": int((requests["phase"] == "warmup").sum()),
-        "excluded_cooldown": int((requests["phase"] == "cooldown").sum()),
-        "window_s": window_s,
-        "output_tokens": output_tokens,
-        "output_throughput_tok_s": per_second(output_tokens),
-        "request_throughput_rps": per_second(int(ok.sum())),
-        "goodput_rps": per_second(good),
-        "goodput_ratio": good / len(measured) if len(measured) else None,
-        "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s},
-        "output_token_discrepancy": _token_discrepancy(measured[measured["status"] == "ok"]),
-        "latency_s": {
-            **{name: describe(metrics.loc[ok, name]) for name in _REQUEST_LATENCIES},
-            "itl_s": describe(itl_samples_s(measured)["itl_s"]),
-            "icl_s": describe(icl_samples_s(measured)["icl_s"]),
-        },
-    }
+    return ScenarioSummary(
+        requests=len(measured),
+        ok=int(ok.sum()),
+        errors=int((metrics["status"] == "error").sum()),
+        cancelled=int((metrics["status"] == "cancelled").sum()),
+        error_types={str(k): int(v) for k, v in errors.items()},
+        excluded_warmup=int((requests["phase"] == "warmup").sum()),
+        excluded_cooldown=int((requests["phase"] == "cooldown").sum()),
+        window_s=float(window_s),
+        output_tokens=output_tokens,
+        output_throughput_tok_s=per_second(output_tokens),
+        request_throughput_rps=per_second(int(ok.sum())),
+        goodput_rps=per_second(good),
+        goodput_ratio=good / len(measured) if len(measured) else None,
+        slo=slo,
+        output_token_discrepancy=_token_discrepancy(measured[measured["status"] == "ok"]),
+        latency_s=LatencySummary(
+            ttft_s=latency("ttft_s"),
+            ttft_from_send_s=latency("ttft_from_send_s"),
+            queue_delay_s=latency("queue_delay_s"),
+            tpot_s=latency("tpot_s"),
+            e2e_s=latency("e2e_s"),
+            itl_s=describe(itl_samples_s(measured)["itl_s"]),
+            icl_s=describe(icl_samples_s(measured)["icl_s"]),
+        ),
+    )
 
 
-def _token_discrepancy(ok: pd.DataFrame) -> dict[str, Any]:
+def _token_discrepancy(ok: pd.DataFrame) -> TokenDiscrepancy:
     """Server usage against the client's own count, where both exist."""
     both = ok.dropna(subset=["output_tokens", "client_output_tokens"])
     diff = both["client_output_tokens"] - both["output_tokens"]
-    return {
-        "compared": len(both),
-        "differing": int((diff != 0).sum()),
-        "mean_client_minus_server": float(diff.mean()) if len(both) else None,
-    }
+    return TokenDiscrepancy(
+        compared=len(both),
+        differing=int((diff != 0).sum()),
+        mean_client_minus_server=float(diff.mean()) if len(both) else None,
+    )
 
 
-_REQUEST_LATENCIES = ("ttft_s", "ttft_from_send_s", "queue_delay_s", "tpot_s", "e2e_s")
-
-
-def summarize_requests(requests: pd.DataFrame, slo: Slo = NO_SLO) -> dict[str, Any]:
+def summarize_requests(requests: pd.DataFrame, slo: Slo = NO_SLO) -> ServingSummary:
     """Summaries of every scenario in run order, with the estimators named."""
     scenarios = list(dict.fromkeys(requests["scenario"]))
-    return {
-        "percentile_estimator": ESTIMATOR,
-        "confidence_interval": CI_METHOD,
-        "scenarios": {
+    return ServingSummary(
+        scenarios={
             name: summarize_scenario(requests[requests["scenario"] == name], slo)
             for name in scenarios
-        },
-    }
+        }
+    )

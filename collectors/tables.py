@@ -7,6 +7,7 @@ parquet conversion gives the same DataFrame (same dtypes, lists as arrays).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,14 @@ import pyarrow.compute as pc
 _INT = pa.int64()
 _STR = pa.string()
 
-REQUEST_SCHEMA = pa.schema(
+
+def _schema(columns: list[tuple[str, pa.DataType]]) -> pa.Schema:
+    # The typed parameter gives the column list its element type (a bare list literal of
+    # different DataType subclasses would be list[tuple[str, object]] to a type checker).
+    return pa.schema(columns)
+
+
+REQUEST_SCHEMA = _schema(
     [
         ("request_id", _STR),
         ("scenario", _STR),
@@ -45,7 +53,7 @@ REQUEST_SCHEMA = pa.schema(
     ]
 )
 
-STEP_SCHEMA = pa.schema(
+STEP_SCHEMA = _schema(
     [
         ("step", _INT),
         ("rank", _INT),
@@ -66,7 +74,7 @@ STEP_SCHEMA = pa.schema(
     ]
 )
 
-SAMPLE_SCHEMA = pa.schema(
+SAMPLE_SCHEMA = _schema(
     [
         ("metric", _STR),
         ("value", pa.float64()),
@@ -107,7 +115,7 @@ def flatten_list_column(column: pd.Series) -> np.ndarray:
     return np.concatenate(arrays) if arrays else np.empty(0, np.int64)
 
 
-def read_parquet_frame(kind: str, path) -> pd.DataFrame:
+def read_parquet_frame(kind: str, path: Path) -> pd.DataFrame:
     """A record table's parquet file as a DataFrame, one column at a time.
 
     A million requests hold ~60M chunk timestamps: reading and converting column by column

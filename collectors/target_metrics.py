@@ -194,13 +194,15 @@ def canonical_samples(
             by_name.setdefault(_base_name(family), family)
     out: list[TargetSample] = []
     for series in spec.series:
-        family = next((by_name[s] for s in series.sources if s in by_name), None)
-        if family is not None:
-            out += _read_family(family, series, spec.shard_labels)
+        source = next((by_name[s] for s in series.sources if s in by_name), None)
+        if source is not None:
+            out += _read_family(source, series, spec.shard_labels)
     return out
 
 
-def _read_family(family: Family, series: SeriesMap, shard_labels) -> list[TargetSample]:
+def _read_family(
+    family: Family, series: SeriesMap, shard_labels: tuple[str, ...]
+) -> list[TargetSample]:
     kind: SampleKind = "counter" if series.metric.kind == "counter" else "gauge"
     wanted = {family.name, _base_name(family) + "_total"} if kind == "counter" else {family.name}
     only = dict(series.only)
@@ -302,7 +304,9 @@ class CounterWindow:
         return [_combine(name, labels, copies) for (name, labels), copies in combined.items()]
 
 
-def _combine(name: str, labels: Labels, copies) -> WindowedSample:
+def _combine(
+    name: str, labels: Labels, copies: list[tuple[TargetSample, float, float]]
+) -> WindowedSample:
     kind = copies[0][0].kind
     value = sum(c[0].value for c in copies)
     if kind == "gauge":

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from grafana_foundation_sdk.builders import common as common_b
 from grafana_foundation_sdk.builders import dashboard as dashboard_b
 from grafana_foundation_sdk.builders import heatmap, prometheus, stat, timeseries
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog import variants as cogvariants
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dashboard_m
 from grafana_foundation_sdk.models import heatmap as heatmap_m
@@ -35,10 +37,12 @@ def unit_of(metric: Metric) -> str:
     return metric.unit or "short"
 
 
-def _targets(queries: Sequence[Query], instant: bool) -> list[prometheus.Dataquery]:
+def _targets(
+    queries: Sequence[Query], instant: bool
+) -> list[cogbuilder.Builder[cogvariants.Dataquery]]:
     if not queries:
         raise ValueError("a panel needs at least one query")
-    targets = []
+    targets: list[cogbuilder.Builder[cogvariants.Dataquery]] = []
     for i, q in enumerate(queries):
         t = prometheus.Dataquery().expr(q.expr).ref_id(chr(ord("A") + i)).datasource(DATASOURCE)
         t = t.instant() if instant else t.range()

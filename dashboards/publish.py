@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .errors import PublishError, UsageError
+from .errors import DashboardsUsageError, PublishError
 
 TOKEN_ENV = "GRAFANA_TOKEN"
 TIMEOUT_S = 10.0
@@ -39,7 +39,8 @@ def display_url(url: str) -> str:
 
 
 def check_url(url: str) -> str:
-    """The printable form of `url`; UsageError unless it is an http(s) URL with a host."""
+    """The printable form of `url`; DashboardsUsageError unless it is an http(s) URL with a
+    host."""
     try:
         parts = urlsplit(url)
         ok = parts.scheme in ("http", "https") and bool(parts.hostname)
@@ -47,7 +48,7 @@ def check_url(url: str) -> str:
     except ValueError:  # a bad port or bracket
         ok = False
     if not ok:
-        raise UsageError(
+        raise DashboardsUsageError(
             "the Grafana URL must be http:// or https:// with a host, such as http://localhost:3000"
         )
     return shown
@@ -115,8 +116,9 @@ def publish(
 ) -> list[dict]:
     """Create `folder` if missing, then save each dashboard JSON into it.
 
-    Returns Grafana's answer per dashboard (uid, url, version, status). Raises UsageError for a
-    URL that is not http(s) and PublishError when Grafana is unreachable or refuses.
+    Returns Grafana's answer per dashboard (uid, url, version, status). Raises
+    DashboardsUsageError for a URL that is not http(s) and PublishError when Grafana is
+    unreachable or refuses.
     """
     shown = check_url(url)
     from grafana_client import GrafanaApi
@@ -143,31 +145,27 @@ def publish(
 def publish_command(
     url: str, env: Mapping[str, str] = os.environ, out: Callable[[str], object] = print
 ) -> int:
-    """`moeperf dashboards publish --url URL`: 0 published, 1 Grafana failed, 2 usage error."""
+    """`moeperf dashboards publish --url URL`: 0 when every dashboard is published.
+
+    Raises DashboardsUsageError (exit 2) for a bad URL or a missing extra, before any
+    request, and PublishError (exit 1) when Grafana fails; the CLI reports both.
+    """
+    shown = check_url(url)
     try:
-        shown = check_url(url)
         import grafana_client  # noqa: F401  (only to fail early with a clear message)
 
         from .build import DASHBOARDS, dashboard_json
-    except UsageError as exc:
-        out(f"error: {exc}")
-        return 2
     except ImportError as exc:
-        out(
-            f"error: publishing needs the dashboards extra (missing {exc.name}): "
+        raise DashboardsUsageError(
+            f"publishing needs the dashboards extra (missing {exc.name}): "
             "pip install 'moeperf[dashboards]'"
-        )
-        return 2
+        ) from None
 
     token = env.get(TOKEN_ENV) or None
     if token is None:
         out(f"note: {TOKEN_ENV} is not set; publishing without a token")
     dashboards = [dashboard_json(build()) for build in DASHBOARDS.values()]
-    try:
-        results = publish(url, token, dashboards)
-    except PublishError as exc:
-        out(f"error: {exc}")
-        return 1
+    results = publish(url, token, dashboards)
     for dashboard, result in zip(dashboards, results, strict=True):
         out(f"published {dashboard['title']!r} to {shown}{result.get('url', '')}")
     return 0

@@ -6,14 +6,17 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
 
 from rich.console import Console
 
-from collectors.errors import CollectorError
+from collectors.errors import MoeperfError
+from collectors.serving_records import ServingSummary
 from collectors.store import RunInterrupted, RunStore
+from collectors.training_summary import TrainingSummary
 from moeperf import report_commands, target_commands
-from reports.errors import BaselineCorruptError, ReportError, ReportUsageError
-from suites.errors import SuiteError, UsageError
+from moeperf.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_code
+from suites.errors import UsageError
 from suites.present import (
     ProgressBar,
     announce_run,
@@ -21,10 +24,11 @@ from suites.present import (
     runs_table,
     throughput_line,
 )
-from suites.spec import load_spec
+from suites.spec import LoadedSpec, load_spec
 
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
+if TYPE_CHECKING:
+    from suites.serving.calibrate import CalibrationOptions
+
 PUSHGATEWAY_ENV = "MOEPERF_PUSHGATEWAY_URL"
 
 
@@ -32,17 +36,17 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     overrides = list(args.set or [])
     if args.metrics_port is not None:
         overrides.append(f"export.metrics_port={args.metrics_port}")
-    given, spec = load_spec(args.spec, overrides)
+    loaded = load_spec(args.spec, overrides)
     store = RunStore(args.runs_dir)
-    if spec.suite == "training":
-        return _run_training(args, console, store, given, spec)
+    if loaded.spec.suite == "training":
+        return _run_training(args, console, store, loaded)
     from suites.serving.runner import run_serving
 
     bar = ProgressBar(console)
     try:
         run_id = run_serving(
-            spec,
-            given,
+            loaded.serving,
+            loaded.given,
             store,
             bar,
             lambda run: announce_run(run, console),
@@ -52,22 +56,24 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     finally:
         bar.close()
     _show(store, run_id, console)
-    return 0 if store.open(run_id).manifest.status == "complete" else 1
+    return EXIT_OK if store.open(run_id).manifest.status == "complete" else EXIT_FAILED
 
 
-def _run_training(args, console: Console, store: RunStore, given, spec) -> int:
+def _run_training(
+    args: argparse.Namespace, console: Console, store: RunStore, loaded: LoadedSpec
+) -> int:
     from suites.training.runner import run_training
 
     run_id = run_training(
-        spec,
-        given,
+        loaded.training,
+        loaded.given,
         store,
         lambda run: announce_run(run, console),
         pushgateway_url=args.pushgateway or os.environ.get(PUSHGATEWAY_ENV) or None,
         say=lambda line: console.print(line, markup=False, highlight=False),
     )
     _show(store, run_id, console)
-    return 0 if store.open(run_id).manifest.status == "complete" else 1
+    return EXIT_OK if store.open(run_id).manifest.status == "complete" else EXIT_FAILED
 
 
 def _show(store: RunStore, run: str, console: Console) -> None:
@@ -83,41 +89,61 @@ def _show(store: RunStore, run: str, console: Console) -> None:
     for note in m.notes:
         console.print(f"note: {note}")
     summary = reader.summary()
-    if not summary:
+    if summary is None:
         console.print("no summary (the run ended before one was written)")
         return
-    if m.suite == "training":
+    if isinstance(summary, TrainingSummary):
         from suites.training.tables import training_tables
 
         for table in training_tables(summary):
             console.print(table)
         console.print(f"results: {reader.directory}")
         return
-    for scenario, entry in summary.get("scenarios", {}).items():
-        if "latency_s" in entry:
+    if isinstance(summary, ServingSummary):
+        for scenario, entry in summary.scenarios.items():
             console.print(latency_table(scenario, entry))
             console.print(throughput_line(scenario, entry))
-    console.print(
-        f"percentiles: {summary.get('percentile_estimator', '?')}; "
-        f"CI: {summary.get('confidence_interval', '?')}"
-    )
+    console.print(f"percentiles: {summary.percentile_estimator}; CI: {summary.confidence_interval}")
     console.print(f"results: {reader.directory}")
 
 
 def _runs_list(args: argparse.Namespace, console: Console) -> int:
     console.print(runs_table(RunStore(args.runs_dir).list()))
-    return 0
+    return EXIT_OK
 
 
 def _runs_show(args: argparse.Namespace, console: Console) -> int:
     _show(RunStore(args.runs_dir), args.run, console)
-    return 0
+    return EXIT_OK
+
+
+def _calibration_options(args: argparse.Namespace) -> CalibrationOptions:
+    from suites.serving.calibrate import CalibrationOptions
+
+    try:
+        levels = tuple(int(x) for x in str(args.levels).split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"--levels {args.levels!r}: expected integers like 1,16,64,256") from None
+    workers: int | Literal["auto"] = "auto"
+    if args.workers != "auto":
+        try:
+            workers = int(args.workers)
+        except ValueError:
+            raise UsageError(f"--workers {args.workers!r}: expected a number or auto") from None
+    return CalibrationOptions(
+        levels=levels,
+        duration_s=args.duration_s,
+        ttft_s=args.ttft_s,
+        itl_s=args.itl_s,
+        output_tokens=args.output_tokens,
+        workers=workers,
+    )
 
 
 def _calibrate(args: argparse.Namespace, console: Console) -> int:
     from suites.serving.calibrate import run_calibration
 
-    return run_calibration(args, RunStore(args.runs_dir), console)
+    return run_calibration(_calibration_options(args), RunStore(args.runs_dir), console)
 
 
 def _ingest_benchmark(args: argparse.Namespace, console: Console) -> int:
@@ -223,13 +249,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal_name = getattr(exc, "signal_name", "SIGINT")
         err.print(f"aborted by {signal_name}; what was measured is kept", markup=False)
         return EXIT_INTERRUPTED
-    except (UsageError, CollectorError, ReportUsageError, BaselineCorruptError) as exc:
-        # Bad input (spec, flags, run ids, unreadable or corrupt files): the user's to fix.
+    except MoeperfError as exc:
+        # Bad input (spec, flags, run ids, unreadable or corrupt files) exits 2, anything
+        # else moeperf raised on purpose 1: both without a traceback.
         err.print(f"error: {exc}", markup=False, highlight=False)
-        return EXIT_USAGE
-    except (SuiteError, ReportError) as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
-        return 1
+        return exit_code(exc)
 
 
 if __name__ == "__main__":

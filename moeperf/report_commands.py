@@ -1,20 +1,20 @@
 """CLI handlers that reach into reports/: reports, comparisons, baselines, the gate.
 
-The CLI composes packages, so these handlers (and only they, with moeperf.gate_runs) may
-import reports; the import contract in pyproject.toml states the exception. Imports are
-lazy so that `moeperf run` does not load plotly.
+moeperf/ is the composition layer (the import contract's top layer), so these handlers
+may import reports. Imports are lazy so that `moeperf run` does not load plotly.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from rich.console import Console
 
 from suites.errors import UsageError
 
 
-def _out(console: Console):
+def _out(console: Console) -> Callable[[str], None]:
     return lambda line: console.print(line, markup=False, highlight=False)
 
 
@@ -45,7 +45,9 @@ def baseline_report(args: argparse.Namespace, console: Console) -> int:
     return baseline_report_command(args.ref, args.baselines_dir, args.out, print_fn=_out(console))
 
 
-def add_baseline_commands(commands, common: argparse.ArgumentParser) -> None:
+def add_baseline_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     baseline = commands.add_parser("baseline", help="versioned baselines under reports/baselines/")
     sub = baseline.add_subparsers(dest="baseline_command", required=True)
     promote = sub.add_parser("promote", parents=[common], help="copy a run into a new version")
@@ -74,7 +76,7 @@ def gate(args: argparse.Namespace, console: Console) -> int:
     out = _out(console)
     positional = list(args.target)
     if positional[:1] == ["calibrate"]:
-        from moeperf.gate_runs import calibrate_command
+        from moeperf.gate_calibration import calibrate_command
 
         spec = positional[1] if len(positional) > 1 else "default"
         return calibrate_command(
@@ -117,7 +119,9 @@ def compare(args: argparse.Namespace, console: Console) -> int:
     return compare_command(args.a, args.b, args.runs_dir, out=_out(console))
 
 
-def add_gate_commands(commands, common: argparse.ArgumentParser) -> None:
+def add_gate_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     parser = commands.add_parser(
         "gate",
         parents=[common],

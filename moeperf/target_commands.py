@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from collections.abc import Callable
 
 from rich.console import Console
 
+from moeperf.exits import EXIT_INTERRUPTED
 from suites import spec
 from suites.errors import UsageError
 
-EXIT_INTERRUPTED = 130
 _INSTALL = spec.REFERENCE_INSTALL
 
 
-def _entry_point(module: str):
+def _entry_point(module: str) -> Callable[[list[str]], int | None]:
     """``module.main``, or a UsageError (exit 2) saying how to install what it needs."""
     if not spec.torch_installed():
         raise UsageError(f"{module} needs PyTorch and the reference extra: {_INSTALL}")
@@ -51,7 +52,12 @@ def train_command(args: argparse.Namespace, _console: Console) -> int:
     return _delegate("targets.model.train", list(args.target_args))
 
 
-def _passthrough(commands, name: str, help_text: str, delegate: str) -> argparse.ArgumentParser:
+def _passthrough(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    help_text: str,
+    delegate: str,
+) -> argparse.ArgumentParser:
     # prefix_chars="+": no argument looks like an option here, so all reach the target.
     parser = commands.add_parser(
         name,
@@ -65,7 +71,7 @@ def _passthrough(commands, name: str, help_text: str, delegate: str) -> argparse
     return parser
 
 
-def add_target_commands(commands) -> None:
+def add_target_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     target = commands.add_parser(
         "target", help="the reference targets: serve the tiny MoE over HTTP, or train it"
     )

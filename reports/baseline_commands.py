@@ -12,8 +12,10 @@ from rich.table import Table
 from rich.text import Text
 
 from collectors.errors import CollectorError
+from collectors.quantiles import Described
+from collectors.serving_records import ServingSummary
 from collectors.store import RunStore
-from reports.baselines import BaselineStore, _quantile_label, _run_data, parse_ref
+from reports.baselines import BaselineStore, _run_data, parse_ref
 from reports.errors import ReportUsageError
 
 
@@ -67,17 +69,16 @@ def list_command(root: str, out: Callable[[str], Any] = print) -> int:
     return 0
 
 
-def _quantiles(stats: dict[str, Any] | None) -> str:
-    """One latency entry of a summary as "p50 / p99 (n=count)", in milliseconds."""
-    if not stats or not stats.get("count"):
+def _quantiles(stats: Described) -> str:
+    """One latency metric of a summary as "p50 / p99 (n=count)", in milliseconds."""
+    if not stats.count:
         return "-"
-    by_q = {_quantile_label(q["q"]): q.get("value") for q in stats.get("quantiles") or []}
 
-    def ms(label: str) -> str:
-        value = by_q.get(label)
+    def ms(q: float) -> str:
+        value = stats.value_at(q)
         return "-" if value is None else f"{value * 1e3:.2f}"
 
-    return f"{ms('p50')} / {ms('p99')} (n={stats['count']})"
+    return f"{ms(0.5)} / {ms(0.99)} (n={stats.count})"
 
 
 def show_command(ref: str, root: str, out: Callable[[str], Any] = print) -> int:
@@ -100,7 +101,8 @@ def show_command(ref: str, root: str, out: Callable[[str], Any] = print) -> int:
     )
     out(f"  records       requests: {len(data.requests)}, steps: {len(data.steps)}")
     out(f"  content hash  {baseline.content_hash}")
-    scenarios = data.summary.get("scenarios") or {}
+    summary = data.summary
+    scenarios = summary.scenarios if isinstance(summary, ServingSummary) else {}
     if not scenarios:
         out("  no serving scenarios in its summary")
         return 0
@@ -108,14 +110,14 @@ def show_command(ref: str, root: str, out: Callable[[str], Any] = print) -> int:
     for column in ("scenario", "ok / requests", "TTFT", "TPOT", "ITL", "output tok/s"):
         table.add_column(column)
     for scenario, entry in scenarios.items():
-        latency = entry.get("latency_s") or {}
-        throughput = entry.get("output_throughput_tok_s")
+        latency = entry.latency_s
+        throughput = entry.output_throughput_tok_s
         table.add_row(
             Text(str(scenario)),
-            f"{entry.get('ok', '-')} / {entry.get('requests', '-')}",
-            _quantiles(latency.get("ttft_s")),
-            _quantiles(latency.get("tpot_s")),
-            _quantiles(latency.get("itl_s")),
+            f"{entry.ok} / {entry.requests}",
+            _quantiles(latency.ttft_s),
+            _quantiles(latency.tpot_s),
+            _quantiles(latency.itl_s),
             "-" if throughput is None else f"{throughput:.1f}",
         )
     out(_render(table))

@@ -16,7 +16,6 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
-import math
 import os
 import re
 import shutil
@@ -29,10 +28,13 @@ from typing import Any
 import pandas as pd
 
 from collectors.errors import CollectorError
+from collectors.serving_records import ServingSummary
 from collectors.store import RunReader
+from collectors.summary_json import RunSummary
 from reports.baseline_migrations import BASELINE_SCHEMA_VERSION, content_hash, migrate
 from reports.errors import BaselineCorruptError, ReportUsageError
 from reports.runs import RunData
+from reports.summary_rows import metric_rows
 
 DEFAULT_ROOT = "reports/baselines"
 BASELINE_FILE = "baseline.json"
@@ -52,19 +54,6 @@ _REF = re.compile(r"(?P<name>[^@]*)(?:@(?:v?(?P<version>[0-9]+)|(?P<latest>lates
 _REQUIRED = ("name", "version", "created", "source_run_id", "run_status", "host", "files")
 
 TREND_COLUMNS = ("version", "created", "scenario", "metric", "value", "ci_low", "ci_high", "count")
-# Per-scenario scalars of collectors.summary.summarize_scenario that a trend follows.
-_SCALAR_METRICS = (
-    "requests",
-    "ok",
-    "errors",
-    "cancelled",
-    "window_s",
-    "output_tokens",
-    "output_throughput_tok_s",
-    "request_throughput_rps",
-    "goodput_rps",
-    "goodput_ratio",
-)
 
 
 @dataclass(frozen=True)
@@ -400,9 +389,10 @@ class BaselineStore:
             baseline = self.get(name, version)
             summary = _summary(baseline)
             created = pd.Timestamp(baseline.created)
-            for scenario, entry in (summary.get("scenarios") or {}).items():
+            scenarios = summary.scenarios if isinstance(summary, ServingSummary) else {}
+            for scenario, entry in scenarios.items():
                 head = {"version": version, "created": created, "scenario": scenario}
-                rows += [{**head, **row} for row in _metric_rows(entry)]
+                rows += [{**head, **dataclasses.asdict(row)} for row in metric_rows(entry)]
         frame = pd.DataFrame(rows, columns=list(TREND_COLUMNS))
         frame["count"] = frame["count"].astype("Int64")
         return frame
@@ -414,59 +404,14 @@ def _run_data(baseline: BaselineVersion) -> RunData:
         frames = {"requests": reader.requests(), "steps": reader.steps()}
         if "samples" in {f.name for f in dataclasses.fields(RunData)}:
             frames["samples"] = reader.samples()
-        summary = reader.summary() or {}
+        summary = reader.summary()
     except (CollectorError, OSError, ValueError) as exc:
         raise ReportUsageError(f"baseline {baseline.ref}: {exc}") from None
     return RunData(manifest=reader.manifest, summary=summary, server_metrics=[], **frames)
 
 
-def _summary(baseline: BaselineVersion) -> dict[str, Any]:
+def _summary(baseline: BaselineVersion) -> RunSummary | None:
     try:
-        return RunReader(baseline.path).summary() or {}
+        return RunReader(baseline.path).summary()
     except (CollectorError, OSError, ValueError) as exc:
         raise ReportUsageError(f"baseline {baseline.ref}: {exc}") from None
-
-
-def _number(value: Any) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    return float(value) if ok else math.nan
-
-
-def _quantile_label(q: float) -> str:
-    return f"p{round(q * 100, 6):g}"
-
-
-def _metric_rows(entry: dict[str, Any]) -> list[dict[str, Any]]:
-    """Rows (metric, value, ci_low, ci_high, count) of one scenario of a summary."""
-    nan = math.nan
-    rows = [
-        {"metric": m, "value": _number(entry[m]), "ci_low": nan, "ci_high": nan, "count": None}
-        for m in _SCALAR_METRICS
-        if m in entry
-    ]
-    for latency, stats in (entry.get("latency_s") or {}).items():
-        count = stats.get("count")
-        mean = _number(stats.get("mean"))
-        rows.append(
-            {
-                "metric": f"{latency}.mean",
-                "value": mean,
-                "ci_low": nan,
-                "ci_high": nan,
-                "count": count,
-            }
-        )
-        rows += [
-            {
-                "metric": f"{latency}.{_quantile_label(q['q'])}",
-                "value": _number(q.get("value")),
-                "ci_low": _number(q.get("ci_low")),
-                "ci_high": _number(q.get("ci_high")),
-                "count": count,
-            }
-            for q in stats.get("quantiles") or []
-        ]
-    return rows
-
-
-# Commands for the CLI: they print through ``out`` and return the exit code.

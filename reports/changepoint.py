@@ -79,7 +79,9 @@ def _split_scores(d: np.ndarray, min_size: int) -> np.ndarray:
     return scores
 
 
-def _best_split(values: np.ndarray, min_size: int, permutations: int, rng):
+def _best_split(
+    values: np.ndarray, min_size: int, permutations: int, rng: np.random.Generator
+) -> tuple[int, float] | None:
     """(split index, p-value) of the best split of ``values``, or None if too short."""
     if len(values) < 2 * min_size:
         return None
@@ -95,7 +97,7 @@ def _best_split(values: np.ndarray, min_size: int, permutations: int, rng):
 
 
 def change_points(
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     labels: Sequence[str] | None = None,
     *,
     alpha: float = 0.05,

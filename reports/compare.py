@@ -54,7 +54,7 @@ def compare_runs(
     rows = []
     for key in [*left, *(k for k in right if k not in left)]:
         ma, mb = left.get(key), right.get(key)
-        meta = ma or mb
+        meta = ma or right[key]  # the key came from one side or the other
         row: dict[str, Any] = dict(
             metric=meta.name,
             statistic=meta.statistic,
@@ -82,19 +82,21 @@ def format_comparison(frame: pd.DataFrame, a_label: str, b_label: str) -> str:
         return "-" if pd.isna(x) else format(x, fmt)
 
     rows = []
-    for r in frame.itertuples(index=False):
-        ratio = num(r.ratio, ".3f")
-        if not pd.isna(r.ci_low):
-            ratio += f" [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+    # Records, not itertuples: a row's fields are then plain Python values (the COLUMNS of
+    # compare_runs), where itertuples would type each as any pandas scalar.
+    for r in frame.to_dict("records"):
+        ratio = num(r["ratio"], ".3f")
+        if not pd.isna(r["ci_low"]):
+            ratio += f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
         rows.append(
             (
-                f"{r.metric} {r.statistic}",
-                r.direction,
-                f"{r.n_a}/{r.n_b}",
-                format_value(None if pd.isna(r.a) else r.a, r.unit),
-                format_value(None if pd.isna(r.b) else r.b, r.unit),
+                f"{r['metric']} {r['statistic']}",
+                r["direction"],
+                f"{r['n_a']}/{r['n_b']}",
+                format_value(None if pd.isna(r["a"]) else r["a"], r["unit"]),
+                format_value(None if pd.isna(r["b"]) else r["b"], r["unit"]),
                 ratio,
-                num(r.p_value, ".2g"),
+                num(r["p_value"], ".2g"),
             )
         )
     headers = ("metric", "better", "n A/B", "A", "B", "B/A [95% CI]", "p (two-sided)")

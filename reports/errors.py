@@ -4,14 +4,17 @@ A ``ReportUsageError`` is the user's to fix (a bad run id, a baseline name that 
 exist, a file of an unknown schema version): the CLI reports it with exit code 2.
 """
 
+from collectors.errors import MoeperfError, MoeperfUsageError
 
-class ReportError(Exception):
+
+class ReportError(MoeperfError):
     """Base class for errors raised by moeperf's reports, baselines and gate."""
 
 
-class ReportUsageError(ReportError):
+class ReportUsageError(ReportError, MoeperfUsageError):
     """Bad input: reported without a traceback, exit code 2."""
 
 
-class BaselineCorruptError(ReportError):
-    """A baseline's files do not match their recorded content hash."""
+class BaselineCorruptError(ReportError, MoeperfUsageError):
+    """A baseline's files do not match their recorded content hash: like an unreadable
+    input file, the user's to restore (exit code 2)."""

@@ -17,8 +17,9 @@ import pandas as pd
 
 from collectors.errors import CollectorError
 from collectors.latency import itl_samples_s, per_request
+from collectors.serving_records import NO_SLO, ScenarioSummary, ServingSummary, Slo
 from collectors.store import RunStore
-from collectors.summary import NO_SLO, Slo, summarize_requests
+from collectors.summary import summarize_requests
 from reports.appendix import appendix_html
 from reports.errors import ReportUsageError
 from reports.figures.cdf import CURVE_COLUMNS, cdf_curves, curve_frame, latency_cdf
@@ -121,29 +122,27 @@ def _slo(run: RunData) -> Slo:
     return Slo(**{k: slo.get(k) for k in ("ttft_s", "tpot_s", "e2e_s")}) if slo else NO_SLO
 
 
-def _scenarios(run: RunData) -> dict[str, Any]:
+def _scenarios(run: RunData) -> dict[str, ScenarioSummary]:
     """The per-scenario summary: the run's own summary.json, else computed the same way."""
-    stored = (run.summary or {}).get("scenarios")
-    if stored:
-        return stored
-    return summarize_requests(run.requests, _slo(run))["scenarios"] if len(run.requests) else {}
+    if isinstance(run.summary, ServingSummary) and run.summary.scenarios:
+        return run.summary.scenarios
+    return summarize_requests(run.requests, _slo(run)).scenarios if len(run.requests) else {}
 
 
-def _levels_table(scenarios: Mapping[str, Any]) -> Table:
+def _levels_table(scenarios: Mapping[str, ScenarioSummary]) -> Table:
     rows = [
         {
             "scenario": name,
-            "requests": e.get("requests"),
-            "ok": e.get("ok"),
-            "errors": e.get("errors"),
-            "cancelled": e.get("cancelled"),
-            "excluded (warm-up, cool-down)": f"{e.get('excluded_warmup', 0)}, "
-            f"{e.get('excluded_cooldown', 0)}",
-            "window s": e.get("window_s"),
-            "output tok/s": e.get("output_throughput_tok_s"),
-            "requests/s": e.get("request_throughput_rps"),
-            "goodput req/s": e.get("goodput_rps"),
-            "goodput ratio": e.get("goodput_ratio"),
+            "requests": e.requests,
+            "ok": e.ok,
+            "errors": e.errors,
+            "cancelled": e.cancelled,
+            "excluded (warm-up, cool-down)": f"{e.excluded_warmup}, {e.excluded_cooldown}",
+            "window s": e.window_s,
+            "output tok/s": e.output_throughput_tok_s,
+            "requests/s": e.request_throughput_rps,
+            "goodput req/s": e.goodput_rps,
+            "goodput ratio": e.goodput_ratio,
         }
         for name, e in scenarios.items()
     ]
@@ -154,17 +153,18 @@ def _levels_table(scenarios: Mapping[str, Any]) -> Table:
     )
 
 
-def _harness_error_table(scenarios: Mapping[str, Any]) -> Table | None:
+def _harness_error_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
     rows = []
     for name, entry in scenarios.items():
-        errors = entry.get("harness_error_s")
-        if not errors:
+        errors = entry.harness_error_s
+        if errors is None:
             continue
-        row: dict[str, Any] = {"scenario": name, "matched": errors.get("matched_requests")}
-        for key, label in (("ttft", "TTFT error"), ("chunk", "chunk error")):
-            for estimate in (errors.get(key) or {}).get("quantiles", []):
-                if estimate["q"] in (0.5, 0.99):
-                    row[f"{label} p{round(estimate['q'] * 100)} ms"] = estimate["value"] * 1e3
+        row: dict[str, Any] = {"scenario": name, "matched": errors.matched_requests}
+        for described, label in ((errors.ttft, "TTFT error"), (errors.chunk, "chunk error")):
+            for q in (0.5, 0.99):
+                estimate = described.at(q)
+                if estimate is not None:
+                    row[f"{label} {estimate.label} ms"] = estimate.value * 1e3
         rows.append(row)
     if not rows:
         return None
@@ -221,7 +221,11 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
             "throughput, lower latency).",
         )
     )
-    latency = {name: entry.get("latency_s", {}) for name, entry in scenarios.items()}
+    latency = [
+        (name, label, described)
+        for name, entry in scenarios.items()
+        for label, described in entry.latency_s.labelled()
+    ]
     blocks.append(
         Chart(
             percentile_table(percentile_frame(latency)),

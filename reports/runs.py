@@ -10,6 +10,7 @@ import pandas as pd
 from collectors.errors import CollectorError
 from collectors.manifest import RunManifest
 from collectors.store import RunStore
+from collectors.summary_json import RunSummary
 from reports.errors import ReportUsageError
 
 
@@ -20,7 +21,7 @@ class RunData:
     manifest: RunManifest
     requests: pd.DataFrame
     steps: pd.DataFrame
-    summary: dict[str, Any]
+    summary: RunSummary | None  # None: the run ended before it wrote one
     server_metrics: list[dict[str, Any]]
     # Named measurements that are neither requests nor steps (micro-benchmark rounds).
     samples: pd.DataFrame
@@ -43,7 +44,7 @@ def load_run(store: RunStore, run: str) -> RunData:
             manifest=reader.manifest,
             requests=reader.requests(),
             steps=reader.steps(),
-            summary=reader.summary() or {},
+            summary=reader.summary(),
             server_metrics=reader.server_metrics(),
             samples=reader.samples(),
         )

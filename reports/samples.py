@@ -36,6 +36,7 @@ import pandas as pd
 
 from collectors.latency import NS_PER_S, itl_samples_s, per_request
 from collectors.tables import flatten_list_column
+from reports.runs import RunData
 
 THROUGHPUT_BIN_S = 1.0
 
@@ -74,7 +75,7 @@ class MetricSamples:
         return len(self.values)
 
 
-def run_samples(run) -> list[MetricSamples]:
+def run_samples(run: RunData) -> list[MetricSamples]:
     """Every gate metric of a run (a ``reports.runs.RunData``)."""
     if run.kind == "micro":
         return micro_samples(run.samples)
@@ -138,10 +139,12 @@ def micro_samples(samples: pd.DataFrame) -> list[MetricSamples]:
     scenarios = samples["scenario"].fillna("") if "scenario" in samples else ""
     grouped = samples.assign(scenario=scenarios).groupby(["scenario", "metric"], sort=False)
     for (scenario, metric), rows in grouped:
-        name = f"{scenario}/{metric}" if scenario else str(metric)
+        scenario_name, metric_name = str(scenario), str(metric)
+        name = f"{scenario_name}/{metric_name}" if scenario_name else metric_name
         direction = str(rows["direction"].iloc[0])
         unit = str(rows["unit"].iloc[0])
-        out.append(MetricSamples(name, "median", rows["value"], direction, "micro", unit))
+        values = rows["value"].to_numpy(dtype=float)
+        out.append(MetricSamples(name, "median", values, direction, "micro", unit))
     return out
 
 
@@ -163,7 +166,7 @@ def training_samples(steps: pd.DataFrame) -> list[MetricSamples]:
         step_time_s = (per_step["end_ns"] - per_step["start_ns"]).to_numpy(float) / NS_PER_S
         with np.errstate(divide="ignore", invalid="ignore"):
             tokens_per_s = per_step["tokens"].to_numpy(float) / step_time_s
-        prefix = f"{scenario}/" if scenario else ""
+        prefix = str(scenario) + "/" if scenario else ""
         out.append(
             MetricSamples(f"{prefix}step_time_s", "median", step_time_s, "lower", "training", "s")
         )

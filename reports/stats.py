@@ -25,7 +25,7 @@ Tests (one-sided, in the direction of a regression):
   threshold does not depend on the labels).
 Both treat samples as independent. Per-token and per-request samples of one run are
 correlated, so the nominal alpha is a lower bound on the real false-positive rate; the
-minimum effect guards against that, and A/A runs (``moeperf.gate_runs``) measure it.
+minimum effect guards against that, and A/A runs (``moeperf.gate_calibration``) measure it.
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping
+from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats as sps
 
 from collectors.quantiles import quantile_ci
@@ -44,7 +46,7 @@ from collectors.quantiles import quantile_ci
 # Latency and throughput: 5%, about the run-to-run spread of medians in short serving runs;
 # micro-benchmarks are noisier (caches, turbo, scheduling): 10%. Tail percentiles vary far
 # more from run to run than within a run, which no test on one run's samples can see: A/A
-# runs on the 2-core development host (moeperf.gate_runs A/A calibration, 12 pairs at 4
+# runs on the 2-core development host (moeperf.gate_calibration A/A calibration, 12 pairs at 4
 # and 16 streams, both orders) flagged ITL p99 in 5 of 24 comparisons with a 5% minimum effect,
 # 1 of 24 with 20%. Calibrate on your own host; its suggested minimum effects override these.
 DEFAULT_MIN_EFFECTS: Mapping[str, float] = {
@@ -62,6 +64,8 @@ MIN_SAMPLES = 8
 PERCENTILE_CI_LEVEL = 0.95
 MEAN_RESAMPLE_CAP = 20_000
 _CHUNK_VALUES = 4_000_000  # resampled values held in memory at once
+# scipy's ``alternative`` of a test.
+Alternative = Literal["two-sided", "less", "greater"]
 
 
 def quantile_of(statistic: str) -> float | None:
@@ -117,7 +121,9 @@ def min_effect_for(
     return FALLBACK_MIN_EFFECT
 
 
-def _bootstrap_quantile(values: np.ndarray, q: float, n_boot: int, rng) -> np.ndarray:
+def _bootstrap_quantile(
+    values: np.ndarray, q: float, n_boot: int, rng: np.random.Generator
+) -> np.ndarray:
     """n_boot draws of the linear-estimator quantile of a bootstrap resample (exact)."""
     x = np.sort(values)
     n = len(x)
@@ -133,7 +139,9 @@ def _bootstrap_quantile(values: np.ndarray, q: float, n_boot: int, rng) -> np.nd
     return low + frac * (high - low)
 
 
-def _bootstrap_mean(values: np.ndarray, n_boot: int, rng, cap: int) -> np.ndarray:
+def _bootstrap_mean(
+    values: np.ndarray, n_boot: int, rng: np.random.Generator, cap: int
+) -> np.ndarray:
     x = np.asarray(values, dtype=float)
     if len(x) > cap:
         x = rng.choice(x, size=cap, replace=False)
@@ -147,7 +155,11 @@ def _bootstrap_mean(values: np.ndarray, n_boot: int, rng, cap: int) -> np.ndarra
 
 
 def bootstrap_statistic(
-    values: np.ndarray, statistic: str, n_boot: int = 2000, rng=None, cap: int = MEAN_RESAMPLE_CAP
+    values: np.ndarray,
+    statistic: str,
+    n_boot: int = 2000,
+    rng: np.random.Generator | None = None,
+    cap: int = MEAN_RESAMPLE_CAP,
 ) -> np.ndarray:
     """n_boot bootstrap replicates of ``statistic`` of ``values``."""
     rng = rng if rng is not None else np.random.default_rng(0)
@@ -164,7 +176,7 @@ def bootstrap_ratio_ci(
     statistic: str,
     n_boot: int = 2000,
     level: float = 0.95,
-    rng=None,
+    rng: np.random.Generator | None = None,
 ) -> tuple[float, float] | None:
     """Percentile-bootstrap interval of statistic(b) / statistic(a); None if undefined
     (no samples, or a baseline replicate that is not positive)."""
@@ -181,7 +193,7 @@ def bootstrap_ratio_ci(
     return float(low), float(high)
 
 
-def _worse(direction: str | None) -> str:
+def _worse(direction: str | None) -> Alternative:
     """scipy's ``alternative`` for "b is worse than a", or two-sided for None."""
     if direction is None:
         return "two-sided"
@@ -200,15 +212,19 @@ def quantile_test(a: np.ndarray, b: np.ndarray, q: float, direction: str | None)
     """Brown-Mood test of the q-quantile: p-value that ``b``'s is worse than ``a``'s."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     threshold = np.quantile(np.concatenate([a, b]), q, method="linear")
-    table = [
-        [int((b > threshold).sum()), int((b <= threshold).sum())],
-        [int((a > threshold).sum()), int((a <= threshold).sum())],
-    ]
+    table = np.array(
+        [
+            [int((b > threshold).sum()), int((b <= threshold).sum())],
+            [int((a > threshold).sum()), int((a <= threshold).sum())],
+        ]
+    )
     # Rows: candidate, baseline. "greater" odds: the candidate has more values above.
     return float(sps.fisher_exact(table, alternative=_worse(direction)).pvalue)
 
 
-def rank_test(a: np.ndarray, b: np.ndarray, statistic: str, direction: str | None):
+def rank_test(
+    a: np.ndarray, b: np.ndarray, statistic: str, direction: str | None
+) -> tuple[float, str]:
     """(p-value, test name) of the test the gate uses for ``statistic``."""
     q = quantile_of(statistic)
     if q is None or q == 0.5:
@@ -216,7 +232,7 @@ def rank_test(a: np.ndarray, b: np.ndarray, statistic: str, direction: str | Non
     return quantile_test(a, b, q, direction), "brown-mood quantile (fisher exact)"
 
 
-def benjamini_hochberg(pvalues) -> np.ndarray:
+def benjamini_hochberg(pvalues: npt.ArrayLike) -> np.ndarray:
     """Benjamini-Hochberg adjusted p-values (q-values), in the order given."""
     p = np.asarray(pvalues, dtype=float)
     if not len(p):

@@ -1,11 +1,13 @@
 """The error root of the suites package. A ``UsageError`` is the user's to fix: exit 2."""
 
+from collectors.errors import MoeperfError, MoeperfUsageError
 
-class SuiteError(Exception):
+
+class SuiteError(MoeperfError):
     """Base class for errors raised by moeperf's suites."""
 
 
-class UsageError(SuiteError):
+class UsageError(SuiteError, MoeperfUsageError):
     """Bad input from the user (spec, flags, paths): reported without a traceback."""
 
 

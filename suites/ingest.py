@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collectors.quantiles import CI_METHOD, ESTIMATOR, describe
+from collectors.micro_summary import MicroSummary, summarize_rounds
 from collectors.records import SampleRecord
 from collectors.store import RunStore
 from suites.errors import UsageError
@@ -140,30 +140,14 @@ def _benchmark(path: Path, index: int, entry: Any) -> Benchmark:
     )
 
 
-def summarize(benchmarks: list[Benchmark]) -> dict[str, Any]:
+def summarize(benchmarks: list[Benchmark]) -> MicroSummary:
     """Per benchmark: count, mean, median, p90, p99 (with CIs), min and max, in seconds."""
-    entries = {}
-    for b in benchmarks:
-        stats = describe(b.rounds, quantiles=(0.5, 0.9, 0.99))
-        by_q = {round(q["q"], 3): q["value"] for q in stats["quantiles"]}
-        entries[b.fullname] = {
-            "scenario": b.group,
-            "unit": "s",
-            "direction": "lower",
-            "iterations": b.iterations,
-            "median": by_q[0.5],
-            "p90": by_q[0.9],
-            "min": min(b.rounds),
-            "max": max(b.rounds),
-            **stats,
-        }
-    return {
-        "suite": SUITE,
-        "sample": SAMPLE_MEANING,
-        "percentile_estimator": ESTIMATOR,
-        "confidence_interval": CI_METHOD,
-        "benchmarks": entries,
-    }
+    return MicroSummary(
+        sample=SAMPLE_MEANING,
+        benchmarks={
+            b.fullname: summarize_rounds(b.rounds, b.group, b.iterations) for b in benchmarks
+        },
+    )
 
 
 def ingest_benchmark(json_path: str | Path, store: RunStore, name: str | None = None) -> str:
@@ -209,7 +193,9 @@ def ingest_benchmark(json_path: str | Path, store: RunStore, name: str | None = 
     return run.run_id
 
 
-def _duration(seconds: float) -> str:
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if seconds >= scale:
             return f"{seconds / scale:.3f} {unit}"
@@ -228,15 +214,15 @@ def ingest_command(
     """
     store = RunStore(runs_dir)
     run_id = ingest_benchmark(json_path, store, name)
-    summary = store.open(run_id).summary() or {}
-    entries = summary.get("benchmarks", {})
+    summary = store.open(run_id).summary()
+    entries = summary.benchmarks if isinstance(summary, MicroSummary) else {}
     width = max((len(k) for k in entries), default=9)
     out(f"ingested {len(entries)} benchmarks from {json_path} as run {run_id}")
     out(f"{'benchmark':<{width}}  {'rounds':>7}  {'median':>12}  {'p90':>12}")
     for fullname, entry in entries.items():
         out(
-            f"{fullname:<{width}}  {entry['count']:>7}  {_duration(entry['median']):>12}  "
-            f"{_duration(entry['p90']):>12}"
+            f"{fullname:<{width}}  {entry.rounds.count:>7}  {_duration(entry.median):>12}  "
+            f"{_duration(entry.p90):>12}"
         )
     out(f"results: {store.root / run_id}")
     return 0

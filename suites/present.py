@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from collectors.manifest import RunManifest
+from collectors.serving_records import ScenarioSummary, ServingSummary
 from collectors.store import RunWriter
 from suites.serving.runner import LevelOutcome
 from suites.serving.runner import Progress as RunProgress
 
-_LATENCIES = (
-    ("ttft_s", "TTFT"),
-    ("ttft_from_send_s", "TTFT from send"),
-    ("queue_delay_s", "client queue delay"),
-    ("tpot_s", "TPOT"),
-    ("itl_s", "ITL"),
-    ("icl_s", "ICL"),
-    ("e2e_s", "E2E"),
-)
+
+@dataclass(frozen=True, slots=True)
+class ErrorBudget:
+    """How far the harness's median TTFT and ITL error may be from the server's times."""
+
+    ttft_p50_s: float
+    itl_p50_s: float
 
 
 class ProgressBar(RunProgress):
@@ -87,60 +86,57 @@ def runs_table(manifests: list[RunManifest]) -> Table:
     return table
 
 
-def latency_table(scenario: str, entry: dict[str, Any]) -> Table:
+def latency_table(scenario: str, entry: ScenarioSummary) -> Table:
     """p50/p90/p99 (ms) with sample counts for one scenario of a summary."""
-    window = entry.get("window_s") or 0.0
     table = Table(
         title=(
-            f"{scenario}: {entry.get('ok', 0)} ok / {entry.get('requests', 0)} requests, "
-            f"{entry.get('errors', 0)} errors, window {window:.1f} s"
+            f"{scenario}: {entry.ok} ok / {entry.requests} requests, "
+            f"{entry.errors} errors, window {entry.window_s:.1f} s"
         )
     )
     for column in ("metric", "n", "p50 ms", "p90 ms", "p99 ms", "p99 95% CI ms"):
         table.add_column(column, justify="right" if column != "metric" else "left")
-    for key, label in _LATENCIES:
-        stats = entry.get("latency_s", {}).get(key)
-        if not stats or not stats["count"]:
+    for label, stats in entry.latency_s.labelled():
+        if not stats.count:
             continue
-        q = {round(e["q"], 3): e for e in stats["quantiles"]}
-        p99 = q.get(0.99, {})
+        p99 = stats.at(0.99)
         ci = (
-            f"{_ms(p99['ci_low'])}-{_ms(p99['ci_high'])}"
-            if p99.get("ci_low") is not None
+            f"{_ms(p99.ci_low)}-{_ms(p99.ci_high)}"
+            if p99 is not None and p99.ci_low is not None
             else "too few samples"
         )
         table.add_row(
             label,
-            str(stats["count"]),
-            _ms(q[0.5]["value"]),
-            _ms(q[0.9]["value"]),
-            _ms(p99.get("value")),
+            str(stats.count),
+            _ms(stats.value_at(0.5)),
+            _ms(stats.value_at(0.9)),
+            _ms(stats.value_at(0.99)),
             ci,
         )
     return table
 
 
-def throughput_line(scenario: str, entry: dict[str, Any]) -> str:
+def throughput_line(scenario: str, entry: ScenarioSummary) -> str:
     def fmt(value: float | None, unit: str) -> str:
         return "-" if value is None else f"{value:.1f} {unit}"
 
     parts = [
-        f"output {fmt(entry.get('output_throughput_tok_s'), 'tok/s')}",
-        f"requests {fmt(entry.get('request_throughput_rps'), 'req/s')}",
-        f"goodput {fmt(entry.get('goodput_rps'), 'req/s')}",
+        f"output {fmt(entry.output_throughput_tok_s, 'tok/s')}",
+        f"requests {fmt(entry.request_throughput_rps, 'req/s')}",
+        f"goodput {fmt(entry.goodput_rps, 'req/s')}",
     ]
-    if entry.get("error_types"):
-        parts.append("errors " + ", ".join(f"{k}={v}" for k, v in entry["error_types"].items()))
-    discrepancy = entry.get("output_token_discrepancy") or {}
-    if discrepancy.get("compared"):
+    if entry.error_types:
+        parts.append("errors " + ", ".join(f"{k}={v}" for k, v in entry.error_types.items()))
+    discrepancy = entry.output_token_discrepancy
+    if discrepancy.compared:
         parts.append(
-            f"client token count differs from server usage in {discrepancy['differing']} of "
-            f"{discrepancy['compared']}"
+            f"client token count differs from server usage in {discrepancy.differing} of "
+            f"{discrepancy.compared}"
         )
     return f"{scenario}: " + "; ".join(parts)
 
 
-def harness_error_table(summary: dict[str, Any], budget: dict[str, float]) -> Table:
+def harness_error_table(summary: ServingSummary, budget: ErrorBudget) -> Table:
     """The harness's own TTFT and ITL error against the synthetic server's write times."""
     table = Table(title="harness measurement error vs the server's write times (ms)")
     columns = (
@@ -156,22 +152,20 @@ def harness_error_table(summary: dict[str, Any], budget: dict[str, float]) -> Ta
     )
     for column in columns:
         table.add_column(column, justify="right")
-    for scenario, entry in summary["scenarios"].items():
-        errors = entry.get("harness_error_s")
-        if not errors:
+    for scenario, entry in summary.scenarios.items():
+        errors = entry.harness_error_s
+        if errors is None:
             continue
-        ttft = {round(e["q"], 3): e["value"] for e in errors["ttft"]["quantiles"]}
-        itl = {round(e["q"], 3): e["value"] for e in errors["itl"]["quantiles"]}
-        lag = max(h["selfwatch"]["loop_lag_p99_s"] for h in entry["harness"])
-        cpu = max(h["selfwatch"]["cpu_fraction"] for h in entry["harness"])
+        lag = max(h.selfwatch.loop_lag_p99_s for h in entry.harness)
+        cpu = max(h.selfwatch.cpu_fraction for h in entry.harness)
         verdict = calibration_verdict(entry, budget)
         table.add_row(
             scenario,
-            str(errors["matched_requests"]),
-            _ms(ttft.get(0.5), 3),
-            _ms(ttft.get(0.99), 3),
-            _ms(itl.get(0.5), 3),
-            _ms(itl.get(0.99), 3),
+            str(errors.matched_requests),
+            _ms(errors.ttft.value_at(0.5), 3),
+            _ms(errors.ttft.value_at(0.99), 3),
+            _ms(errors.itl.value_at(0.5), 3),
+            _ms(errors.itl.value_at(0.99), 3),
             _ms(lag, 3),
             f"{cpu:.0%}",
             verdict,
@@ -179,15 +173,15 @@ def harness_error_table(summary: dict[str, Any], budget: dict[str, float]) -> Ta
     return table
 
 
-def calibration_verdict(entry: dict[str, Any], budget: dict[str, float]) -> str:
+def calibration_verdict(entry: ScenarioSummary, budget: ErrorBudget) -> str:
     """ "within budget", "over budget" or "invalid: ..." for one calibration level."""
-    if entry.get("client_bottleneck"):
+    if entry.client_bottleneck:
         return "invalid (client-bound)"
-    errors = entry["harness_error_s"]
-    if not errors["ttft"]["count"]:
+    errors = entry.harness_error_s
+    if errors is None or not errors.ttft.count:
         return "no samples"
-    ttft_p50 = errors["ttft"]["quantiles"][0]["value"]
-    itl_p50 = errors["itl"]["quantiles"][0]["value"] if errors["itl"]["count"] else 0.0
-    if abs(ttft_p50) <= budget["ttft_p50_s"] and abs(itl_p50) <= budget["itl_p50_s"]:
+    ttft_p50 = errors.ttft.value_at(0.5) or 0.0
+    itl_p50 = errors.itl.value_at(0.5) or 0.0  # no ITL samples: no error to speak of
+    if abs(ttft_p50) <= budget.ttft_p50_s and abs(itl_p50) <= budget.itl_p50_s:
         return "within budget"
     return "over budget"

@@ -1,22 +1,45 @@
 """Suite specs: TOML files validated at the edge with pydantic.
 
 A wrong field names itself and the valid choices; every check runs before any load is
-sent. ``--set key=value`` overrides are applied to the raw TOML data before validation,
-so they are checked exactly like the file.
+sent. ``validate_spec`` is the one way in, whatever built the data (``load_spec`` from a
+file, ``moeperf calibrate`` from its flags, the gate's paired blocks); ``--set key=value``
+overrides are applied to the raw data before validation, so they are checked exactly like
+the file, and a problem they cause names the flag (suites/spec_overrides.py).
+
+Each target's own config validates its table: ``[target.synthetic]`` is
+``targets.synthetic.config.SyntheticConfig`` and ``[target.reference]`` is
+``targets.serving.config.ReferenceTargetConfig``. targets import nothing of ours, so their
+errors are translated here into a ``SpecError`` naming the field (exit 2).
 """
 
 from __future__ import annotations
 
-import difflib
+import copy
 import importlib.util
 import tomllib
-import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+    model_validator,
+)
 
 from suites.errors import SpecError
+from suites.spec_errors import problems_of, spec_error, unknown_field
+from suites.spec_overrides import apply_overrides, blame
+from targets.synthetic.config import SyntheticConfig
+
+if TYPE_CHECKING:
+    from suites.training.spec import TrainingSpec
+    from targets.serving.config import ReferenceTargetConfig
 
 SPEC_DIR = Path(__file__).parent / "specs"
 
@@ -29,20 +52,12 @@ Positive = Annotated[float, Field(gt=0)]
 NonNegative = Annotated[float, Field(ge=0)]
 
 
-class SyntheticTargetSpec(_Strict):
-    """The embedded ground-truth server's latencies and faults (targets/synthetic)."""
-
-    ttft_s: NonNegative = 0.05
-    itl_s: NonNegative = 0.01
-    tokens_per_chunk: Annotated[int, Field(ge=1)] = 1
-    jitter: Literal["none", "uniform", "normal", "lognormal", "exponential"] = "none"
-    jitter_scale: NonNegative = 0.0
-    error_rate: Annotated[float, Field(ge=0, le=1)] = 0.0
-    stall_rate: Annotated[float, Field(ge=0, le=1)] = 0.0
-    stall_s: NonNegative = 5.0
-    malformed_rate: Annotated[float, Field(ge=0, le=1)] = 0.0
-    truncate_rate: Annotated[float, Field(ge=0, le=1)] = 0.0
-    seed: int = 0
+def _synthetic_config(value: Any) -> SyntheticConfig:
+    # The target's own checks; its SyntheticConfigError is a ValueError, which pydantic
+    # reports with the error attached, and suites.spec_errors names the field from it.
+    if isinstance(value, SyntheticConfig):
+        return value
+    return SyntheticConfig.from_dict(value)
 
 
 class TargetSpec(_Strict):
@@ -52,7 +67,12 @@ class TargetSpec(_Strict):
     url: str = ""
     api: Literal["chat", "completions"] = "completions"
     model: str = ""
-    synthetic: SyntheticTargetSpec = SyntheticTargetSpec()
+    # The embedded ground-truth server's latencies and faults, validated by the target.
+    synthetic: Annotated[
+        SyntheticConfig,
+        PlainValidator(_synthetic_config),
+        PlainSerializer(SyntheticConfig.to_dict),
+    ] = SyntheticConfig()
     # The reference serving engine's knobs (targets.serving.config.ReferenceTargetConfig).
     # Checked by reference_config() only when kind = "reference", so that a harness-only
     # install (no torch) still loads every other spec.
@@ -166,75 +186,29 @@ class ServingSpec(_Strict):
     export: ExportSpec = ExportSpec()
 
 
-def _nested_fields(model: type[BaseModel], location: tuple) -> list[str]:
-    """The valid field names at ``location`` in the spec model tree."""
-    for part in location:
-        if str(part).isdigit():  # an index into a list of tables: its items' fields
-            continue
-        field = model.model_fields.get(str(part))
-        annotation = getattr(field, "annotation", None)
-        if typing.get_origin(annotation) is list:
-            annotation = typing.get_args(annotation)[0]
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return []
-        model = annotation
-    return list(model.model_fields)
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A validated spec and the data it was validated from."""
 
+    # As given, overrides applied: what the run's manifest stores.
+    given: dict[str, Any]
+    spec: ServingSpec | TrainingSpec
+    # The spec file, or what built the data ("calibrate"): named in errors.
+    source: str
 
-def _unknown_field(where: str, name: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(name, valid, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"  {where}: unknown field{hint} valid fields: {', '.join(valid)}"
+    @property
+    def serving(self) -> ServingSpec:
+        """The spec, for a command that runs serving specs only (SpecError otherwise)."""
+        if not isinstance(self.spec, ServingSpec):
+            raise SpecError(f"{self.source}: suite {self.spec.suite!r}; a serving spec is needed")
+        return self.spec
 
-
-def format_errors(
-    error: ValidationError,
-    source: str,
-    root: type[BaseModel] = ServingSpec,
-    prefix: tuple[str, ...] = (),
-) -> str:
-    """One line per problem: the dotted field, what is wrong, and what is valid.
-
-    ``root`` is the model that was validated, found at ``prefix`` in the spec.
-    """
-    lines = [f"{source}: invalid spec"]
-    for item in error.errors():
-        location = tuple(str(p) for p in item["loc"])
-        where = ".".join(prefix + location) or "(top level)"
-        if item["type"] == "extra_forbidden":
-            valid = _nested_fields(root, location[:-1])
-            lines.append(_unknown_field(where, location[-1], valid))
-        elif item["type"] == "missing":
-            lines.append(f"  {where}: required field is missing")
-        else:
-            message = item["msg"].removeprefix("Value error, ")
-            lines.append(f"  {where}: {message} (got {item.get('input')!r})")
-    return "\n".join(lines)
-
-
-def parse_override(assignment: str) -> tuple[list[str], Any]:
-    """``load.levels=[1,4]`` -> (["load", "levels"], [1, 4]); bare words stay strings."""
-    key, sep, raw = assignment.partition("=")
-    if not sep or not key.strip():
-        raise SpecError(f"--set {assignment!r}: expected KEY=VALUE, e.g. load.duration_s=5")
-    try:
-        value = tomllib.loads(f"v = {raw.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw.strip()
-    return key.strip().split("."), value
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    for assignment in overrides:
-        path, value = parse_override(assignment)
-        node = data
-        for part in path[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise SpecError(f"--set {assignment!r}: {part!r} is not a table")
-            node = child
-        node[path[-1]] = value
-    return data
+    @property
+    def training(self) -> TrainingSpec:
+        """The spec, for a command that runs training specs only (SpecError otherwise)."""
+        if isinstance(self.spec, ServingSpec):
+            raise SpecError(f"{self.source}: suite 'serving'; a training spec is needed")
+        return self.spec
 
 
 def resolve_spec_path(name_or_path: str) -> Path:
@@ -249,33 +223,46 @@ def resolve_spec_path(name_or_path: str) -> Path:
     raise SpecError(f"no spec file {name_or_path!r}; shipped specs: {', '.join(names)}")
 
 
-def load_spec(name_or_path: str, overrides: list[str] = ()) -> tuple[dict[str, Any], Any]:
-    """Read, override and validate a spec. Returns (the data as given, the spec): a
-    ``ServingSpec``, or a ``suites.training.spec.TrainingSpec`` for suite "training"."""
+def load_spec(name_or_path: str, overrides: Sequence[str] = ()) -> LoadedSpec:
+    """Read a spec file (or a shipped spec by name), override and validate it."""
     path = resolve_spec_path(name_or_path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
-    data = apply_overrides(data, list(overrides))
-    suite = data.get("suite", "serving")
+    return validate_spec(data, str(path), overrides)
+
+
+def validate_spec(
+    data: Mapping[str, Any], source: str, overrides: Sequence[str] = ()
+) -> LoadedSpec:
+    """``data`` with ``overrides`` applied, validated as the spec of its suite: a
+    ``ServingSpec``, or a ``suites.training.spec.TrainingSpec`` for suite "training".
+
+    A ``SpecError`` lists every problem, under ``source`` or under the ``--set`` that
+    caused it. ``data`` itself is left as it is.
+    """
+    given = apply_overrides(copy.deepcopy(dict(data)), overrides)
+    suite = given.get("suite", "serving")
     if suite == "training":
-        return data, _training_spec(data, str(path))
+        return LoadedSpec(given, _training_spec(given, source, overrides), source)
     if suite != "serving":
-        raise SpecError(f"{path}: unknown suite {suite!r}; valid suites: serving, training")
+        culprits = blame(overrides, [("suite",)])
+        where = ", ".join(f"--set {o.text}" for o in culprits) or source
+        raise SpecError(f"{where}: unknown suite {suite!r}; valid suites: serving, training")
     try:
-        spec = ServingSpec.model_validate(data)
+        spec = ServingSpec.model_validate(given)
     except ValidationError as exc:
-        raise SpecError(format_errors(exc, str(path))) from None
+        raise spec_error(source, problems_of(exc, ServingSpec), overrides) from None
     if spec.target.kind == "reference":
-        reference_config(spec.target.reference, str(path))
-    return data, spec
+        reference_config(spec.target.reference, source, overrides)
+    return LoadedSpec(given, spec, source)
 
 
 REFERENCE_INSTALL = "pip install torch==2.13.0 '.[reference]'"
 
 
-def _training_spec(data: dict[str, Any], source: str) -> Any:
+def _training_spec(data: dict[str, Any], source: str, overrides: Sequence[str]) -> TrainingSpec:
     """A training spec, validated by suites.training (imported only here: it needs torch)."""
     if not torch_installed():
         raise SpecError(
@@ -284,7 +271,7 @@ def _training_spec(data: dict[str, Any], source: str) -> Any:
         )
     from suites.training.spec import validate_training
 
-    return validate_training(data, source)
+    return validate_training(data, source, overrides)
 
 
 def torch_installed() -> bool:
@@ -292,7 +279,9 @@ def torch_installed() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def reference_config(fields: dict[str, Any], source: str = "spec") -> Any:
+def reference_config(
+    fields: dict[str, Any], source: str = "spec", overrides: Sequence[str] = ()
+) -> ReferenceTargetConfig:
     """A ``[target.reference]`` table as the reference target's validated config.
 
     Returns a ``targets.serving.config.ReferenceTargetConfig``, imported only here: specs
@@ -306,14 +295,13 @@ def reference_config(fields: dict[str, Any], source: str = "spec") -> Any:
         from targets.serving.config import ReferenceTargetConfig
     except ImportError as exc:
         raise SpecError(f"{needs} ({exc}); install them with: {REFERENCE_INSTALL}") from None
+    table = ("target", "reference")
     valid = list(ReferenceTargetConfig.model_fields)
-    unknown = [name for name in fields if name not in valid]
+    unknown = [unknown_field((*table, name), valid) for name in fields if name not in valid]
     if unknown:
-        lines = [f"{source}: invalid spec"]
-        lines += [_unknown_field(f"target.reference.{name}", name, valid) for name in unknown]
-        raise SpecError("\n".join(lines))
+        raise spec_error(source, unknown, overrides)
     try:
         return ReferenceTargetConfig.model_validate(fields)
     except ValidationError as exc:
-        prefix = ("target", "reference")
-        raise SpecError(format_errors(exc, source, ReferenceTargetConfig, prefix)) from None
+        problems = problems_of(exc, ReferenceTargetConfig, table)
+        raise spec_error(source, problems, overrides) from None

@@ -18,9 +18,10 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from collectors.serving_records import ServingSummary
 from collectors.store import RunStore
 from suites.serving.runner import run_serving
-from suites.spec import ServingSpec
+from suites.spec import validate_spec
 
 
 def _spec(live: bool, streams: int, duration_s: float) -> dict:
@@ -35,16 +36,17 @@ def _spec(live: bool, streams: int, duration_s: float) -> dict:
 
 
 def _cpu_per_request(store: RunStore, live: bool, streams: int, duration_s: float) -> float:
-    data = _spec(live, streams, duration_s)
-    spec = ServingSpec.model_validate(data)
+    loaded = validate_spec(_spec(live, streams, duration_s), "export-overhead")
     parent_start_s = time.process_time()
-    run_id = run_serving(spec, data, store)
+    run_id = run_serving(loaded.serving, loaded.given, store)
     parent_s = time.process_time() - parent_start_s
     run = store.open(run_id)
+    summary = run.summary()
+    assert isinstance(summary, ServingSummary)  # run_serving writes one, even when it fails
     workers_s = sum(
-        h["selfwatch"]["cpu_fraction"] * h["selfwatch"]["wall_s"]
-        for entry in run.summary()["scenarios"].values()
-        for h in entry["harness"]
+        h.selfwatch.cpu_fraction * h.selfwatch.wall_s
+        for entry in summary.scenarios.values()
+        for h in entry.harness
     )
     return (parent_s + workers_s) / len(run.requests())
 

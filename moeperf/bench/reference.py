@@ -30,16 +30,15 @@ from pathlib import Path
 
 from rich.console import Console
 
-from collectors.errors import CollectorError
+from collectors.errors import MoeperfError
+from collectors.serving_records import ServingSummary
 from collectors.store import RunInterrupted, RunStore, RunWriter
 from moeperf.bench.reference_tables import concurrency_table, mtp_table, prefix_table
-from suites.errors import SuiteError, UsageError
+from moeperf.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_code
 from suites.serving.observe.level_counters import LevelCounterProbe, LevelCounters
 from suites.serving.runner import run_serving
 from suites.spec import load_spec
 
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 PARTS = ("concurrency", "mtp", "prefix")
 WARMUP_REQUESTS = 3
 
@@ -95,12 +94,6 @@ class LevelResult:
         return row
 
 
-def quantile_s(entry: dict, name: str, q: float) -> float | None:
-    """Quantile ``q`` of latency ``name`` from a summary scenario entry, if it has one."""
-    described = entry.get("latency_s", {}).get(name, {})
-    return next((e["value"] for e in described.get("quantiles", []) if e["q"] == q), None)
-
-
 def warm_up(base_url: str, model: str, requests: int = WARMUP_REQUESTS) -> None:
     """A few requests before the first level, so that no level measures a cold target
     (torch's first forward passes allocate and pick kernels)."""
@@ -146,7 +139,7 @@ class Bench:
         ]
         overrides += [f"target.reference.{k}={json.dumps(v)}" for k, v in knobs.items()]
         overrides += self.overrides
-        given, spec = load_spec(spec_name, overrides)
+        loaded = load_spec(spec_name, overrides)
         probe = LevelCounterProbe()
 
         def started(run: RunWriter) -> None:
@@ -160,33 +153,34 @@ class Bench:
         knob_text = " ".join(f"{k}={v}" for k, v in knobs.items())
         self.console.print(f"[bold]{part}[/bold] {spec_name} {knob_text} levels={list(levels)}")
         run_id = run_serving(
-            spec,
-            given,
+            loaded.serving,
+            loaded.given,
             self.store,
             probe,
             started,
             say=lambda line: self.console.print(line, markup=False),
         )
         reader = self.store.open(run_id)
-        summary = reader.summary() or {"scenarios": {}}
+        summary = reader.summary()
+        scenarios = summary.scenarios if isinstance(summary, ServingSummary) else {}
         config = reader.manifest.target.get("config", {})
         rows = []
-        for scenario, entry in summary["scenarios"].items():
+        for scenario, entry in scenarios.items():
             rows.append(
                 LevelResult(
                     part=part,
                     run_id=run_id,
                     run_status=reader.manifest.status,
                     scenario=scenario,
-                    streams=int(entry.get("level", 0)),
+                    streams=int(entry.level or 0),
                     mtp_tokens=int(config.get("mtp_tokens", 0)),
                     prefix_caching=bool(config.get("enable_prefix_caching", False)),
-                    requests_ok=entry.get("ok", 0),
-                    requests_failed=entry.get("errors", 0) + entry.get("cancelled", 0),
-                    output_tok_s=entry.get("output_throughput_tok_s"),
-                    ttft_p50_s=quantile_s(entry, "ttft_s", 0.5),
-                    ttft_p99_s=quantile_s(entry, "ttft_s", 0.99),
-                    tpot_p50_s=quantile_s(entry, "tpot_s", 0.5),
+                    requests_ok=entry.ok,
+                    requests_failed=entry.errors + entry.cancelled,
+                    output_tok_s=entry.output_throughput_tok_s,
+                    ttft_p50_s=entry.latency_s.ttft_s.value_at(0.5),
+                    ttft_p99_s=entry.latency_s.ttft_s.value_at(0.99),
+                    tpot_p50_s=entry.latency_s.tpot_s.value_at(0.5),
                     counters=probe.levels.get(scenario),
                 )
             )
@@ -294,16 +288,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KeyboardInterrupt, RunInterrupted):
         err.print("interrupted; the runs so far are stored", markup=False)
         return EXIT_INTERRUPTED
-    except (UsageError, CollectorError) as exc:
+    except MoeperfError as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
-        return EXIT_USAGE
-    except SuiteError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
-        return 1
+        return exit_code(exc)
     if args.json is not None:
         args.json.write_text(json.dumps([r.to_dict() for r in rows], indent=2) + "\n")
         console.print(f"rows: {args.json}")
-    return 0 if all(r.run_status == "complete" for r in rows) else 1
+    return EXIT_OK if all(r.run_status == "complete" for r in rows) else EXIT_FAILED
 
 
 if __name__ == "__main__":

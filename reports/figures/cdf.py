@@ -10,6 +10,7 @@ resolved; the minimum and the maximum are always kept.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -19,14 +20,16 @@ MAX_POINTS = 2000
 CURVE_COLUMNS = ("scenario", "value", "p", "samples")
 
 
-def _floats(values) -> np.ndarray:
+def _floats(values: npt.ArrayLike) -> np.ndarray:
     """Floating-point samples as given: float32 ITL samples of a million requests stay
     float32 (a float64 copy and its sorted copy cost ~130 MB per load level)."""
     array = np.asarray(values)
     return array if array.dtype.kind == "f" else array.astype(float)
 
 
-def cdf_points(values, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
+def cdf_points(
+    values: npt.ArrayLike, max_points: int = MAX_POINTS
+) -> tuple[np.ndarray, np.ndarray]:
     """(values, probabilities) of at most ``max_points`` order statistics of the finite
     ``values``; both empty when there are none."""
     array = _floats(values)
@@ -48,13 +51,13 @@ def cdf_curves(frame: pd.DataFrame, column: str, max_points: int = MAX_POINTS) -
     """Curve points per scenario of ``frame[column]`` (columns: scenario, value, p, samples),
     scenarios in order of first appearance."""
     parts = [
-        curve_frame(scenario, group[column], max_points)
+        curve_frame(str(scenario), group[column], max_points)
         for scenario, group in frame.groupby("scenario", sort=False)
     ]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CURVE_COLUMNS)
 
 
-def curve_frame(scenario: str, values, max_points: int = MAX_POINTS) -> pd.DataFrame:
+def curve_frame(scenario: str, values: npt.ArrayLike, max_points: int = MAX_POINTS) -> pd.DataFrame:
     """The curve of one scenario's samples (for callers that compute samples piecewise)."""
     array = _floats(values)
     x, p = cdf_points(array, max_points)
@@ -62,7 +65,9 @@ def curve_frame(scenario: str, values, max_points: int = MAX_POINTS) -> pd.DataF
     return pd.DataFrame({"scenario": scenario, "value": x, "p": p, "samples": samples})
 
 
-def latency_cdf(curves: pd.DataFrame, title: str, *, unit: str = "ms", scale: float = 1e3):
+def latency_cdf(
+    curves: pd.DataFrame, title: str, *, unit: str = "ms", scale: float = 1e3
+) -> go.Figure:
     """One CDF line per scenario from ``cdf_curves`` output (values in seconds, shown
     multiplied by ``scale`` in ``unit``), x on a log axis."""
     if curves.empty:

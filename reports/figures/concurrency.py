@@ -9,13 +9,15 @@ one of the two (maximize throughput, minimize latency); front points are ringed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from collectors.quantiles import Described
+from collectors.serving_records import ScenarioSummary
 from reports.figures.text import color, empty, plotly_text, styled
 
 SERIES = (
@@ -26,7 +28,7 @@ SERIES = (
 )
 
 
-def pareto_front(throughput, latency) -> np.ndarray:
+def pareto_front(throughput: npt.ArrayLike, latency: npt.ArrayLike) -> np.ndarray:
     """Mask of the points no other point dominates (higher-or-equal throughput and
     lower-or-equal latency, strictly better in one). Points with a NaN are never on it."""
     x = np.asarray(throughput, dtype=float)
@@ -39,29 +41,27 @@ def pareto_front(throughput, latency) -> np.ndarray:
     return valid & ~dominated
 
 
-def _quantile(described: Mapping[str, Any] | None, q: float) -> float:
-    for estimate in (described or {}).get("quantiles", []):
-        if abs(estimate["q"] - q) < 1e-9:
-            return float(estimate["value"])
-    return float("nan")
+def _quantile(described: Described, q: float) -> float:
+    value = described.value_at(q)
+    return float("nan") if value is None else value
 
 
-def levels_frame(scenarios: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+def levels_frame(scenarios: Mapping[str, ScenarioSummary]) -> pd.DataFrame:
     """One row per load level from the summary's ``scenarios``: scenario,
     output_tok_s, ok, ttft_p50_s, ttft_p99_s, tpot_p50_s, tpot_p99_s (NaN if unknown)."""
     rows = []
     for scenario, entry in scenarios.items():
-        latency = entry.get("latency_s", {})
-        throughput = entry.get("output_throughput_tok_s")
+        latency = entry.latency_s
+        throughput = entry.output_throughput_tok_s
         rows.append(
             {
                 "scenario": scenario,
                 "output_tok_s": float("nan") if throughput is None else float(throughput),
-                "ok": entry.get("ok", 0),
-                "ttft_p50_s": _quantile(latency.get("ttft_s"), 0.5),
-                "ttft_p99_s": _quantile(latency.get("ttft_s"), 0.99),
-                "tpot_p50_s": _quantile(latency.get("tpot_s"), 0.5),
-                "tpot_p99_s": _quantile(latency.get("tpot_s"), 0.99),
+                "ok": entry.ok,
+                "ttft_p50_s": _quantile(latency.ttft_s, 0.5),
+                "ttft_p99_s": _quantile(latency.ttft_s, 0.99),
+                "tpot_p50_s": _quantile(latency.tpot_s, 0.5),
+                "tpot_p99_s": _quantile(latency.tpot_s, 0.99),
             }
         )
     return pd.DataFrame(
@@ -70,7 +70,7 @@ def levels_frame(scenarios: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     )
 
 
-def concurrency_curve(levels: pd.DataFrame, title: str = "Throughput against latency"):
+def concurrency_curve(levels: pd.DataFrame, title: str = "Throughput against latency") -> go.Figure:
     """Two panels (TTFT, TPOT) of ``levels_frame`` output, latencies in ms."""
     if levels.empty or not np.isfinite(levels["output_tok_s"].to_numpy(float)).any():
         return empty(title, "no load level has a throughput")

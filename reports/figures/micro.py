@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from collectors.quantiles import describe
+from collectors.micro_summary import summarize_samples
 from reports.figures.text import color, empty, plotly_text, styled
 
 MAX_POINTS = 2000
@@ -26,31 +26,29 @@ def _panel_title(metric: str, part: pd.DataFrame) -> str:
 
 def micro_summary(samples: pd.DataFrame) -> pd.DataFrame:
     """Per metric and scenario: unit, better direction, samples, mean, and the median with
-    its 95% interval (``collectors.quantiles.describe``)."""
+    its 95% interval (``collectors.micro_summary.summarize_samples``)."""
     rows = []
-    scenarios = samples["scenario"].fillna("").astype(str)
-    for (metric, scenario), part in samples.groupby([samples["metric"], scenarios], sort=False):
-        described = describe(part["value"])
-        median = next((e for e in described["quantiles"] if e["q"] == 0.5), None)
+    for group in summarize_samples(samples):
+        median = group.values.at(0.5)
         interval = "too few samples"
-        if median and median["ci_low"] is not None:
-            interval = f"[{median['ci_low']:.4g}, {median['ci_high']:.4g}]"
+        if median and median.ci_low is not None and median.ci_high is not None:
+            interval = f"[{median.ci_low:.4g}, {median.ci_high:.4g}]"
         rows.append(
             {
-                "metric": metric,
-                "scenario": scenario,
-                "unit": ", ".join(dict.fromkeys(part["unit"].astype(str))),
-                "better": ", ".join(dict.fromkeys(part["direction"].astype(str))),
-                "samples": described["count"],
-                "mean": described["mean"],
-                "median": median["value"] if median else None,
+                "metric": group.metric,
+                "scenario": group.scenario,
+                "unit": ", ".join(group.units),
+                "better": ", ".join(group.directions),
+                "samples": group.values.count,
+                "mean": group.values.mean,
+                "median": median.value if median else None,
                 "median 95% CI": interval,
             }
         )
     return pd.DataFrame(rows)
 
 
-def micro_distributions(samples: pd.DataFrame, title: str = "Micro-benchmark samples"):
+def micro_distributions(samples: pd.DataFrame, title: str = "Micro-benchmark samples") -> go.Figure:
     """Box plots with all points, a panel per metric."""
     if samples.empty:
         return empty(title, "no samples")

@@ -4,57 +4,45 @@ count and 95% confidence interval, exactly as ``collectors.quantiles.describe`` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from collectors.quantiles import Described
 from reports.figures.text import plotly_text, styled
 
-# Summary keys (collectors.summary "latency_s") in display order, with their labels.
-METRICS = {
-    "ttft_s": "TTFT",
-    "ttft_from_send_s": "TTFT from send",
-    "queue_delay_s": "client queue delay",
-    "tpot_s": "TPOT",
-    "itl_s": "ITL",
-    "icl_s": "ICL",
-    "e2e_s": "E2E",
-}
 QUANTILES = {0.5: "p50", 0.9: "p90", 0.99: "p99"}
 
 
-def percentile_frame(latency_by_scenario: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per (scenario, metric) from ``{scenario: summary "latency_s"}``, values in
-    seconds: scenario, metric, count, mean_s, and p50_s, p50_low_s, p50_high_s, ... ."""
+def percentile_frame(latencies: Iterable[tuple[str, str, Described]]) -> pd.DataFrame:
+    """One row per (scenario, metric label, description), e.g. from a serving summary's
+    ``LatencySummary.labelled()``, values in seconds: scenario, metric, count, mean_s, and
+    p50_s, p50_low_s, p50_high_s, ... (None where a quantile was not computed)."""
     rows = []
-    for scenario, latencies in latency_by_scenario.items():
-        for key, label in METRICS.items():
-            described = latencies.get(key)
-            if described is None:
-                continue
-            row: dict[str, Any] = {
-                "scenario": scenario,
-                "metric": label,
-                "count": described["count"],
-                "mean_s": described["mean"],
-            }
-            for estimate in described["quantiles"]:
-                name = QUANTILES.get(round(estimate["q"], 6))
-                if name:
-                    row[f"{name}_s"] = estimate["value"]
-                    row[f"{name}_low_s"] = estimate["ci_low"]
-                    row[f"{name}_high_s"] = estimate["ci_high"]
-            rows.append(row)
+    for scenario, label, described in latencies:
+        row: dict[str, Any] = {
+            "scenario": scenario,
+            "metric": label,
+            "count": described.count,
+            "mean_s": described.mean,
+        }
+        for q, name in QUANTILES.items():
+            estimate = described.at(q)
+            if estimate is not None:
+                row[f"{name}_s"] = estimate.value
+                row[f"{name}_low_s"] = estimate.ci_low
+                row[f"{name}_high_s"] = estimate.ci_high
+        rows.append(row)
     columns = ["scenario", "metric", "count", "mean_s"] + [
         f"{name}{part}_s" for name in QUANTILES.values() for part in ("", "_low", "_high")
     ]
     return pd.DataFrame(rows, columns=columns)
 
 
-def _ms(value) -> str:
+def _ms(value: float | None) -> str:
     return "-" if value is None or not np.isfinite(value) else f"{value * 1e3:.2f}"
 
 

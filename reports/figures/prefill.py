@@ -52,7 +52,7 @@ def prefill_frame(
         }
     )
     grouped = frame.groupby(["scenario", "bin"], sort=False)["rate"]
-    stats = grouped.quantile([0.1, 0.5, 0.9]).unstack()
+    stats = grouped.quantile(np.array([0.1, 0.5, 0.9])).unstack()
     stats.columns = ["p10", "p50", "p90"]
     stats["requests"] = grouped.size()
     stats = stats.reset_index()
@@ -63,7 +63,9 @@ def prefill_frame(
     return stats.sort_values(["order", "bin"])[list(COLUMNS)].reset_index(drop=True)
 
 
-def prefill_throughput(frame: pd.DataFrame, title: str = "Prefill throughput by prompt length"):
+def prefill_throughput(
+    frame: pd.DataFrame, title: str = "Prefill throughput by prompt length"
+) -> go.Figure:
     """One line per scenario: bin median with a 10th-90th percentile bar, x = bin middle
     (geometric) in prompt tokens, log scale."""
     if frame.empty:

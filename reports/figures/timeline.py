@@ -62,7 +62,7 @@ def timeline_frame(
     bins = np.minimum((intended // width).astype(np.int64), count - 1)
     ok = (requests["status"] == "ok").to_numpy() & np.isfinite(ttft_s.to_numpy(float))
     ttft = pd.Series(ttft_s.to_numpy(float)[ok]).groupby(bins[ok])
-    quantiles = ttft.quantile([0.5, 0.99]).unstack() if ok.any() else None
+    quantiles = ttft.quantile(np.array([0.5, 0.99])).unstack() if ok.any() else None
     frame = pd.DataFrame(
         {
             "t_s": edges[:-1],
@@ -89,7 +89,9 @@ def scenario_starts(requests: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values("t_s", ignore_index=True)
 
 
-def timeline(bins: pd.DataFrame, starts: pd.DataFrame | None = None, title: str = "Timeline"):
+def timeline(
+    bins: pd.DataFrame, starts: pd.DataFrame | None = None, title: str = "Timeline"
+) -> go.Figure:
     """In flight (top) and TTFT p50 / p99 (bottom) per bin; scenario starts marked."""
     if bins.empty:
         return empty(title, "no requests")

@@ -19,8 +19,12 @@ Needs ``torch`` (``pip install torch==2.13.0``, the CPU wheel); skipped without 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:  # annotations only: torch itself is imported or the module skipped
+    from torch import Tensor
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -38,12 +42,12 @@ FLOPS = 2 * 3 * D_MODEL * D_FF * TOKENS * TOP_K
 
 @dataclass(frozen=True)
 class Layer:
-    x: torch.Tensor  # [TOKENS, D_MODEL]
-    experts: torch.Tensor  # [TOKENS, TOP_K] expert index of each slot
-    weights: torch.Tensor  # [TOKENS, TOP_K] routing weight of each slot, rows sum to 1
-    w_gate: torch.Tensor  # [EXPERTS, D_MODEL, D_FF]
-    w_up: torch.Tensor  # [EXPERTS, D_MODEL, D_FF]
-    w_down: torch.Tensor  # [EXPERTS, D_FF, D_MODEL]
+    x: Tensor  # [TOKENS, D_MODEL]
+    experts: Tensor  # [TOKENS, TOP_K] expert index of each slot
+    weights: Tensor  # [TOKENS, TOP_K] routing weight of each slot, rows sum to 1
+    w_gate: Tensor  # [EXPERTS, D_MODEL, D_FF]
+    w_up: Tensor  # [EXPERTS, D_MODEL, D_FF]
+    w_down: Tensor  # [EXPERTS, D_FF, D_MODEL]
 
 
 def make_layer(seed: int = 0) -> Layer:
@@ -63,13 +67,13 @@ def make_layer(seed: int = 0) -> Layer:
     )
 
 
-def swiglu(layer: Layer, e: int, x: torch.Tensor) -> torch.Tensor:
+def swiglu(layer: Layer, e: int, x: Tensor) -> Tensor:
     """Expert ``e`` on rows ``x`` [n, D_MODEL] -> [n, D_MODEL]."""
     return (F.silu(x @ layer.w_gate[e]) * (x @ layer.w_up[e])) @ layer.w_down[e]
 
 
 @torch.inference_mode()
-def grouped(layer: Layer) -> torch.Tensor:
+def grouped(layer: Layer) -> Tensor:
     flat = layer.experts.reshape(-1)  # [TOKENS * TOP_K]
     order = torch.argsort(flat, stable=True)  # slots sorted by expert
     token = order // TOP_K  # [TOKENS * TOP_K] token of each sorted slot
@@ -81,7 +85,7 @@ def grouped(layer: Layer) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def per_expert(layer: Layer) -> torch.Tensor:
+def per_expert(layer: Layer) -> Tensor:
     out = torch.zeros_like(layer.x)
     for e in range(EXPERTS):
         token, slot = torch.where(layer.experts == e)  # [n_e] each
@@ -92,7 +96,7 @@ def per_expert(layer: Layer) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def per_token(layer: Layer) -> torch.Tensor:
+def per_token(layer: Layer) -> Tensor:
     out = torch.zeros_like(layer.x)
     experts = layer.experts.tolist()
     for t in range(TOKENS):

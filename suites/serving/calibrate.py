@@ -7,74 +7,93 @@ error leaves its budget or the run marks the level client-bound.
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from rich.console import Console
 
+from collectors.serving_records import ServingSummary
 from collectors.store import RunStore
-from suites.errors import UsageError
-from suites.present import ProgressBar, announce_run, calibration_verdict, harness_error_table
+from suites.present import (
+    ErrorBudget,
+    ProgressBar,
+    announce_run,
+    calibration_verdict,
+    harness_error_table,
+)
 from suites.serving.runner import run_serving
-from suites.spec import ServingSpec
+from suites.spec import validate_spec
 
 # The goals of issue 2 at 64 streams: |p50 error| <= 1 ms (TTFT) and <= 0.5 ms (ITL).
-ERROR_BUDGET_S = {"ttft_p50_s": 0.001, "itl_p50_s": 0.0005}
+ERROR_BUDGET = ErrorBudget(ttft_p50_s=0.001, itl_p50_s=0.0005)
 
 
-def calibration_spec(args: argparse.Namespace) -> dict:
-    try:
-        levels = [int(x) for x in str(args.levels).split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"--levels {args.levels!r}: expected integers like 1,16,64,256") from None
-    workers = args.workers if args.workers == "auto" else int(args.workers)
+@dataclass(frozen=True)
+class CalibrationOptions:
+    """What to calibrate at: the synthetic target's latencies and the load (``moeperf
+    calibrate``'s flags, parsed by the CLI)."""
+
+    levels: tuple[int, ...] = (1, 16, 64, 256)  # concurrent streams, one level each
+    duration_s: float = 8.0
+    ttft_s: float = 0.05
+    itl_s: float = 0.01
+    output_tokens: int = 64
+    workers: int | Literal["auto"] = "auto"
+
+
+def calibration_spec(options: CalibrationOptions) -> dict[str, Any]:
+    """The spec data of a calibration run, validated like any spec by ``validate_spec``."""
     return {
         "name": "calibrate",
         "description": "harness measurement error against the synthetic target",
-        "target": {"kind": "synthetic", "synthetic": {"ttft_s": args.ttft_s, "itl_s": args.itl_s}},
+        "target": {
+            "kind": "synthetic",
+            "synthetic": {"ttft_s": options.ttft_s, "itl_s": options.itl_s},
+        },
         "workload": {
             "kind": "random",
             "input_tokens": {"mean": 32},
-            "output_tokens": {"mean": args.output_tokens},
+            "output_tokens": {"mean": options.output_tokens},
             "num_prompts": 64,
         },
         "load": {
             "mode": "concurrency",
-            "levels": levels,
-            "duration_s": args.duration_s,
-            "warmup_s": min(1.0, args.duration_s / 4),
+            "levels": list(options.levels),
+            "duration_s": options.duration_s,
+            "warmup_s": min(1.0, options.duration_s / 4),
             "cooldown_s": 0.0,
-            "workers": workers,
+            "workers": options.workers,
         },
         # The harness alone: no live export or target scraping in the measured process.
         "export": {"live_metrics": False, "scrape_target": False},
     }
 
 
-def run_calibration(args: argparse.Namespace, store: RunStore, console: Console) -> int:
-    given = calibration_spec(args)
-    try:
-        spec = ServingSpec.model_validate(given)
-    except ValueError as exc:
-        raise UsageError(f"calibrate: {exc}") from None
+def run_calibration(options: CalibrationOptions, store: RunStore, console: Console) -> int:
+    loaded = validate_spec(calibration_spec(options), "calibrate")
     bar = ProgressBar(console)
     try:
-        run_id = run_serving(spec, given, store, bar, lambda run: announce_run(run, console))
+        run_id = run_serving(
+            loaded.serving, loaded.given, store, bar, lambda run: announce_run(run, console)
+        )
     finally:
         bar.close()
-    summary = store.open(run_id).summary() or {"scenarios": {}}
-    console.print(harness_error_table(summary, ERROR_BUDGET_S))
+    summary = store.open(run_id).summary()
+    if not isinstance(summary, ServingSummary):
+        summary = ServingSummary()  # the run ended before it wrote one
+    console.print(harness_error_table(summary, ERROR_BUDGET))
     over = [
         scenario
-        for scenario, entry in summary["scenarios"].items()
-        if entry.get("harness_error_s")
-        and calibration_verdict(entry, ERROR_BUDGET_S) != "within budget"
+        for scenario, entry in summary.scenarios.items()
+        if entry.harness_error_s is not None
+        and calibration_verdict(entry, ERROR_BUDGET) != "within budget"
     ]
     budget = (
-        f"|p50| <= {ERROR_BUDGET_S['ttft_p50_s'] * 1e3:g} ms TTFT, "
-        f"<= {ERROR_BUDGET_S['itl_p50_s'] * 1e3:g} ms ITL"
+        f"|p50| <= {ERROR_BUDGET.ttft_p50_s * 1e3:g} ms TTFT, "
+        f"<= {ERROR_BUDGET.itl_p50_s * 1e3:g} ms ITL"
     )
     if over:
-        verdict = calibration_verdict(summary["scenarios"][over[0]], ERROR_BUDGET_S)
+        verdict = calibration_verdict(summary.scenarios[over[0]], ERROR_BUDGET)
         console.print(f"budget ({budget}) first not met at {over[0]}: {verdict}")
     else:
         console.print(f"within budget ({budget}) at every level")

@@ -20,8 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from collectors.records import RequestRecord
+from collectors.serving_records import (
+    SelfWatchSummary,
+    ServingSummary,
+    Slo,
+    WorkerSummary,
+    empty_scenario,
+)
 from collectors.store import RunStore, RunWriter, interrupts_end_runs
-from collectors.summary import Slo, summarize_requests
+from collectors.summary import summarize_requests
 from collectors.tables import records_frame
 from suites.serving.embedded.process import running_target
 from suites.serving.embedded.reference import running_reference, with_reference_defaults
@@ -96,7 +103,7 @@ def target_url(spec: ServingSpec) -> Iterator[tuple[str, dict[str, Any]]]:
         with running_reference(spec) as (url, described):
             yield url, described
         return
-    config = spec.target.synthetic.model_dump()
+    config = spec.target.synthetic.to_dict()
     with running_target("targets.synthetic", config) as url:
         yield url, {"kind": "synthetic", "url": url, "config": config, "simulated": True}
 
@@ -268,27 +275,59 @@ def _run_levels(
         run.invalidate("client was the bottleneck: " + "; ".join(invalid))
 
 
-def _ground_truth(spec: ServingSpec, base_url: str, records: list[RequestRecord]):
+def _ground_truth(
+    spec: ServingSpec, base_url: str, records: list[RequestRecord]
+) -> dict[str, dict[str, Any]] | None:
     if spec.target.kind != "synthetic":
         return None
     ids = [r.server_request_id for r in records if r.server_request_id]
     return asyncio.run(fetch_ground_truth(base_url, ids))
 
 
-def _write_summary(run: RunWriter, spec, records, outcomes, truth) -> None:
+def _write_summary(
+    run: RunWriter,
+    spec: ServingSpec,
+    records: list[RequestRecord],
+    outcomes: list[LevelOutcome],
+    truth: dict[str, dict[str, Any]] | None,
+) -> None:
     frame = records_frame(records)
     slo = Slo(**spec.slo.model_dump())
-    summary = summarize_requests(frame, slo) if len(frame) else {"scenarios": {}}
+    summary = summarize_requests(frame, slo) if len(frame) else ServingSummary()
+    scenarios = dict(summary.scenarios)
     for outcome in outcomes:
-        entry = summary["scenarios"].setdefault(outcome.scenario, {})
-        entry["level"] = outcome.level
-        entry["harness"] = [dataclasses.asdict(r) for r in outcome.reports]
-        entry["client_bottleneck"] = outcome.invalid_reasons
+        harness_error_s = None
         if truth is not None:
             level_frame = frame[
                 (frame["scenario"] == outcome.scenario) & (frame["phase"] == "measure")
             ]
             errors = measurement_errors(level_frame, truth, run.manifest.anchor_monotonic_ns)
             ok = int((level_frame["status"] == "ok").sum())
-            entry["harness_error_s"] = summarize_errors(errors, ok)
-    run.write_summary(summary)
+            harness_error_s = summarize_errors(errors, ok)
+        scenarios[outcome.scenario] = dataclasses.replace(
+            scenarios.get(outcome.scenario) or empty_scenario(slo),
+            level=outcome.level,
+            harness=tuple(_worker_summary(r) for r in outcome.reports),
+            client_bottleneck=tuple(outcome.invalid_reasons),
+            harness_error_s=harness_error_s,
+        )
+    run.write_summary(dataclasses.replace(summary, scenarios=scenarios))
+
+
+def _worker_summary(report: LevelReport) -> WorkerSummary:
+    watch = report.selfwatch
+    return WorkerSummary(
+        worker=report.worker,
+        scenario=report.scenario,
+        offered=report.offered,
+        sent=report.sent,
+        late_sends=report.late_sends,
+        selfwatch=SelfWatchSummary(
+            loop_lag_p50_s=watch.loop_lag_p50_s,
+            loop_lag_p99_s=watch.loop_lag_p99_s,
+            loop_lag_max_s=watch.loop_lag_max_s,
+            lag_samples=watch.lag_samples,
+            cpu_fraction=watch.cpu_fraction,
+            wall_s=watch.wall_s,
+        ),
+    )

@@ -10,8 +10,8 @@ import gc
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from collectors.training_summary import BudgetCalibration
 from suites.errors import SpecError
 from suites.training.plan import Scenario, build_trainer
 from suites.training.spec import TrainingSpec
@@ -21,7 +21,7 @@ MIB = 2**20
 
 def calibrate_budget(
     spec: TrainingSpec, scenario: Scenario, scratch: Path, say: Callable[[str], None]
-) -> dict[str, Any]:
+) -> BudgetCalibration:
     """ratio x the highest peak of keep-all under calm, unlimited, for a few steps."""
     t = spec.trainer
     config = dataclasses.replace(
@@ -44,7 +44,9 @@ def calibrate_budget(
         del trainer
         gc.collect()
         shutil.rmtree(scratch, ignore_errors=True)
-    budget = int(t.budget_ratio * max(peaks))
+    ratio = t.budget_ratio
+    assert ratio is not None, "Budgets calibrates only for a budget_ratio"
+    budget = int(ratio * max(peaks))
     if budget <= static:
         raise SpecError(
             f"trainer.budget_ratio: {t.budget_ratio:g} x the keep-all/calm peak "
@@ -56,13 +58,13 @@ def calibrate_budget(
         f"{what}: keep-all/calm peaks {', '.join(f'{p / MIB:.1f}' for p in peaks)} MiB; "
         f"budget = {t.budget_ratio:g} x {max(peaks) / MIB:.1f} = {budget / MIB:.1f} MiB"
     )
-    return {
-        "budget_bytes": budget,
-        "ratio": t.budget_ratio,
-        "calibration_peak_bytes": max(peaks),
-        "calibration_step_peaks_bytes": peaks,
-        "calibration": "keep-all, calm skew, no budget",
-    }
+    return BudgetCalibration(
+        budget_bytes=budget,
+        ratio=ratio,
+        calibration_peak_bytes=max(peaks),
+        calibration_step_peaks_bytes=tuple(peaks),
+        calibration="keep-all, calm skew, no budget",
+    )
 
 
 class Budgets:
@@ -70,7 +72,7 @@ class Budgets:
 
     def __init__(self, spec: TrainingSpec, scratch: Path, say: Callable[[str], None]):
         self._spec, self._scratch, self._say = spec, scratch, say
-        self.by_size: dict[str, dict[str, Any]] = {}
+        self.by_size: dict[str, BudgetCalibration] = {}
 
     def bytes_for(self, scenario: Scenario) -> int | None:
         t = self._spec.trainer
@@ -79,4 +81,4 @@ class Budgets:
         if scenario.size not in self.by_size:
             scratch = self._scratch / f"calibration-{scenario.size or 'model'}"
             self.by_size[scenario.size] = calibrate_budget(self._spec, scenario, scratch, self._say)
-        return self.by_size[scenario.size]["budget_bytes"]
+        return self.by_size[scenario.size].budget_bytes

@@ -24,11 +24,15 @@ from collectors.live_export import LiveExporter
 from collectors.push import push_run
 from collectors.records import StepRecord
 from collectors.store import RunStore, RunWriter, interrupts_end_runs
+from collectors.training_summary import (
+    PeakFlopsSummary,
+    ScenarioOutcome,
+    summarize_training,
+)
 from suites.errors import SpecError
 from suites.training.budget import Budgets
 from suites.training.plan import Scenario, build_trainer, scenarios, sizes
 from suites.training.spec import TrainingSpec
-from suites.training.summary import ScenarioOutcome, summarize_training
 from targets.training.peak import PeakFlops, PeakFlopsError, mfu, peak_flops
 from targets.training.setup import DTYPES
 from targets.training.trainer import StepResult, TrainingAbortedError
@@ -49,9 +53,9 @@ def measure_peak(spec: TrainingSpec) -> PeakFlops:
         raise SpecError(f"{exc} (in a training spec: peak_flops_per_s = ...)") from None
 
 
-def peak_description(peak: PeakFlops) -> dict[str, Any]:
+def peak_summary(peak: PeakFlops) -> PeakFlopsSummary:
     detail = dataclasses.asdict(peak.detail) if peak.detail is not None else None
-    return {"flops_per_s": peak.flops_per_s, "source": peak.source, "detail": detail}
+    return PeakFlopsSummary(flops_per_s=peak.flops_per_s, source=peak.source, detail=detail)
 
 
 def step_record(result: StepResult, scenario: str, anchor_ns: int, peak: PeakFlops) -> StepRecord:
@@ -145,7 +149,7 @@ def run_training(
         "dtype": t.dtype,
         "threads": t.threads,
         "model_configs": {s: dataclasses.asdict(m) for s, m in sizes(spec).items()},
-        "peak_flops": peak_description(peak),
+        "peak_flops": dataclasses.asdict(peak_summary(peak)),
     }
     run = store.create(
         "training",
@@ -236,7 +240,7 @@ def _run_all(spec, run: RunWriter, plan, peak, exporter, say: Say) -> None:
         if not spec.trainer.checkpoint_dir:
             shutil.rmtree(run.directory / "checkpoints", ignore_errors=True)
         run.write_summary(
-            summarize_training(spec.kind, outcomes, peak_description(peak), budgets.by_size)
+            summarize_training(spec.kind, outcomes, peak_summary(peak), budgets.by_size)
         )
 
 

@@ -19,12 +19,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from suites.errors import SpecError
+from suites.spec_errors import problems_of, spec_error
 from targets.model.checkpoint import default_model_dir
 from targets.model.config import MoEConfig
 from targets.training.policies import POLICY_NAMES
@@ -208,15 +210,16 @@ def model_config(trainer: TrainerSpec, overrides: dict[str, Any] | None = None) 
     return config if trainer.mtp else dataclasses.replace(config, mtp_depth=0)
 
 
-def validate_training(data: dict[str, Any], source: str) -> TrainingSpec:
+def validate_training(
+    data: dict[str, Any], source: str, overrides: Sequence[str] = ()
+) -> TrainingSpec:
     """The spec in ``data`` validated (pydantic, then every scenario by the trainer's own
-    checks); a ``SpecError`` naming the field otherwise."""
-    from suites.spec import format_errors
+    checks); a ``SpecError`` naming the field (or the ``overrides`` entry) otherwise."""
     from suites.training.plan import check_runnable
 
     try:
         spec = TrainingSpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(format_errors(exc, source, TrainingSpec)) from None
+        raise spec_error(source, problems_of(exc, TrainingSpec), overrides) from None
     check_runnable(spec, source)
     return spec

@@ -1,4 +1,4 @@
-"""The training suite's tables (rich), from a run's summary.json.
+"""The training suite's tables (rich), from a run's summary (``TrainingSummary``).
 
 Presenting only: every number is a summary field, scaled. A value that was not measured
 prints as "n/a", never as zero.
@@ -6,9 +6,15 @@ prints as "n/a", never as zero.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
 
 from rich.table import Table
+
+from collectors.training_summary import (
+    BudgetCalibration,
+    TrainingScenarioSummary,
+    TrainingSummary,
+)
 
 MIB = 2**20
 
@@ -17,14 +23,14 @@ def _num(value: float | None, spec: str = ".1f", scale: float = 1.0) -> str:
     return "n/a" if value is None else format(value * scale, spec)
 
 
-def _has_sizes(scenarios: dict[str, Any]) -> bool:
-    return any(e.get("size") for e in scenarios.values())
+def _has_sizes(scenarios: Iterable[TrainingScenarioSummary]) -> bool:
+    return any(e.size for e in scenarios)
 
 
-def policy_skew_table(summary: dict[str, Any]) -> Table:
+def policy_skew_table(summary: TrainingSummary) -> Table:
     """Per scenario (policy x skew [x size]): OOMs, throughput, MFU, memory, deciding."""
-    scenarios = summary.get("scenarios", {})
-    sized = _has_sizes(scenarios)
+    scenarios = summary.scenarios
+    sized = _has_sizes(scenarios.values())
     table = Table(title="Training: OOM rate and effective throughput per policy and skew")
     heads = ["policy", "skew", *(["size"] if sized else []), "steps", "OOMs / attempts",
              "OOM rate", "restarts", "time lost s", "effective tok/s", "tok/s", "MFU p50",
@@ -33,75 +39,73 @@ def policy_skew_table(summary: dict[str, Any]) -> Table:
         label = name in ("policy", "skew", "size")
         table.add_column(name, justify="left" if label else "right", no_wrap=label)
     for e in scenarios.values():
-        peak = e.get("peak_memory_bytes", {})
-        budget = e.get("budget_bytes")
+        peak = e.peak_memory_bytes
+        budget = e.budget_bytes
         table.add_row(
-            e["policy"],
-            e["skew"],
-            *([e.get("size", "")] if sized else []),
-            str(e["steps"]) + (" (stopped)" if e.get("stopped") else ""),
-            f"{e['ooms']} / {e['step_attempts']}",
-            _num(e.get("oom_rate"), ".1%"),
-            str(e["restarts"]),
-            _num(e.get("time_lost_s"), ".1f"),
-            _num(e.get("effective_tokens_per_s"), ".0f"),
-            _num(e.get("tokens_per_s"), ".0f"),
-            _num(e.get("mfu_p50"), ".1%"),
-            _num(peak.get("p50"), ".1f", 1 / MIB),
-            _num(peak.get("max"), ".1f", 1 / MIB),
+            e.policy,
+            e.skew,
+            *([e.size] if sized else []),
+            str(e.steps) + (" (stopped)" if e.stopped else ""),
+            f"{e.ooms} / {e.step_attempts}",
+            _num(e.oom_rate, ".1%"),
+            str(e.restarts),
+            _num(e.time_lost_s, ".1f"),
+            _num(e.effective_tokens_per_s, ".0f"),
+            _num(e.tokens_per_s, ".0f"),
+            _num(e.mfu_p50, ".1%"),
+            _num(peak.p50, ".1f", 1 / MIB),
+            _num(peak.max, ".1f", 1 / MIB),
             "none" if budget is None else _num(budget, ".1f", 1 / MIB),
-            _num(e.get("decide_s"), ".3f"),
+            _num(e.decide_s, ".3f"),
         )
     table.caption = (
         "OOM rate = OOM events / step attempts; effective tok/s = tokens of completed steps / "
         "scenario wall time (restarts, replays, checkpoint writes included); tok/s = tokens / "
         "step time of successful steps; time lost = work thrown away by each OOM + reload; "
-        "(stopped): ended early after trainer.max_ooms OOMs."
-        + _budget_caption(summary.get("budgets", {}))
+        "(stopped): ended early after trainer.max_ooms OOMs." + _budget_caption(summary.budgets)
     )
     return table
 
 
-def _budget_caption(budgets: dict[str, Any]) -> str:
+def _budget_caption(budgets: dict[str, BudgetCalibration]) -> str:
     parts = [
         (f"{size}: " if size else "")
-        + f"{b['ratio']:g} x {b['calibration_peak_bytes'] / MIB:.1f} MiB (keep-all/calm peak) "
-        f"= {b['budget_bytes'] / MIB:.1f} MiB"
+        + f"{b.ratio:g} x {b.calibration_peak_bytes / MIB:.1f} MiB (keep-all/calm peak) "
+        f"= {b.budget_bytes / MIB:.1f} MiB"
         for size, b in budgets.items()
     ]
     return (" Budget: " + "; ".join(parts) + ".") if parts else ""
 
 
-def mfu_table(summary: dict[str, Any]) -> Table:
+def mfu_table(summary: TrainingSummary) -> Table:
     """Per policy and model size: tokens/s and MFU against the run's peak FLOP/s."""
-    scenarios = summary.get("scenarios", {})
-    peak = summary.get("peak_flops", {})
+    peak = summary.peak_flops
     table = Table(title="Training: model FLOPs utilization per policy and model size")
     for name in ("policy", "size", "skew", "steps", "tok/s", "MFU p50"):
         label = name in ("policy", "size", "skew")
         table.add_column(name, justify="left" if label else "right", no_wrap=label)
-    for e in scenarios.values():
+    for e in summary.scenarios.values():
         table.add_row(
-            e["policy"],
-            e.get("size") or "-",
-            e["skew"],
-            str(e["steps"]),
-            _num(e.get("tokens_per_s"), ".0f"),
-            _num(e.get("mfu_p50"), ".2%"),
+            e.policy,
+            e.size or "-",
+            e.skew,
+            str(e.steps),
+            _num(e.tokens_per_s, ".0f"),
+            _num(e.mfu_p50, ".2%"),
         )
     table.caption = (
-        f"peak {_num(peak.get('flops_per_s'), '.1f', 1e-9)} GFLOP/s, {peak.get('source', '?')}; "
+        f"peak {_num(peak.flops_per_s, '.1f', 1e-9)} GFLOP/s, {peak.source}; "
         "MFU = model FLOPs (6 x active parameters per token + attention, recompute not "
         "counted) / (step time x peak)."
     )
     return table
 
 
-def training_tables(summary: dict[str, Any]) -> list[Table]:
+def training_tables(summary: TrainingSummary) -> list[Table]:
     """The tables of a training run's summary: MFU first for an MFU run."""
-    if not summary.get("scenarios"):
+    if not summary.scenarios:
         return []
     tables = [policy_skew_table(summary)]
-    if summary.get("kind") == "mfu":
+    if summary.kind == "mfu":
         tables.insert(0, mfu_table(summary))
     return tables

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -253,17 +253,22 @@ def causal_attention(batch: int, seq_len: int) -> AttentionFn:
     return attend
 
 
+class Decoder(nn.Module):
+    """The main stack, under the names of Hugging Face's Mixtral (``model.embed_tokens``,
+    ``model.layers.N``, ``model.norm``), so that checkpoints load by name."""
+
+    def __init__(self, cfg: MoEConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Block(cfg, slot) for slot in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
 class MoETransformer(nn.Module):
     def __init__(self, cfg: MoEConfig):
         super().__init__()
         self.config = cfg
-        self.model = nn.ModuleDict(
-            dict(
-                embed_tokens=nn.Embedding(cfg.vocab_size, cfg.hidden_size),
-                layers=nn.ModuleList(Block(cfg, slot) for slot in range(cfg.num_layers)),
-                norm=RMSNorm(cfg.hidden_size, cfg.rms_norm_eps),
-            )
-        )
+        self.model = Decoder(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.mtp = nn.ModuleList(MTPModule(cfg, cfg.num_layers + d) for d in range(cfg.mtp_depth))
         self.apply(self._init_weights)
@@ -280,6 +285,14 @@ class MoETransformer(nn.Module):
                 module.runner = runner
 
     @property
+    def blocks(self) -> list[Block]:
+        """The main layers in order (an nn.ModuleList yields them as plain Modules)."""
+        return [cast(Block, block) for block in self.model.layers]
+
+    def mtp_module(self, depth: int) -> MTPModule:
+        return cast(MTPModule, self.mtp[depth])
+
+    @property
     def num_slots(self) -> int:
         """Attention slots a KV cache needs: main layers, then MTP modules."""
         return self.config.num_layers + self.config.mtp_depth
@@ -293,7 +306,7 @@ class MoETransformer(nn.Module):
         cos, sin = rotary_cos_sin(positions, self.config.head_dim, self.config.rope_theta)
         x = self.model.embed_tokens(tokens)
         routings = []
-        for block in self.model.layers:
+        for block in self.blocks:
             x, routing = block(x, cos, sin, attend)
             routings.append(routing)
         return x, routings
@@ -312,7 +325,7 @@ class MoETransformer(nn.Module):
         """MTP module ``depth`` at the positions of ``tokens``: from the hidden state one
         position earlier and this token's embedding, a state that predicts the next token.
         Returns ``[N, C]`` before the module's norm; chain it as the next ``hidden_prev``."""
-        module = self.mtp[depth]
+        module = self.mtp_module(depth)
         cos, sin = rotary_cos_sin(positions, self.config.head_dim, self.config.rope_theta)
         combined = torch.cat(
             [module.hnorm(hidden_prev), module.enorm(self.model.embed_tokens(tokens))], dim=-1
@@ -321,7 +334,7 @@ class MoETransformer(nn.Module):
         return x
 
     def mtp_logits(self, depth: int, mtp_hidden: Tensor) -> Tensor:
-        return self.lm_head(self.mtp[depth].norm(mtp_hidden))
+        return self.lm_head(self.mtp_module(depth).norm(mtp_hidden))
 
     # -- the batch interface training and tests use ----------------------------------------
 

@@ -12,8 +12,12 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+if TYPE_CHECKING:  # jinja2 is imported where a template is compiled (see _compile)
+    from jinja2 import Template
 
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 SYSTEM, USER, ASSISTANT, END = "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"
@@ -41,14 +45,15 @@ class ChatTokenizer:
         self.tokenizer = tokenizer
         self.chat_template = chat_template
         self.model_max_length = model_max_length
-        ids = [tokenizer.token_to_id(t) for t in SPECIAL_TOKENS]
+        found = [tokenizer.token_to_id(t) for t in SPECIAL_TOKENS]  # None: not in the vocab
+        ids = [i for i in found if i is not None]
         if ids != list(range(len(SPECIAL_TOKENS))):
-            raise ValueError(f"special tokens {SPECIAL_TOKENS} must have ids 0.., not {ids}")
+            raise ValueError(f"special tokens {SPECIAL_TOKENS} must have ids 0.., not {found}")
         self.pad_token_id, self.bos_token_id, self.eos_token_id = ids[0], ids[1], ids[2]
         self.end_token_id = ids[SPECIAL_TOKENS.index(END)]
 
     @cached_property
-    def _template(self):  # -> jinja2.Template, compiled on first use
+    def _template(self) -> Template:  # compiled on first use
         return _compile(self.chat_template)
 
     @property
@@ -119,7 +124,7 @@ class ChatTokenizer:
         )
 
 
-def _compile(template: str):  # -> jinja2.Template
+def _compile(template: str) -> Template:
     # jinja2 comes with transformers; imported here so encode/decode work without it.
     # The environment is the one transformers compiles chat templates in.
     from jinja2.sandbox import ImmutableSandboxedEnvironment

@@ -3,6 +3,8 @@ engine and its loop, warm up, and put the HTTP API (server.build_app) in front."
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
@@ -10,6 +12,11 @@ from targets.serving.config import ReferenceTargetConfig
 from targets.serving.errors import ReferenceConfigError
 from targets.serving.openai_request import ServedModel
 from targets.serving.server import build_app
+
+if TYPE_CHECKING:  # both are imported where used: torch loads only when a target is built
+    import torch
+
+    from targets.serving.engine.engine import Engine
 
 
 def create_app(config: ReferenceTargetConfig, registry: CollectorRegistry | None = None) -> FastAPI:
@@ -47,7 +54,7 @@ def create_app(config: ReferenceTargetConfig, registry: CollectorRegistry | None
     return build_app(EngineLoop(engine), served, registry)
 
 
-def _warm_up(throwaway) -> None:  # (Engine) -> None
+def _warm_up(throwaway: Engine) -> None:
     """A few requests through a throwaway engine on the same model, before serving: the
     first forwards pay torch's one-time setup (about 0.1 s here), which would otherwise
     land on the first client's TTFT. The served engine's counters stay untouched."""
@@ -61,7 +68,7 @@ def _warm_up(throwaway) -> None:  # (Engine) -> None
             break
 
 
-def _torch_dtype(name: str):  # -> torch.dtype
+def _torch_dtype(name: str) -> torch.dtype:
     import torch
 
     return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]

@@ -13,6 +13,7 @@ three statuses).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -84,7 +85,7 @@ class EngineStatsCollector(Collector):
             lambda s: s.waiting,
         )
         for name, doc, field in _COUNTERS:
-            yield counter(name, doc, lambda s, field=field: getattr(s.counters, field))
+            yield counter(name, doc, operator.attrgetter(f"counters.{field}"))
 
         accepted = CounterMetricFamily(
             "reference_spec_decode_accepted_tokens_per_position",

@@ -1,14 +1,16 @@
 """What the synthetic target does: latencies, jitter, faults, validated once at the edge.
 
 Every field has a unit in its name where it has one; a bad value raises
-``SyntheticConfigError`` (a ``ValueError``) naming the field and what it accepts.
+``SyntheticConfigError`` (a ``ValueError``) naming the field and what it accepts. This is
+the one validator of the synthetic target's settings: a spec's ``[target.synthetic]`` table
+is checked by it too (suites/spec.py turns the error into one naming the spec field).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +19,19 @@ FAULT_RATE_FIELDS = ("error_rate", "stall_rate", "malformed_rate", "truncate_rat
 
 
 class SyntheticConfigError(ValueError):
-    """A synthetic-target setting is out of range or of the wrong type."""
+    """A synthetic-target setting is out of range or of the wrong type.
+
+    ``fields`` names the settings at fault (several for a rule between them) and
+    ``problem`` says what is wrong with them; with ``unknown``, they are not settings at all.
+    The message is the fields followed by the problem.
+    """
+
+    def __init__(self, fields: Sequence[str], problem: str, *, unknown: bool = False) -> None:
+        self.fields = tuple(fields)
+        self.problem = problem
+        self.unknown = unknown
+        named = " + ".join(self.fields)
+        super().__init__(f"{named} {problem}" if named and not unknown else problem)
 
 
 @dataclass(frozen=True)
@@ -63,34 +77,39 @@ class SyntheticConfig:
         _check_int("seed", self.seed, low=None)
         if self.jitter not in JITTER_KINDS:
             raise SyntheticConfigError(
-                f"jitter must be one of {', '.join(JITTER_KINDS)}; got {self.jitter!r}"
+                ["jitter"], f"must be one of {', '.join(JITTER_KINDS)}; got {self.jitter!r}"
             )
         # A scale with no jitter kind is almost surely a forgotten setting, not a wish.
         if self.jitter == "none" and self.jitter_scale > 0:
             raise SyntheticConfigError(
-                f"jitter_scale is {self.jitter_scale} but jitter is 'none'; set jitter to one"
-                f" of {', '.join(JITTER_KINDS[1:])} or jitter_scale to 0"
+                ["jitter_scale"],
+                f"is {self.jitter_scale} but jitter is 'none'; set jitter to one"
+                f" of {', '.join(JITTER_KINDS[1:])} or jitter_scale to 0",
             )
         total_rate = sum(getattr(self, name) for name in FAULT_RATE_FIELDS)
         if total_rate > 1.0 + 1e-12:
             raise SyntheticConfigError(
-                f"{' + '.join(FAULT_RATE_FIELDS)} must be <= 1 (a request gets at most one"
-                f" fault); got {total_rate:g}"
+                FAULT_RATE_FIELDS,
+                f"must be <= 1 (a request gets at most one fault); got {total_rate:g}",
             )
         if not isinstance(self.model, str) or not self.model:
-            raise SyntheticConfigError(f"model must be a non-empty string; got {self.model!r}")
+            raise SyntheticConfigError(["model"], f"must be a non-empty string; got {self.model!r}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SyntheticConfig:
         """Build a config from a JSON-like mapping; unknown keys are an error, not ignored."""
         if not isinstance(data, Mapping):
-            raise SyntheticConfigError(f"config must be a JSON object; got {type(data).__name__}")
+            raise SyntheticConfigError(
+                [], f"config must be a JSON object; got {type(data).__name__}"
+            )
         known = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise SyntheticConfigError(
+                unknown,
                 f"unknown config field(s) {', '.join(map(repr, unknown))}; valid fields:"
-                f" {', '.join(sorted(known))}"
+                f" {', '.join(sorted(known))}",
+                unknown=True,
             )
         return cls(**data)
 
@@ -102,13 +121,13 @@ class SyntheticConfig:
 def _check_number(name: str, value: object, *, low: float, high: float, what: str) -> None:
     # bool is an int subclass; True as a delay is a mistake, not 1 second.
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SyntheticConfigError(f"{name} must be a number {what}; got {value!r}")
+        raise SyntheticConfigError([name], f"must be a number {what}; got {value!r}")
     if not (low <= value <= high) or math.isnan(value) or math.isinf(value):
-        raise SyntheticConfigError(f"{name} must be a finite number {what}; got {value!r}")
+        raise SyntheticConfigError([name], f"must be a finite number {what}; got {value!r}")
 
 
 def _check_int(name: str, value: object, *, low: int | None) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SyntheticConfigError(f"{name} must be an integer; got {value!r}")
+        raise SyntheticConfigError([name], f"must be an integer; got {value!r}")
     if low is not None and value < low:
-        raise SyntheticConfigError(f"{name} must be an integer >= {low}; got {value!r}")
+        raise SyntheticConfigError([name], f"must be an integer >= {low}; got {value!r}")

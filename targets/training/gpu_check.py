@@ -14,13 +14,14 @@ import json
 import sys
 import tempfile
 from dataclasses import replace
+from typing import Any
 
 import torch
 
 from targets.model.config import MoEConfig
-from targets.training.peak import peak_flops
+from targets.training.peak import PeakFlops, peak_flops
 from targets.training.setup import TrainerConfig, build
-from targets.training.trainer import Trainer
+from targets.training.trainer import StepResult, Trainer
 
 # Big enough to keep an H200 busy, small enough to build in seconds: ~0.4B parameters,
 # 16 experts (top-2) of 1024 x 1024 SwiGLU per layer, the shipped tokenizer's vocabulary.
@@ -30,11 +31,11 @@ GPU_MODEL = MoEConfig(
 )  # fmt: skip
 
 
-def _scenario(base: TrainerConfig, peak: float, **changes) -> dict:
+def _scenario(base: TrainerConfig, peak: float, **changes: Any) -> dict[str, Any]:
     gc.collect()  # the previous scenario's model and optimizer
     torch.cuda.empty_cache()
     cfg = replace(base, **changes)
-    results = []
+    results: list[StepResult] = []
     Trainer(build(cfg)).run(results.append)
     timed = results[2:] or results  # the first steps pay for CUDA's lazy setup
     step_s = [(r.end_ns - r.start_ns) / 1e9 for r in timed]
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     peak = peak_flops("cuda", torch.bfloat16)
     print(f"{torch.cuda.get_device_name()}: peak {peak.flops_per_s / 1e12:.1f} TFLOP/s "
           f"({peak.source})", flush=True)  # fmt: skip
-    rows = []
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         base = TrainerConfig(
             model=GPU_MODEL, init_from=None, mtp=True, seq_len=1024, micro_batch_size=8,
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _save(out: str | None, peak, rows: list[dict]) -> None:
+def _save(out: str | None, peak: PeakFlops, rows: list[dict[str, Any]]) -> None:
     if out:
         with open(out, "w") as f:
             json.dump({"peak": peak.flops_per_s, "peak_source": peak.source, "rows": rows}, f)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch._C._profiler import _ExtraFields_Allocation
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from targets.training.memory import _SavedLedger
@@ -87,16 +88,20 @@ def _profiled_events(
     prof: profile, device: torch.device
 ) -> tuple[list[tuple[int, int, int]], dict[int, list[int]]]:
     """``device``'s allocations as (time_ns, ptr, signed bytes), and ptr -> times counted."""
-    allocations, marks = [], {}
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    allocations: list[tuple[int, int, int]] = []
+    marks: dict[int, list[int]] = {}
+    results = prof.profiler.kineto_results if prof.profiler is not None else None
+    assert results is not None, "read once the profile has stopped"
+    stack = list(results.experimental_event_tree())
     while stack:
         node = stack.pop()
         stack.extend(node.children)
         if node.name.startswith(_PACK_MARK):
             marks.setdefault(int(node.name[len(_PACK_MARK) :]), []).append(node.start_time_ns)
-        elif node.name == "[memory]" and node.extra_fields.device.type == device.type:
-            fields = node.extra_fields
-            allocations.append((node.start_time_ns, fields.ptr, fields.alloc_size))
+        elif node.name == "[memory]":
+            fields = node.extra_fields  # an allocation's, for a "[memory]" event
+            if isinstance(fields, _ExtraFields_Allocation) and fields.device.type == device.type:
+                allocations.append((node.start_time_ns, fields.ptr, fields.alloc_size))
     return sorted(allocations), marks
 
 

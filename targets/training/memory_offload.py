@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +71,7 @@ class HostOffloader:
         self._copies: dict[int, tuple[weakref.ref[Tensor], weakref.ref[_HostCopy]]] = {}
 
     @contextmanager
-    def hooks(self):
+    def hooks(self) -> Iterator[HostOffloader]:
         """Offload everything autograd saves inside the block (innermost hooks win)."""
         try:
             with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):

@@ -40,7 +40,8 @@ class MemoryBudget(Protocol):
 
     def saved_bytes(self) -> int: ...  # saved activations alive now
 
-    def offload(self) -> AbstractContextManager[None]: ...  # saved tensors go to host memory
+    # Saved tensors go to host memory inside the block (what it yields is not used here).
+    def offload(self) -> AbstractContextManager[object]: ...
 
 
 def _recompute(fn: Callable[..., Any], *args: Any) -> Any:

@@ -136,6 +136,7 @@ def build(config: TrainerConfig) -> TrainingSetup:
     if config.token_stream_path is not None:
         stream = torch.load(config.token_stream_path, weights_only=True)
     else:
+        assert tokenizer is not None, "_model loads the tokenizer when no token stream is given"
         stream = training_stream(tokenizer)
     model = model.to(device=config.device, dtype=DTYPES[config.dtype]).train()
     static = memory.training_static_bytes(model).total_bytes
@@ -147,9 +148,12 @@ def build(config: TrainerConfig) -> TrainingSetup:
     budget = _budget(config, model)
     profile = skew.profile_by_name(config.skew, config.skew_seed, config.replay_path, model_cfg)
     handle = skew_fit.install(model, profile)
+    # The policy is chosen once the setup exists (the adaptive one calibrates on its
+    # batches); keep-all stands in until then.
+    placeholder = HottestExpertRank(KeepAll(), config.expert_parallel, model_cfg.num_experts)
     setup = TrainingSetup(
         config=config, recipe=recipe, model=model, stream=stream, budget=budget,
-        policy=KeepAll(), skew=handle,
+        policy=placeholder, skew=handle,
         flops_per_token=flops.training_flops_per_token(model_cfg, config.seq_len, config.mtp),
     )  # fmt: skip
     setup.policy = HottestExpertRank(_policy(setup), config.expert_parallel, model_cfg.num_experts)
@@ -202,13 +206,15 @@ def _without_mtp(model: MoETransformer) -> MoETransformer:
     return smaller
 
 
-def _budget(config: TrainerConfig, model: MoETransformer):
+def _budget(
+    config: TrainerConfig, model: MoETransformer
+) -> memory.AccountedBudget | memory.CudaBudget:
     if config.device == "cuda":
         return memory.CudaBudget(config.budget_bytes, torch.device("cuda"))
     return memory.AccountedBudget(config.budget_bytes)
 
 
-def _policy(setup: TrainingSetup):
+def _policy(setup: TrainingSetup) -> KeepAll | AdaptivePolicy:
     name = setup.config.policy
     if name == "keep-all":
         return KeepAll()

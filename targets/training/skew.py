@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 import torch
 from torch import Tensor
@@ -80,7 +80,8 @@ class MicrobatchTarget:
 
 
 class SkewProfile(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...  # read-only: the profiles are frozen dataclasses
 
     def check(self, shape: RoutingShape) -> None:
         """Raise ``SkewProfileError`` if this profile cannot drive a model of ``shape``."""
@@ -243,7 +244,7 @@ def read_replay_file(path: Path) -> tuple[tuple[int, ...], tuple[tuple[tuple[int
     return tuple(line_numbers), tuple(loads)
 
 
-def _is_int_matrix(value: object) -> bool:
+def _is_int_matrix(value: object) -> TypeGuard[list[list[int]]]:
     return (
         isinstance(value, list)
         and len(value) > 0

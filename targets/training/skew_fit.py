@@ -131,7 +131,7 @@ class SkewHandle:
         self._cached: tuple[int, MicrobatchTarget | None] | None = None
         self._fitted: OrderedDict[tuple[int, bytes], Tensor] = OrderedDict()  # (layer, logits)
         self._routed: OrderedDict[tuple[int, int], None] = OrderedDict()  # (micro-batch, layer)
-        self._layers: list[MoE] = [block.block_sparse_moe for block in model.model.layers]
+        self._layers: list[MoE] = [block.block_sparse_moe for block in model.blocks]
         self._previous = [layer.router_bias for layer in self._layers]
         self._bias_fn = self.bias  # one bound method, so remove() can tell it is still ours
         for layer in self._layers:

@@ -139,7 +139,8 @@ class Trainer:
         return int(latest.stem.split("-")[1]) if latest else 0
 
     def _samples_for_step(self, next_sample: int) -> tuple[list[int], int]:
-        samples, j = [], next_sample
+        samples: list[int] = []
+        j = next_sample
         while len(samples) < self.config.microbatches:
             if j not in self.skipped:
                 samples.append(j)

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from collectors.serving_records import ServingSummary
 from collectors.store import RunStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -164,10 +165,13 @@ def test_runs_show_latest_prints_percentiles_with_counts(short_run):
     assert "status=complete" in result.stdout
     rows = _table_rows(result.stdout)
     assert rows["metric"][:2] == ["n", "p50 ms"]
-    latency = RunStore(runs).open(run_id).summary()["scenarios"]["c=2"]["latency_s"]
-    for label, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("ITL", "itl_s")):
+    summary = RunStore(runs).open(run_id).summary()
+    assert isinstance(summary, ServingSummary)
+    latency = summary.scenarios["c=2"].latency_s
+    for label, described in (("TTFT", latency.ttft_s), ("TPOT", latency.tpot_s),
+                             ("ITL", latency.itl_s)):  # fmt: skip
         assert label in rows, result.stdout
-        assert int(rows[label][0]) == latency[key]["count"] > 0
+        assert int(rows[label][0]) == described.count > 0
         assert float(rows[label][1]) > 0  # p50 in ms
     assert "c=2:" in result.stdout
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from collectors.serving_records import ServingSummary
 from collectors.store import RunStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -58,14 +59,15 @@ def test_the_tables_agree_with_the_stored_runs(tmp_path):
         run = store.open(row["run_id"])
         assert run.manifest.status == row["run_status"] in ("complete", "invalid")
         assert run.manifest.target["kind"] == "reference"
-        entry = run.summary()["scenarios"][row["scenario"]]
-        assert row["requests_ok"] == entry["ok"] > 0
-        assert row["output_tok_s"] == entry["output_throughput_tok_s"]
+        summary = run.summary()
+        assert isinstance(summary, ServingSummary)
+        entry = summary.scenarios[row["scenario"]]
+        assert row["requests_ok"] == entry.ok > 0
+        assert row["output_tok_s"] == entry.output_throughput_tok_s
         assert f"{row['output_tok_s']:.1f}" in out
-        tpot = {q["q"]: q["value"] for q in entry["latency_s"]["tpot_s"]["quantiles"]}
-        ttft = {q["q"]: q["value"] for q in entry["latency_s"]["ttft_s"]["quantiles"]}
-        assert row["tpot_p50_s"] == tpot[0.5]
-        assert (row["ttft_p50_s"], row["ttft_p99_s"]) == (ttft[0.5], ttft[0.99])
+        tpot, ttft = entry.latency_s.tpot_s, entry.latency_s.ttft_s
+        assert row["tpot_p50_s"] == tpot.value_at(0.5)
+        assert (row["ttft_p50_s"], row["ttft_p99_s"]) == (ttft.value_at(0.5), ttft.value_at(0.99))
 
         counters, scraped = row["counters"], window_totals(run, row["scenario"])
         assert counters["generation_tokens"] == pytest.approx(

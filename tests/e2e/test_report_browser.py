@@ -164,7 +164,7 @@ def hostile_scenarios(real: RunData) -> RunData:
         manifest=type(real.manifest).from_dict({**data, "run_id": real.run_id + "-renamed"}),
         requests=requests,
         steps=table_to_frame("steps", SCHEMAS["steps"].empty_table()),
-        summary={},
+        summary=None,
         server_metrics=[],
         samples=table_to_frame("samples", SCHEMAS["samples"].empty_table()),
     )

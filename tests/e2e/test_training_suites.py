@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from collectors.store import RunStore
+from collectors.training_summary import TrainingSummary
 from moeperf.cli import main
 
 TINY_OOM = """
@@ -69,19 +70,22 @@ def test_tiny_oom_suite_stores_steps_summary_and_a_report(tmp_path, capsys):
     assert len(steps["tokens_per_expert"].iloc[0]) == 4  # [layer][expert]
 
     summary = reader.summary()
-    entries = summary["scenarios"]
+    assert isinstance(summary, TrainingSummary)
+    entries = summary.scenarios
     assert list(entries) == SCENARIOS
     for entry in entries.values():
-        assert entry["steps"] == 3
-        for field in ("oom_rate", "ooms", "step_attempts", "restarts", "time_lost_s",
-                      "effective_tokens_per_s", "tokens_per_s", "mfu_p50", "decide_s"):  # fmt: skip
-            assert entry[field] is not None, field
-    assert entries["keep-all/calm"]["ooms"] == 0
-    assert entries["keep-all/spiky"]["ooms"] >= 1  # the spike crossed the budget
-    assert entries["keep-all/spiky"]["oom_rate"] > 0
-    assert entries["adaptive/spiky"]["ooms"] == 0  # it decided to fit
-    budget = summary["budgets"][""]
-    assert budget["budget_bytes"] == int(1.008 * budget["calibration_peak_bytes"])
+        assert entry.steps == 3
+        for field in (entry.oom_rate, entry.ooms, entry.step_attempts, entry.restarts,
+                      entry.time_lost_s, entry.effective_tokens_per_s, entry.tokens_per_s,
+                      entry.mfu_p50, entry.decide_s):  # fmt: skip
+            assert field is not None, entry
+    assert entries["keep-all/calm"].ooms == 0
+    assert entries["keep-all/spiky"].ooms >= 1  # the spike crossed the budget
+    oom_rate = entries["keep-all/spiky"].oom_rate
+    assert oom_rate is not None and oom_rate > 0
+    assert entries["adaptive/spiky"].ooms == 0  # it decided to fit
+    budget = summary.budgets[""]
+    assert budget.budget_bytes == int(1.008 * budget.calibration_peak_bytes)
 
     page = tmp_path / "report.html"
     assert main(["--runs-dir", str(runs), "report", reader.run_id, "--out", str(page)]) == 0

@@ -28,6 +28,7 @@ async def _answer(request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     if kind == "early":
         await response.write(CHUNK)
+        assert request.transport is not None
         request.transport.close()  # no [DONE], and the chunked body is cut
         return response
     if kind == "garbage":
@@ -50,7 +51,7 @@ async def base_url():
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    port = runner.addresses[0][1]
     yield f"http://127.0.0.1:{port}"
     await runner.cleanup()
 

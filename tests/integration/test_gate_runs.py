@@ -6,14 +6,14 @@ import json
 
 import pytest
 
+from moeperf.gate_calibration import calibrate_command
 from moeperf.gate_runs import (
     block_order,
-    calibrate_command,
     paired_command,
     paired_gate,
     parse_target,
 )
-from suites.errors import UsageError
+from suites.errors import SpecError, UsageError
 from suites.spec import load_spec
 
 pytestmark = pytest.mark.slow
@@ -73,13 +73,15 @@ def test_a_over_a_flags_nothing(tmp_path):
 
 
 def test_targets_and_block_orders():
-    _, spec = load_spec("synthetic", SHORT)
+    spec = load_spec("synthetic", SHORT).serving
     assert parse_target("http://127.0.0.1:8000", spec).url == "http://127.0.0.1:8000"
     assert parse_target("url:http://h:1", spec).url == "http://h:1"
     synthetic = parse_target("synthetic:itl_s=0.011,tokens_per_chunk=2", spec).synthetic
-    assert synthetic["itl_s"] == 0.011 and synthetic["tokens_per_chunk"] == 2
-    assert synthetic["ttft_s"] == spec.target.synthetic.ttft_s
-    assert parse_target('synthetic:{"ttft_s": 0.2}', spec).synthetic["ttft_s"] == 0.2
+    assert synthetic is not None
+    assert synthetic.itl_s == 0.011 and synthetic.tokens_per_chunk == 2
+    assert synthetic.ttft_s == spec.target.synthetic.ttft_s
+    choice = parse_target('synthetic:{"ttft_s": 0.2}', spec)
+    assert choice.synthetic is not None and choice.synthetic.ttft_s == 0.2
     with pytest.raises(UsageError, match="valid fields"):
         parse_target("synthetic:itl=0.01", spec)
     with pytest.raises(UsageError, match="expected a URL"):
@@ -90,3 +92,14 @@ def test_targets_and_block_orders():
         block_order(2, "aabb")
     with pytest.raises(UsageError):
         paired_gate("synthetic", "synthetic", "synthetic", 0)
+
+
+def test_paired_and_a_over_a_specs_are_validated_before_any_target_starts(tmp_path):
+    rates = ["target.synthetic.error_rate=0.7", "target.synthetic.stall_rate=0.7"]
+    flags = "--set target.synthetic.error_rate=0.7, --set target.synthetic.stall_rate=0.7"
+    with pytest.raises(SpecError) as info:
+        paired_gate("synthetic", "synthetic", "synthetic", 1, tmp_path / "runs", [*SHORT, *rates])
+    assert str(info.value).startswith(f"{flags}: target.synthetic.error_rate + stall_rate")
+    with pytest.raises(SpecError, match="did you mean 'duration_s'"):
+        calibrate_command("synthetic", 1, tmp_path / "runs", ["load.duraton_s=1"], tmp_path)
+    assert not (tmp_path / "runs").exists()

@@ -88,6 +88,7 @@ def test_threaded_scraper_serves_a_synchronous_caller(target_url):
     with scraper:
         asyncio.run(send(target_url, 2))
         scraper.start_window("next")
+    assert scraper._thread is not None
     assert not scraper._thread.is_alive()
     assert 0 <= records[0]["t_ns"] < 10**10  # from the anchor given
     finished = series(records[-1], TARGET_FINISHED_REQUESTS.name)

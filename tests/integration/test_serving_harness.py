@@ -85,18 +85,18 @@ def test_sweep_measures_what_the_server_wrote(tmp_path):
     assert 0.009 <= np.median(itl) < 0.015
     assert (per_request(measured)["ttft_s"] >= 0.05).all()
     # The runner's own ground-truth summary is only for the embedded target.
-    assert "harness_error_s" not in reader.summary()["scenarios"]["c=8"]
+    assert reader.summary().scenarios["c=8"].harness_error_s is None
 
 
 def test_embedded_target_reports_harness_error(tmp_path):
     reader = run(tmp_path, spec(load={"levels": [4], "duration_s": 2.0}))
-    entry = reader.summary()["scenarios"]["c=4"]
-    errors = entry["harness_error_s"]
-    assert errors["matched_requests"] == entry["ok"] > 0
-    assert errors["unmatched_requests"] == 0
-    assert errors["ttft"]["count"] == entry["ok"]
+    entry = reader.summary().scenarios["c=4"]
+    errors = entry.harness_error_s
+    assert errors.matched_requests == entry.ok > 0
+    assert errors.unmatched_requests == 0
+    assert errors.ttft.count == entry.ok
     # every chunk arrives after it was written
-    assert errors["chunk"]["quantiles"][0]["value"] >= 0
+    assert errors.chunk.value_at(0.5) >= 0
     assert reader.manifest.target["simulated"] is True
     assert any("synthetic" in note for note in reader.manifest.notes)
 
@@ -119,21 +119,21 @@ def test_faults_become_failed_requests_and_the_run_goes_on(tmp_path):
             harness={"stall_timeout_s": 0.5},
         ),
     )
-    entry = reader.summary()["scenarios"]["c=8"]
+    entry = reader.summary().scenarios["c=8"]
     assert reader.manifest.status in ("complete", "invalid")
-    assert entry["ok"] > 0
-    assert set(entry["error_types"]) >= {
+    assert entry.ok > 0
+    assert set(entry.error_types) >= {
         "http_5xx",
         "malformed_chunk",
         "stream_truncated",
         "stall_timeout",
     }
-    assert entry["errors"] == sum(entry["error_types"].values())
+    assert entry.errors == sum(entry.error_types.values())
     requests = reader.requests()
     http = requests[requests["error_type"] == "http_5xx"]
     assert (http["http_status"] == 500).all()
     # Failures are in goodput's denominator.
-    assert entry["goodput_ratio"] <= entry["ok"] / entry["requests"]
+    assert entry.goodput_ratio <= entry.ok / entry.requests
 
 
 def test_unreachable_target_is_recorded_per_request(tmp_path, unused_tcp_port):
@@ -154,11 +154,11 @@ def test_unreachable_target_is_recorded_per_request(tmp_path, unused_tcp_port):
             load={"levels": [2], "duration_s": 1.0, "warmup_s": 0.0, "max_requests": 6},
         ),
     )
-    entry = reader.summary()["scenarios"]["c=2"]
-    assert entry["requests"] == 6
-    assert entry["error_types"] == {"connect_error": 6}
-    assert entry["ok"] == 0 and entry["goodput_ratio"] == 0
-    assert entry["latency_s"]["ttft_s"]["count"] == 0
+    entry = reader.summary().scenarios["c=2"]
+    assert entry.requests == 6
+    assert entry.error_types == {"connect_error": 6}
+    assert entry.ok == 0 and entry.goodput_ratio == 0
+    assert entry.latency_s.ttft_s.count == 0
 
 
 def test_open_loop_poisson_keeps_its_schedule(tmp_path):
@@ -176,8 +176,8 @@ def test_open_loop_poisson_keeps_its_schedule(tmp_path):
     assert intended[-1] - intended[0] < 3.0e9
     queue_delay_s = (requests["send_ns"] - requests["intended_send_ns"]) / 1e9
     assert (queue_delay_s >= 0).all()
-    entry = reader.summary()["scenarios"]["rate=40"]
-    assert entry["harness"][0]["offered"] == len(requests)
+    entry = reader.summary().scenarios["rate=40"]
+    assert entry.harness[0].offered == len(requests)
 
 
 def test_tokens_per_chunk_from_the_tokenizer_when_the_server_does_not_say(tmp_path):

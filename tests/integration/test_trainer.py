@@ -21,7 +21,7 @@ from targets.training.policies import (
     SelectiveRecompute,
 )
 from targets.training.setup import TrainerConfig, TrainingConfigError, build
-from targets.training.trainer import Trainer
+from targets.training.trainer import StepResult, Trainer
 
 pytestmark = pytest.mark.slow
 
@@ -54,8 +54,8 @@ def config(tmp_path, replay_file, **changes) -> TrainerConfig:
     return replace(base, **changes)
 
 
-def train(cfg: TrainerConfig) -> list:
-    results = []
+def train(cfg: TrainerConfig) -> list[StepResult]:
+    results: list[StepResult] = []
     Trainer(build(cfg)).run(results.append)
     return results
 

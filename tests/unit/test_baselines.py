@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from collectors.records import RequestRecord, SampleRecord, StepRecord
+from collectors.serving_records import ServingSummary
 from collectors.store import RunReader, RunStore, RunWriter
 from collectors.summary import summarize_requests
 from collectors.tables import records_frame
@@ -218,10 +219,13 @@ def test_commands(store, tmp_path, run):
     lines.clear()
     assert show_command("cli@1", root, out=lines.append) == 0
     text = "\n".join(lines)
-    ttft = RunReader(run.directory).summary()["scenarios"]["c=4"]["latency_s"]["ttft_s"]
-    p50 = next(q["value"] for q in ttft["quantiles"] if q["q"] == 0.5)
+    summary = RunReader(run.directory).summary()
+    assert isinstance(summary, ServingSummary)
+    ttft = summary.scenarios["c=4"].latency_s.ttft_s
+    p50 = ttft.value_at(0.5)
+    assert p50 is not None
     assert "cli@1" in text and run.run_id in text and "c=1" in text and "c=4" in text
-    assert f"{p50 * 1e3:.2f}" in text and f"n={ttft['count']}" in text
+    assert f"{p50 * 1e3:.2f}" in text and f"n={ttft.count}" in text
     with pytest.raises(ReportUsageError, match="no run"):
         promote_command("nope", "cli", None, runs, root, False)
     with pytest.raises(ReportUsageError, match="no baseline"):

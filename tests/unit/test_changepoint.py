@@ -58,7 +58,7 @@ def test_trend_warnings_only_for_recent_material_shifts():
 
 def test_metric_history_takes_each_versions_point_value():
     def version(level):
-        return [MetricSamples("c=1/itl_s", "p50", [level] * 9, "lower", "latency", "s")]
+        return [MetricSamples("c=1/itl_s", "p50", np.full(9, level), "lower", "latency", "s")]
 
     history = metric_history([("v1", version(1.0)), ("v2", version(2.0)), ("v3", [])])
     assert history == {"c=1/itl_s p50": [("v1", 1.0), ("v2", 2.0)]}

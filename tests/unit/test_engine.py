@@ -8,7 +8,9 @@ from targets.serving.engine.api import (
     EngineConfig,
     InvalidRequestError,
     QueueFullError,
+    RequestOutput,
     SamplingParams,
+    TokenLogprob,
 )
 from targets.serving.engine.engine import Engine
 
@@ -80,6 +82,11 @@ def test_greedy_output_equals_dense_decoding(model, prompts, reference, name):
     assert engine.stats().kv_blocks_used == 0  # every block returned
 
 
+def logprobs_of(output: RequestOutput) -> tuple[TokenLogprob, ...]:
+    assert output.new_logprobs is not None, "the request asked for logprobs"
+    return output.new_logprobs
+
+
 def test_prefix_cache_reuses_blocks_and_reports_cached_tokens(model):
     engine = Engine(model, EngineConfig(block_size=8))
     shared = list(range(10, 42))  # four full blocks
@@ -102,12 +109,12 @@ def test_prefix_cache_reuses_blocks_and_reports_cached_tokens(model):
     assert counters.prefix_cache_queries == 34 + 33
     assert counters.prefill_tokens == 34 + 1  # b computed only its last token
     fresh = Engine(model, EngineConfig(block_size=8, enable_prefix_caching=False))
-    fresh_outputs = []
+    fresh_outputs: list[RequestOutput] = []
     fresh.add_request("b", [*shared, 7], params, fresh_outputs.append)
     while fresh.has_work():
         fresh.step()
-    hit = [lp for o in outputs if o.request_id == "b" for lp in o.new_logprobs]
-    miss = [lp for o in fresh_outputs for lp in o.new_logprobs]
+    hit = [lp for o in outputs if o.request_id == "b" for lp in logprobs_of(o)]
+    miss = [lp for o in fresh_outputs for lp in logprobs_of(o)]
     assert [lp.token_id for lp in hit] == [lp.token_id for lp in miss]
     for a, b in zip(hit, miss, strict=True):
         assert a.logprob == pytest.approx(b.logprob, abs=1e-4)
@@ -117,14 +124,14 @@ def test_chunked_prefill_gives_the_same_logprobs_as_whole_prefill(model, prompts
     params = SamplingParams(max_tokens=3, ignore_eos=True, logprobs=2)
 
     def logprobs(config):
-        seen = []
+        seen: list[RequestOutput] = []
         engine = Engine(model, config)
         for i, prompt in enumerate(prompts):
             engine.add_request(str(i), prompt, params, seen.append)
         while engine.has_work():
             engine.step()
         return sorted(
-            (o.request_id, lp.token_id, lp.logprob) for o in seen for lp in o.new_logprobs
+            (o.request_id, lp.token_id, lp.logprob) for o in seen for lp in logprobs_of(o)
         )
 
     whole = logprobs(EngineConfig(chunked_prefill_size=0, enable_prefix_caching=False))
@@ -135,12 +142,16 @@ def test_chunked_prefill_gives_the_same_logprobs_as_whole_prefill(model, prompts
         assert a == pytest.approx(b, abs=1e-4)
 
 
-def test_verification_accepts_correct_drafts_and_rolls_back_wrong_ones(model, prompts, reference):
+def test_verification_accepts_correct_drafts_and_rolls_back_wrong_ones(
+    model, prompts, reference, monkeypatch
+):
     """Drafts replaced by an oracle (the known greedy continuation, with every third draft
     wrong) exercise acceptance, the bonus token and KV rollback with known answers."""
     engine = Engine(model, EngineConfig(mtp_tokens=3, enable_prefix_caching=False))
-    truth = {}
-    real_update = engine.drafter.update
+    truth: dict[str, list[int]] = {}
+    drafter = engine.drafter
+    assert drafter is not None
+    real_update = drafter.update
 
     def oracle_update(seqs, wants):
         real_update(seqs, wants)  # the real MTP entries are still written
@@ -152,8 +163,8 @@ def test_verification_accepts_correct_drafts_and_rolls_back_wrong_ones(model, pr
                 drafts.append(right if (position + 1) % 3 else (right + 1) % 256)
             seq.draft_ids = drafts
 
-    engine.drafter.update = oracle_update
-    results = {}
+    monkeypatch.setattr(drafter, "update", oracle_update)
+    results: dict[str, list[int]] = {}
     for i, (prompt, expected) in enumerate(zip(prompts, reference, strict=True)):
         truth[str(i)] = expected
         engine.add_request(str(i), prompt, GREEDY, lambda o: results.setdefault(
@@ -184,7 +195,7 @@ def test_seeded_sampling_is_reproducible(model, prompts, mtp_tokens):
 def test_stop_tokens_and_max_tokens_end_requests(model, prompts, reference):
     engine = Engine(model)
     stop_at = reference[0][3]
-    outputs = []
+    outputs: list[RequestOutput] = []
     engine.add_request("s", prompts[0], SamplingParams(max_tokens=12, stop_token_ids=(stop_at,)),
                        outputs.append)  # fmt: skip
     engine.add_request("l", prompts[1], SamplingParams(max_tokens=5, ignore_eos=True),
@@ -201,7 +212,7 @@ def test_stop_tokens_and_max_tokens_end_requests(model, prompts, reference):
 
 def test_abort_ends_a_running_request(model, prompts):
     engine = Engine(model)
-    outputs = []
+    outputs: list[RequestOutput] = []
     engine.add_request("x", prompts[0], SamplingParams(max_tokens=100, ignore_eos=True),
                        outputs.append)  # fmt: skip
     engine.step()

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from collectors.quantiles import describe
+from collectors.quantiles import Described, QuantileEstimate, describe
 from collectors.records import StepRecord
+from collectors.serving_records import ScenarioSummary, empty_scenario
 from collectors.tables import rows_to_table, table_to_frame
 from reports.figures.baseline_trend import baseline_trend
 from reports.figures.cdf import cdf_curves, cdf_points, latency_cdf
@@ -49,30 +51,33 @@ def test_pareto_front_of_a_monotone_tradeoff_keeps_every_point():
     assert pareto_front([1, 2, 3, 4], [4, 3, 2, 1]).tolist() == [False, False, False, True]
 
 
-def _described(p50: float, p99: float) -> dict:
-    return {
-        "count": 100,
-        "mean": p50,
-        "quantiles": [
-            {"q": 0.5, "value": p50, "ci_low": p50 * 0.9, "ci_high": p50 * 1.1},
-            {"q": 0.9, "value": p99 * 0.8, "ci_low": None, "ci_high": None},
-            {"q": 0.99, "value": p99, "ci_low": None, "ci_high": None},
-        ],
-    }
+def _described(p50: float, p99: float) -> Described:
+    return Described(
+        count=100,
+        mean=p50,
+        quantiles=(
+            QuantileEstimate(q=0.5, value=p50, ci_low=p50 * 0.9, ci_high=p50 * 1.1),
+            QuantileEstimate(q=0.9, value=p99 * 0.8, ci_low=None, ci_high=None),
+            QuantileEstimate(q=0.99, value=p99, ci_low=None, ci_high=None),
+        ),
+    )
 
 
-def summary_scenarios() -> dict:
+def summary_scenarios() -> dict[str, ScenarioSummary]:
     levels = {"c=1": (100, 0.05, 0.01), "c=4": (380, 0.06, 0.011), "c=16": (1200, 0.09, 0.015)}
     levels["c=64"] = (1100, 0.4, 0.03)  # past saturation: slower and no faster
+    empty = empty_scenario()
     return {
-        name: {
-            "ok": 100,
-            "output_throughput_tok_s": tok_s,
-            "latency_s": {
-                "ttft_s": _described(ttft, ttft * 2),
-                "tpot_s": _described(tpot, tpot * 2),
-            },
-        }
+        name: dataclasses.replace(
+            empty,
+            ok=100,
+            output_throughput_tok_s=tok_s,
+            latency_s=dataclasses.replace(
+                empty.latency_s,
+                ttft_s=_described(ttft, ttft * 2),
+                tpot_s=_described(tpot, tpot * 2),
+            ),
+        )
         for name, (tok_s, ttft, tpot) in levels.items()
     }
 
@@ -148,9 +153,10 @@ def test_cdf_curves_per_scenario_and_the_figure():
 
 
 def test_percentile_table_comes_from_describe_with_counts_and_intervals():
-    latency = {
-        "c=1": {"ttft_s": describe(np.linspace(0.01, 0.02, 500)), "itl_s": describe([0.01] * 5)}
-    }
+    latency = [
+        ("c=1", "TTFT", describe(np.linspace(0.01, 0.02, 500))),
+        ("c=1", "ITL", describe([0.01] * 5)),
+    ]
     frame = percentile_frame(latency)
     assert frame[["scenario", "metric", "count"]].values.tolist() == [
         ["c=1", "TTFT", 500],

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from collectors.micro_summary import MicroSummary
 from collectors.store import RunStore
 from suites.errors import UsageError
 from suites.ingest import SAMPLE_MEANING, ingest_benchmark, ingest_command, read_benchmark_json
@@ -102,18 +103,18 @@ def test_summary_and_manifest(produced, tmp_path):
     store = RunStore(tmp_path / "runs")
     reader = store.open(ingest_benchmark(produced["json"], store))
     summary = reader.summary()
-    assert summary["suite"] == "micro"
-    assert summary["sample"] == SAMPLE_MEANING
+    assert isinstance(summary, MicroSummary) and summary.SUITE == "micro"
+    assert summary.sample == SAMPLE_MEANING
     for fullname, bench in raw.items():
-        entry = summary["benchmarks"][fullname]
+        entry = summary.benchmarks[fullname]
         data = np.asarray(bench["stats"]["data"])
-        assert entry["count"] == len(data)
-        assert entry["median"] == pytest.approx(np.median(data))
-        assert entry["p90"] == pytest.approx(np.quantile(data, 0.9))
-        assert entry["min"] == data.min()
-        assert entry["iterations"] == bench["stats"]["iterations"]
-        assert [q["q"] for q in entry["quantiles"]] == [0.5, 0.9, 0.99]
-    assert summary["benchmarks"][SLEEP]["iterations"] == 3
+        assert entry.rounds.count == len(data)
+        assert entry.median == pytest.approx(np.median(data))
+        assert entry.p90 == pytest.approx(np.quantile(data, 0.9))
+        assert entry.min == data.min()
+        assert entry.iterations == bench["stats"]["iterations"]
+        assert [q.q for q in entry.rounds.quantiles] == [0.5, 0.9, 0.99]
+    assert summary.benchmarks[SLEEP].iterations == 3
     file = json.loads(produced["json"].read_text())
     target = reader.manifest.target
     assert target["machine_info"] == file["machine_info"]

@@ -1,19 +1,21 @@
 """Metric derivations on hand-built records."""
 
 import math
+from typing import Any
 
 import pandas as pd
 import pytest
 
 from collectors.latency import icl_samples_s, itl_samples_s, per_request
 from collectors.records import RequestRecord
+from collectors.serving_records import TokenDiscrepancy
 from collectors.summary import Slo, summarize_scenario
 
 MS = 1_000_000
 
 
-def record(**overrides) -> RequestRecord:
-    base = dict(
+def record(**overrides: Any) -> RequestRecord:
+    base: dict[str, Any] = dict(
         request_id="r0",
         scenario="c=1",
         phase="measure",
@@ -104,15 +106,15 @@ def test_failed_requests_give_no_latency_but_count_in_goodput():
         output_tokens=2,
     )
     summary = summarize_scenario(frame(good, failed, slow), Slo(ttft_s=0.5))
-    assert summary["requests"] == 3
-    assert summary["errors"] == 1
-    assert summary["error_types"] == {"http_5xx": 1}
-    assert summary["latency_s"]["ttft_s"]["count"] == 2
+    assert summary.requests == 3
+    assert summary.errors == 1
+    assert summary.error_types == {"http_5xx": 1}
+    assert summary.latency_s.ttft_s.count == 2
     # one of three meets the SLO: the failure is in the denominator.
-    assert summary["goodput_ratio"] == pytest.approx(1 / 3)
+    assert summary.goodput_ratio == pytest.approx(1 / 3)
     window_s = (950 - 2) / 1000
-    assert summary["goodput_rps"] == pytest.approx(1 / window_s)
-    assert summary["output_throughput_tok_s"] == pytest.approx(4 / window_s)
+    assert summary.goodput_rps == pytest.approx(1 / window_s)
+    assert summary.output_throughput_tok_s == pytest.approx(4 / window_s)
 
 
 def test_warmup_and_cooldown_are_excluded_and_counted():
@@ -122,9 +124,9 @@ def test_warmup_and_cooldown_are_excluded_and_counted():
     warm = record(request_id="w", phase="warmup", chunk_ns=[1], chunk_tokens=[1])
     cool = record(request_id="c", phase="cooldown", chunk_ns=[1], chunk_tokens=[1])
     summary = summarize_scenario(frame(warm, measured, cool))
-    assert summary["requests"] == 1
-    assert summary["excluded_warmup"] == 1
-    assert summary["excluded_cooldown"] == 1
+    assert summary.requests == 1
+    assert summary.excluded_warmup == 1
+    assert summary.excluded_cooldown == 1
 
 
 def test_token_count_discrepancy_compares_server_and_client_counts():
@@ -132,8 +134,8 @@ def test_token_count_discrepancy_compares_server_and_client_counts():
     same = record(output_tokens=5, client_output_tokens=5, **chunks)
     more = record(request_id="r1", output_tokens=5, client_output_tokens=7, **chunks)
     unknown = record(request_id="r2", output_tokens=5, **chunks)
-    discrepancy = summarize_scenario(frame(same, more, unknown))["output_token_discrepancy"]
-    assert discrepancy == {"compared": 2, "differing": 1, "mean_client_minus_server": 1.0}
+    discrepancy = summarize_scenario(frame(same, more, unknown)).output_token_discrepancy
+    assert discrepancy == TokenDiscrepancy(compared=2, differing=1, mean_client_minus_server=1.0)
 
 
 @pytest.mark.parametrize(

@@ -99,7 +99,7 @@ def test_router_bias_shifts_load_to_the_biased_expert():
         before = model(idx).tokens_per_expert
         bias = torch.zeros(TINY.num_experts)
         bias[3] = 20.0
-        for layer in model.model.layers:
+        for layer in model.blocks:
             layer.block_sparse_moe.router_bias = bias
         after = model(idx).tokens_per_expert
     assert (before[:, 3] < n).all()

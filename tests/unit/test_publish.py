@@ -24,8 +24,9 @@ import urllib3_future
 import urllib3_future.response
 
 from dashboards.build import DASHBOARDS, dashboard_json
-from dashboards.errors import PublishError, UsageError
+from dashboards.errors import DashboardsUsageError, PublishError
 from dashboards.publish import display_url, folder_uid, publish, publish_command
+from moeperf.exits import exit_code
 
 TOKEN = "glsa_s3cr3t-T0KEN-value"
 URL = "http://grafana.test:3000"
@@ -124,7 +125,7 @@ def test_publish_reuses_an_existing_folder_and_drops_the_instance_id(grafana):
 
 def test_publish_command_publishes_every_dashboard_and_never_prints_the_token(grafana, caplog):
     caplog.set_level(logging.DEBUG)
-    lines = []
+    lines: list[str] = []
 
     assert publish_command(URL, env={"GRAFANA_TOKEN": TOKEN}, out=lines.append) == 0
 
@@ -183,11 +184,13 @@ def test_publish_command_exits_1_on_401_without_printing_the_token(grafana, capl
     grafana.get(
         f"{API}/folders", status_code=401, json={"message": "invalid API key"}, headers=JSON
     )
-    lines = []
+    lines: list[str] = []
 
-    assert publish_command(URL, env={"GRAFANA_TOKEN": TOKEN}, out=lines.append) == 1
+    with pytest.raises(PublishError) as caught:
+        publish_command(URL, env={"GRAFANA_TOKEN": TOKEN}, out=lines.append)
 
-    output = "\n".join(lines)
+    assert exit_code(caught.value) == 1
+    output = "\n".join([*lines, str(caught.value)])
     assert "HTTP 401" in output and URL in output and "GRAFANA_TOKEN" in output
     assert TOKEN not in output + caplog.text
 
@@ -195,11 +198,13 @@ def test_publish_command_exits_1_on_401_without_printing_the_token(grafana, capl
 def test_connection_refused_exits_1_with_the_url_and_not_the_token(unused_tcp_port, caplog):
     caplog.set_level(logging.DEBUG)
     url = f"http://127.0.0.1:{unused_tcp_port}"
-    lines = []
+    lines: list[str] = []
 
-    assert publish_command(url, env={"GRAFANA_TOKEN": TOKEN}, out=lines.append) == 1
+    with pytest.raises(PublishError) as caught:
+        publish_command(url, env={"GRAFANA_TOKEN": TOKEN}, out=lines.append)
 
-    output = "\n".join(lines)
+    assert exit_code(caught.value) == 1
+    output = "\n".join([*lines, str(caught.value)])
     assert f"cannot reach Grafana at {url}" in output
     assert "refused" in output.lower()
     assert TOKEN not in output + caplog.text
@@ -215,16 +220,18 @@ def test_publish_raises_publish_error_when_unreachable(unused_tcp_port):
     "url", ["ftp://grafana.test", "grafana.test:3000", "localhost", "", "http://", "http://h:x"]
 )
 def test_a_url_that_is_not_http_exits_2_before_any_request(grafana, url):
-    lines = []
-    assert publish_command(url, env={"GRAFANA_TOKEN": TOKEN}, out=lines.append) == 2
-    assert "http:// or https://" in lines[0]
+    lines: list[str] = []
+    with pytest.raises(DashboardsUsageError) as caught:
+        publish_command(url, env={"GRAFANA_TOKEN": TOKEN}, out=lines.append)
+    assert exit_code(caught.value) == 2
+    assert "http:// or https://" in str(caught.value)
     assert grafana.request_history == []
-    with pytest.raises(UsageError):
+    with pytest.raises(DashboardsUsageError):
         publish(url, TOKEN, [])
 
 
 def test_without_a_token_no_authorization_header_is_sent(grafana):
-    lines = []
+    lines: list[str] = []
     assert publish_command(URL, env={}, out=lines.append) == 0
     assert "GRAFANA_TOKEN is not set" in lines[0]
     assert all("Authorization" not in r.headers for r in grafana.request_history)
@@ -238,3 +245,11 @@ def test_printable_urls_and_folder_uids():
     assert folder_uid("moeperf") == "moeperf"
     assert folder_uid("MoE perf / nightly!") == "moe-perf-nightly"
     assert len(folder_uid("x" * 100)) == 40
+
+
+def test_the_cli_reports_a_bad_url_on_stderr_and_exits_2(capsys):
+    from moeperf.cli import main
+
+    assert main(["dashboards", "publish", "--url", "ftp://grafana.test"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "error: the Grafana URL must be http:// or https://" in err

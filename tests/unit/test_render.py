@@ -120,7 +120,7 @@ def serving_run() -> RunData:
         manifest=manifest(),
         requests=records_frame(records),
         steps=empty("steps"),
-        summary={},
+        summary=None,
         server_metrics=[],
         samples=empty("samples"),
     )
@@ -146,7 +146,7 @@ def training_run() -> RunData:
         manifest=manifest("training", run_id="20260101-000000-000001-training-abc123"),
         requests=empty("requests"),
         steps=table_to_frame("steps", rows_to_table("steps", steps)),
-        summary={},
+        summary=None,
         server_metrics=[],
         samples=empty("samples"),
     )
@@ -161,7 +161,7 @@ def micro_run() -> RunData:
         manifest=manifest("micro", run_id="20260101-000000-000002-micro-abc123"),
         requests=empty("requests"),
         steps=empty("steps"),
-        summary={},
+        summary=None,
         server_metrics=[],
         samples=table_to_frame("samples", rows_to_table("samples", samples)),
     )

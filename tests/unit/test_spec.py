@@ -1,7 +1,15 @@
-import pytest
+import io
 
+import pytest
+from rich.console import Console
+
+from collectors.store import RunStore
+from moeperf.cli import main
 from suites.errors import SpecError
-from suites.spec import SPEC_DIR, apply_overrides, load_spec, parse_override
+from suites.serving.calibrate import CalibrationOptions, run_calibration
+from suites.spec import SPEC_DIR, ServingSpec, load_spec, validate_spec
+from suites.spec_overrides import apply_overrides, parse_override
+from targets.synthetic.config import SyntheticConfig
 
 
 def write(tmp_path, text: str):
@@ -67,3 +75,94 @@ def test_overrides_are_typed_and_validated(tmp_path):
         parse_override("load.levels")
     with pytest.raises(SpecError, match=r"load.mode"):
         load_spec("default", ["load.mode=closed"])
+
+
+# --- [target.synthetic] is validated by the target's own config ---------------------
+
+
+def test_fault_rates_summing_over_one_exit_2_naming_the_fields(tmp_path, capsys):
+    path = write(tmp_path, "[target.synthetic]\nerror_rate = 0.6\nstall_rate = 0.6\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    message = " ".join(str(info.value).split())
+    assert message.startswith(f"{path}: invalid spec")
+    assert "target.synthetic.error_rate + stall_rate + malformed_rate + truncate_rate" in message
+    assert "at most one fault" in message and "got 1.2" in message
+
+    assert main(["--runs-dir", str(tmp_path / "runs"), "run", path]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "error:" in err and "target.synthetic.error_rate + stall_rate" in err
+    assert not (tmp_path / "runs").exists(), "no target may start for an invalid spec"
+
+
+def test_synthetic_fields_are_the_targets_own(tmp_path):
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, "[target.synthetic]\nttft_ms = 0.05\n"))
+    message = str(info.value)
+    assert "target.synthetic.ttft_ms: unknown field; did you mean 'ttft_s'?" in message
+    assert "valid fields: ttft_s, itl_s" in message
+    with pytest.raises(SpecError, match=r"target\.synthetic\.itl_s: must be a finite number >= 0"):
+        load_spec(write(tmp_path, "[target.synthetic]\nitl_s = -1\n"))
+    with pytest.raises(SpecError, match=r"target\.synthetic\.jitter: must be one of none"):
+        load_spec(write(tmp_path, '[target.synthetic]\njitter = "gaussian"\n'))
+    spec = load_spec(write(tmp_path, "[target.synthetic]\nttft_s = 0.2\n")).serving
+    assert spec.target.synthetic == SyntheticConfig(ttft_s=0.2)
+    # The README's documented defaults.
+    default = load_spec(write(tmp_path, "")).serving.target.synthetic
+    assert (default.ttft_s, default.itl_s, default.tokens_per_chunk) == (0.05, 0.01, 1)
+    assert (default.jitter, default.stall_s, default.error_rate) == ("none", 5.0, 0.0)
+
+
+# --- a problem a --set caused names the flag -----------------------------------------
+
+
+def test_a_set_typo_names_the_flag_and_its_value_not_the_spec_file(tmp_path, capsys):
+    with pytest.raises(SpecError) as info:
+        load_spec("default", ["load.duraton_s=5"])
+    message = str(info.value)
+    assert message.startswith("--set load.duraton_s=5: unknown field; did you mean 'duration_s'?")
+    assert str(SPEC_DIR) not in message
+
+    flag = ["--set", "target.synthetic.error_rate=2"]
+    assert main(["--runs-dir", str(tmp_path / "runs"), "run", "default", *flag]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "error: --set target.synthetic.error_rate=2: must be a finite number in [0, 1]" in err
+
+
+def test_file_and_flag_problems_are_reported_apart(tmp_path):
+    path = write(tmp_path, "[load]\nlevles = [1]\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path, ["lod.duration_s=5", "load.duration_s=4"])
+    lines = str(info.value).splitlines()
+    assert lines[0] == f"{path}: invalid spec"
+    assert lines[1].startswith("  load.levles: unknown field")
+    assert lines[2].startswith("--set lod.duration_s=5: lod: unknown field; did you mean 'load'?")
+    assert len(lines) == 3
+
+
+# --- every spec goes through validate_spec ------------------------------------------
+
+
+def test_validate_spec_keeps_the_data_as_given_and_leaves_it_unchanged():
+    data = {"name": "t", "load": {"levels": [2]}}
+    loaded = validate_spec(data, "test", ["load.duration_s=3"])
+    assert loaded.given == {"name": "t", "load": {"levels": [2], "duration_s": 3}}
+    assert data == {"name": "t", "load": {"levels": [2]}}
+    assert isinstance(loaded.spec, ServingSpec) and loaded.spec.load.duration_s == 3
+    assert loaded.source == "test"
+    assert loaded.serving is loaded.spec
+    with pytest.raises(SpecError, match="test: suite 'serving'; a training spec is needed"):
+        _ = loaded.training
+
+
+def test_calibrate_validates_its_spec_like_a_file(tmp_path):
+    console = Console(file=io.StringIO())
+    options = CalibrationOptions(duration_s=0.0, itl_s=-1.0)
+    with pytest.raises(SpecError) as info:
+        run_calibration(options, RunStore(tmp_path / "runs"), console)
+    lines = str(info.value).splitlines()
+    assert lines[0] == "calibrate: invalid spec"
+    assert "  target.synthetic.itl_s: must be a finite number >= 0; got -1.0" in lines
+    duration = "  load.duration_s: Input should be greater than 0"
+    assert any(line.startswith(duration) for line in lines)
+    assert not (tmp_path / "runs").exists()

@@ -30,7 +30,7 @@ def write(tmp_path: Path, text: str) -> str:
 
 
 def test_knobs_reach_the_target_config_and_defaults_are_the_targets(tmp_path):
-    _, s = load_spec(write(tmp_path, "[target.reference]\nmtp_tokens = 2\nthreads = 1\n"))
+    s = load_spec(write(tmp_path, "[target.reference]\nmtp_tokens = 2\nthreads = 1\n")).serving
     config = reference_config(s.target.reference)
     assert isinstance(config, ReferenceTargetConfig)
     assert (config.mtp_tokens, config.threads) == (2, 1)
@@ -38,7 +38,7 @@ def test_knobs_reach_the_target_config_and_defaults_are_the_targets(tmp_path):
 
 
 def test_knobs_can_be_set_from_the_command_line(tmp_path):
-    _, s = load_spec(write(tmp_path, ""), ["target.reference.enable_prefix_caching=false"])
+    s = load_spec(write(tmp_path, ""), ["target.reference.enable_prefix_caching=false"]).serving
     assert reference_config(s.target.reference).enable_prefix_caching is False
 
 
@@ -85,7 +85,7 @@ def test_without_torch_a_reference_spec_says_how_to_install_and_others_still_loa
 
 def test_the_shipped_reference_specs_validate():
     for name in ("reference-sweep", "reference-mtp", "reference-prefix"):
-        _, s = load_spec(name)
+        s = load_spec(name).serving
         assert s.target.kind == "reference"
         reference_config(s.target.reference)
 
@@ -101,18 +101,18 @@ def model_dir(tmp_path: Path) -> Path:
 
 def test_the_shipped_model_is_the_default_and_its_tokenizer_gives_prompt_lengths(tmp_path):
     assert default_model_dir() == Path(spec.__file__).parents[1] / "targets" / "model" / "default"
-    _, s = load_spec(write(tmp_path, ""))
+    s = load_spec(write(tmp_path, "")).serving
     assert with_reference_defaults(s).workload.tokenizer == str(default_model_dir())
     assert (default_model_dir() / "tokenizer.json").is_file()
 
 
 def test_the_tokenizer_is_the_chosen_models_unless_the_spec_sets_one(tmp_path):
     model = model_dir(tmp_path)
-    _, s = load_spec(write(tmp_path, f'[target.reference]\nmodel_dir = "{model}"\n'))
+    s = load_spec(write(tmp_path, f'[target.reference]\nmodel_dir = "{model}"\n')).serving
     assert with_reference_defaults(s).workload.tokenizer == str(model.resolve())
-    _, s = load_spec(write(tmp_path, '[workload]\ntokenizer = "server"\n'))
+    s = load_spec(write(tmp_path, '[workload]\ntokenizer = "server"\n')).serving
     assert with_reference_defaults(s).workload.tokenizer == "server"
-    _, synthetic = load_spec("synthetic")
+    synthetic = load_spec("synthetic").serving
     assert with_reference_defaults(synthetic) is synthetic
 
 
@@ -126,7 +126,7 @@ def test_a_model_dir_without_a_model_exits_2_before_anything_starts(tmp_path, ca
 
 def test_the_manifest_describes_the_knobs_the_model_dir_and_its_recipe(tmp_path):
     model = model_dir(tmp_path)
-    _, s = load_spec(write(tmp_path, f'[target.reference]\nmodel_dir = "{model}"\n'))
+    s = load_spec(write(tmp_path, f'[target.reference]\nmodel_dir = "{model}"\n')).serving
     config = target_config(s)
     assert config["model_dir"] == str(model.resolve())
     assert config["mtp_tokens"] == ReferenceTargetConfig().mtp_tokens

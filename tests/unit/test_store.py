@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -16,7 +17,8 @@ import pytest
 from collectors.errors import CollectorError, RunNotFoundError, SchemaVersionError
 from collectors.manifest import RunManifest
 from collectors.records import REQUEST_FIELDS, STEP_FIELDS, RequestRecord, StepRecord
-from collectors.schema import SCHEMA_VERSION
+from collectors.schema import SCHEMA_VERSION, SUMMARY_SCHEMA_VERSION
+from collectors.serving_records import ServingSummary, empty_scenario
 from collectors.store import RunInterrupted, RunReader, RunStore
 from collectors.tables import records_frame
 
@@ -202,13 +204,16 @@ def test_run_without_records_reads_back_empty_frames_with_the_schema(store):
 def test_server_metrics_and_summary_round_trip(store):
     run = store.create("serving")
     run.append_server_metrics({"t_ns": 5, "counters": {"tokens": 10}})
-    run.write_summary({"scenarios": {"c=1": {"ok": 3}}})
+    summary = ServingSummary(scenarios={"c=1": dataclasses.replace(empty_scenario(), ok=3)})
+    run.write_summary(summary)
     run.complete()
     reader = store.open(run.run_id)
     assert reader.server_metrics() == [
         {"schema_version": SCHEMA_VERSION, "t_ns": 5, "counters": {"tokens": 10}}
     ]
-    assert reader.summary() == {"schema_version": SCHEMA_VERSION, "scenarios": {"c=1": {"ok": 3}}}
+    assert reader.summary() == summary and reader.summary().scenarios["c=1"].ok == 3
+    written = json.loads((run.directory / "summary.json").read_text())
+    assert written["schema_version"] == SUMMARY_SCHEMA_VERSION
 
 
 # --- manifest ----------------------------------------------------------------------------
@@ -533,7 +538,7 @@ def test_unknown_version_in_parquet_metadata_is_refused_with_advice(store, metad
 
 def test_unknown_summary_version_is_refused(store):
     run = store.create("serving")
-    run.write_summary({"scenarios": {}})
+    run.write_summary(ServingSummary())
     run.complete()
     path = run.directory / "summary.json"
     path.write_text(json.dumps({"schema_version": 5, "scenarios": {}}))

@@ -113,7 +113,12 @@ def train_step(model: MoETransformer, budget: AccountedBudget) -> list[Tensor]:
     idx, targets = batch()
     with budget.track():
         total_loss(model, idx, targets).backward()
-    return [p.grad.clone() for p in model.parameters()]
+    return [grad_of(p).clone() for p in model.parameters()]
+
+
+def grad_of(param: Tensor) -> Tensor:
+    assert param.grad is not None, "after a backward every parameter has a gradient"
+    return param.grad
 
 
 # -- errors and static bytes ---------------------------------------------------------------
@@ -136,7 +141,7 @@ def test_static_bytes_are_what_adamw_and_backward_allocate():
         t for state in optimizer.state.values() for k, t in state.items() if k != "step"
     ]  # the 4-byte step scalars are left out
     assert static.optimizer_bytes == sum(t.numel() * t.element_size() for t in moments)
-    grads = [p.grad for p in model.parameters()]
+    grads = [grad_of(p) for p in model.parameters()]
     assert static.grads_bytes == sum(g.numel() * g.element_size() for g in grads)
     assert static.params_bytes == static.grads_bytes  # fp32, all trainable
     with pytest.raises(TypeError, match="Adam"):

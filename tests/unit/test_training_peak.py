@@ -39,6 +39,7 @@ def test_cpu_peak_is_measured_and_plausible(dtype):
 def test_peak_flops_measures_on_cpu():
     peak = peak_flops("cpu", torch.float32, measure_s=0.05)
     assert peak.source == "measured"
+    assert isinstance(peak.detail, CpuMatmulDetail)
     assert peak.detail.size == CPU_MATMUL_SIZE
     assert CPU_FLOPS_PER_S_BOUNDS[0] < peak.flops_per_s < CPU_FLOPS_PER_S_BOUNDS[1]
 

@@ -210,7 +210,7 @@ def test_none_profile_leaves_the_model_bitwise_untouched():
     assert torch.equal(plain.logits, skewless.logits)
     assert torch.equal(plain.tokens_per_expert, skewless.tokens_per_expert)
     handle.remove()
-    assert all(block.block_sparse_moe.router_bias is None for block in model.model.layers)
+    assert all(block.block_sparse_moe.router_bias is None for block in model.blocks)
 
 
 # -- realized on a model ---------------------------------------------------------------------
@@ -244,6 +244,7 @@ def test_spiky_realized_spikes_at_the_seeds_frequency_and_magnitude():
 
 def test_replay_reproduces_the_files_loads_and_loops():
     profile = profile_by_name("replay", seed=0, replay_path=REPLAY_EXAMPLE)
+    assert isinstance(profile, ReplayProfile)
     lines = len(profile.tokens_per_expert)
     # The example was recorded with batches of 2 x 32 tokens: the same size replays exactly.
     _, realized = realized_run(tiny_model(num_layers=4), profile, range(lines + 2))

@@ -46,7 +46,7 @@ def problem(path: str) -> str:
 
 def test_shipped_training_specs_validate():
     for name in ("training-mfu", "training-oom", "training-oom-long"):
-        _, spec = load_spec(name)
+        spec = load_spec(name).training
         assert spec.suite == "training"
         assert scenarios(spec)
 
@@ -63,7 +63,7 @@ hidden_size = 128
 name = "wide"
 expert_hidden_size = 256
 """
-    _, spec = load_spec(write(tmp_path, rest=rest))
+    spec = load_spec(write(tmp_path, rest=rest)).training
     found = scenarios(spec)
     assert [s.name for s in found] == [
         f"{p}/{k}/{size}"

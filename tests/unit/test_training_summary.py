@@ -7,7 +7,13 @@ import pytest
 from rich.console import Console
 
 from collectors.records import StepRecord
-from suites.training.summary import ScenarioOutcome, summarize_scenario, summarize_training
+from collectors.training_summary import (
+    BudgetCalibration,
+    PeakFlopsSummary,
+    ScenarioOutcome,
+    summarize_scenario,
+    summarize_training,
+)
 from suites.training.tables import training_tables
 
 S = 1_000_000_000
@@ -43,31 +49,39 @@ def outcome() -> ScenarioOutcome:
 
 def test_scenario_figures():
     e = summarize_scenario(outcome())
-    assert e["steps"] == 3  # replays count once
-    assert e["replayed_steps"] == 2
-    assert e["ooms"] == 1 and e["restarts"] == 1
-    assert e["step_attempts"] == 6  # five records and the step the OOM ended
-    assert e["oom_rate"] == pytest.approx(1 / 6)
-    assert e["time_lost_s"] == pytest.approx(3.0)  # lost work + reload
-    assert e["checkpoint_write_s"] == pytest.approx(0.5)
-    assert e["tokens"] == 300
-    assert e["effective_tokens_per_s"] == pytest.approx(300 / 10.0)
-    assert e["tokens_per_s"] == pytest.approx(500 / 6.0)  # every record, over step time
-    assert e["mfu_p50"] == pytest.approx(0.3)
-    assert e["peak_memory_bytes"]["p50"] == 30 and e["peak_memory_bytes"]["max"] == 50
-    assert e["peak_memory_bytes"]["p99"] == pytest.approx(49.6)
-    assert e["decide_s"] == 0.25 and e["skipped_samples"] == [9]
+    assert e.steps == 3  # replays count once
+    assert e.replayed_steps == 2
+    assert e.ooms == 1 and e.restarts == 1
+    assert e.step_attempts == 6  # five records and the step the OOM ended
+    assert e.oom_rate == pytest.approx(1 / 6)
+    assert e.time_lost_s == pytest.approx(3.0)  # lost work + reload
+    assert e.checkpoint_write_s == pytest.approx(0.5)
+    assert e.tokens == 300
+    assert e.effective_tokens_per_s == pytest.approx(300 / 10.0)
+    assert e.tokens_per_s == pytest.approx(500 / 6.0)  # every record, over step time
+    assert e.mfu_p50 == pytest.approx(0.3)
+    assert e.peak_memory_bytes.p50 == 30 and e.peak_memory_bytes.max == 50
+    assert e.peak_memory_bytes.p99 == pytest.approx(49.6)
+    assert e.decide_s == 0.25 and list(e.skipped_samples) == [9]
 
 
 def test_an_empty_scenario_says_not_measured():
     e = summarize_scenario(ScenarioOutcome("a/b", "a", "b", "", None))
-    assert e["steps"] == 0 and e["oom_rate"] is None and e["mfu_p50"] is None
-    assert e["effective_tokens_per_s"] is None and e["peak_memory_bytes"]["max"] is None
+    assert e.steps == 0 and e.oom_rate is None and e.mfu_p50 is None
+    assert e.effective_tokens_per_s is None and e.peak_memory_bytes.max is None
 
 
 def test_tables_render_every_scenario():
-    peak = {"flops_per_s": 1e11, "source": "measured", "detail": None}
-    budgets = {"": {"budget_bytes": 1010, "ratio": 1.01, "calibration_peak_bytes": 1000}}
+    peak = PeakFlopsSummary(flops_per_s=1e11, source="measured", detail=None)
+    budgets = {
+        "": BudgetCalibration(
+            budget_bytes=1010,
+            ratio=1.01,
+            calibration_peak_bytes=1000,
+            calibration_step_peaks_bytes=(990, 1000),
+            calibration="keep-all, calm skew, no budget",
+        )
+    }
     empty = ScenarioOutcome("adaptive/calm", "adaptive", "calm", "", None)
     summary = summarize_training("mfu", [outcome(), empty], peak, budgets)
     console = Console(width=250, record=True)

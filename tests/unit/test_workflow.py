@@ -135,7 +135,7 @@ def test_micro_benchmarks_stay_out_of_the_test_run():
 
 
 def test_nightly_spec_is_short_and_has_slos():
-    _, spec = load_spec("nightly")
+    spec = load_spec("nightly").serving
     assert spec.name == "nightly"
     assert spec.target.kind == "synthetic"
     assert spec.load.levels == [1, 8, 32]

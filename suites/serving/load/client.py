@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from collectors.records import RequestRecord
+from collectors.records import ChunkTokensSource, RequestRecord
 from suites.serving.load.openai_api import Api, parse_chunk
 from suites.serving.load.sse import SSEParser
 
@@ -61,7 +61,7 @@ async def stream_request(
     parser = SSEParser()
     texts: list[str] = []
     unknown_counts = False
-    source = None
+    source: ChunkTokensSource | None = None
     previous_usage = 0
     done = False
     record.send_ns = clock_ns() - anchor_ns

@@ -19,17 +19,23 @@ import itertools
 import signal
 import time
 import traceback
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from collectors.records import RequestRecord
+from collectors.records import Phase, RequestRecord
 from suites.serving.load.client import StreamResult, set_token_times, stream_request
 from suites.serving.load.openai_api import ENDPOINTS, request_body
 from suites.serving.load.plan import LevelPlan, WorkerConfig
 from suites.serving.load.selfwatch import SelfWatch, SelfWatchReport
-from suites.serving.workload.tokenizer import ServerTokenizer, TokenizerError, resolve_tokenizer
+from suites.serving.workload.tokenizer import (
+    ServerTokenizer,
+    TargetTokenizer,
+    TokenizerError,
+    resolve_tokenizer,
+)
 
 _STOP_POLL_S = 0.05
 # Sends later than this after their intended time count as late (uvloop timers are 1 ms).
@@ -54,6 +60,7 @@ def worker_main(index: int, config: WorkerConfig, commands: Any, results: Any, s
     # Ctrl-C reaches the whole process group; the parent decides how a run ends and tells
     # workers through ``stop``, so that requests in flight are recorded as cancelled.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    runner: Callable[[Coroutine[Any, Any, None]], None]
     try:
         import uvloop
 
@@ -92,7 +99,14 @@ async def _serve(index: int, config: WorkerConfig, commands: Any, results: Any, 
 class _Level:
     """Runs levels for one worker; keeps the per-run state (prompt cycle, counters)."""
 
-    def __init__(self, index, config: WorkerConfig, session, results, stop):
+    def __init__(
+        self,
+        index: int,
+        config: WorkerConfig,
+        session: aiohttp.ClientSession,
+        results: Any,
+        stop: Any,
+    ):
         self.index = index
         self.config = config
         self.session = session
@@ -156,7 +170,7 @@ class _Level:
         while not self.stop.is_set():
             await asyncio.sleep(_STOP_POLL_S)
 
-    def _phase(self, plan: LevelPlan, intended_abs_ns: int) -> str:
+    def _phase(self, plan: LevelPlan, intended_abs_ns: int) -> Phase:
         offset_s = (intended_abs_ns - plan.start_ns) / 1e9
         if offset_s < plan.warmup_s:
             return "warmup"
@@ -206,7 +220,7 @@ class _Level:
         record = RequestRecord(
             request_id=f"w{self.index}-{next(self._sequence)}",
             scenario=plan.scenario,
-            phase=self._phase(plan, intended_abs_ns),  # type: ignore[arg-type]
+            phase=self._phase(plan, intended_abs_ns),
             worker=self.index,
             intended_send_ns=intended_abs_ns - config.anchor_ns,
             send_ns=0,
@@ -256,7 +270,9 @@ async def _sleep_until(deadline_ns: int) -> None:
         await asyncio.sleep(max(0, remaining_ns - _SPIN_NS) / 1e9)
 
 
-async def _finish_deferred(deferred: list[StreamResult], tokenizer, results) -> None:
+async def _finish_deferred(
+    deferred: list[StreamResult], tokenizer: TargetTokenizer | None, results: Any
+) -> None:
     """Send amended records with client-side token counts.
 
     Runs between levels, so a tokenizer served by the target adds no load to a level.

@@ -14,7 +14,8 @@ import aiohttp
 import numpy as np
 import pandas as pd
 
-from collectors.quantiles import describe
+from collectors.quantiles import Described, describe
+from collectors.serving_records import MeasurementErrors
 
 _BATCH = 2000
 
@@ -56,14 +57,17 @@ def measurement_errors(
     return pd.DataFrame(rows, columns=["scenario", "kind", "error_s"])
 
 
-def summarize_errors(errors: pd.DataFrame, requests_ok: int) -> dict[str, Any]:
+def summarize_errors(errors: pd.DataFrame, requests_ok: int) -> MeasurementErrors:
     """Quantiles of each error kind, and how many ok requests could be matched."""
     matched = int((errors["kind"] == "ttft").sum())
-    return {
-        "matched_requests": matched,
-        "unmatched_requests": requests_ok - matched,
-        **{
-            kind: describe(errors.loc[errors["kind"] == kind, "error_s"])
-            for kind in ("ttft", "itl", "chunk")
-        },
-    }
+
+    def of(kind: str) -> Described:
+        return describe(errors.loc[errors["kind"] == kind, "error_s"])
+
+    return MeasurementErrors(
+        matched_requests=matched,
+        unmatched_requests=requests_ok - matched,
+        ttft=of("ttft"),
+        itl=of("itl"),
+        chunk=of("chunk"),
+    )

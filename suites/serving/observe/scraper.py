@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -30,6 +31,7 @@ from collectors.target_metrics import CounterWindow, ExpositionError, read_expos
 
 OnSample = Callable[[dict[str, Any]], None]
 ClockNs = Callable[[], int]
+_T = TypeVar("_T")
 
 # Ask for the classic text format (what prometheus_client's text parser reads).
 _ACCEPT = "text/plain;version=0.0.4;q=1.0, */*;q=0.1"
@@ -196,9 +198,15 @@ class ThreadedScraper:
         window: str | None = None,
         clock_ns: ClockNs = time.monotonic_ns,
     ) -> None:
-        self._scraper_args = (base_url, interval_s, on_sample)
-        self._scraper_kw = dict(
-            timeout_s=timeout_s, max_failures=max_failures, window=window, clock_ns=clock_ns
+        self._make_scraper = functools.partial(
+            TargetScraper,
+            base_url,
+            interval_s,
+            on_sample,
+            timeout_s=timeout_s,
+            max_failures=max_failures,
+            window=window,
+            clock_ns=clock_ns,
         )
         # Waits for a scrape: its HTTP timeout plus slack for the loop's own work.
         self._wait_s = timeout_s + 10.0
@@ -218,7 +226,7 @@ class ThreadedScraper:
 
     async def _create_and_start(self) -> None:
         # Created on the scraper's loop: its asyncio.Lock and session belong there.
-        self.scraper = TargetScraper(*self._scraper_args, **self._scraper_kw)
+        self.scraper = self._make_scraper()
         await self.scraper.start()
 
     def start_window(self, name: str | None) -> dict[str, Any] | None:
@@ -234,7 +242,7 @@ class ThreadedScraper:
         finally:
             self._close_loop()
 
-    def _call(self, coroutine) -> Any:
+    def _call(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
         assert self._loop is not None
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(self._wait_s)
 

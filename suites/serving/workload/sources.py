@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from suites.errors import UsageError
 from suites.serving.workload.tokenizer import TargetTokenizer
 
 log = logging.getLogger(__name__)
 
 
-class WorkloadError(Exception):
+class WorkloadError(UsageError):
     """A workload could not be built: a bad length distribution, dataset file or record."""
 
 

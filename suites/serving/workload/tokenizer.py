@@ -24,9 +24,12 @@ from typing import Protocol
 import aiohttp
 from tokenizers import Tokenizer
 
+from suites.errors import SuiteError
 
-class TokenizerError(Exception):
-    """The tokenizer could not be loaded or reached, or could not produce what was asked."""
+
+class TokenizerError(SuiteError):
+    """The tokenizer could not be loaded or reached, or could not produce what was asked
+    (the workload builder reports it as a usage error, exit 2)."""
 
 
 class TargetTokenizer(Protocol):

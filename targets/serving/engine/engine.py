@@ -13,7 +13,7 @@ from any thread; ``step`` from one thread only (see loop.py).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from collections.abc import Sequence as Seq
 from copy import deepcopy
 
@@ -209,7 +209,11 @@ class Engine:
         self.counters.steps += 1
 
     def _forward_main(self, batch: list[ScheduledSeq]) -> Tensor:
-        tokens, positions, write, segments, row = [], [], [], [], 0
+        tokens: list[int] = []
+        positions: list[int] = []
+        write: list[Tensor] = []
+        segments: list[Segment] = []
+        row = 0
         for item in batch:
             ids = item.token_ids
             context = self.cache.slots(item.seq.block_ids(), 0, item.start + len(ids))
@@ -236,7 +240,9 @@ class Engine:
         self, batch: list[ScheduledSeq], hidden: Tensor
     ) -> dict[Sequence, tuple[list[int], list[TokenLogprob] | None]]:
         # Rows whose logits are needed: a sampling request's last fed token and its drafts.
-        rows, spans, row = [], [], 0
+        rows: list[int] = []
+        spans: list[tuple[ScheduledSeq, int, int]] = []  # (item, first row, rows)
+        row = 0
         for item in batch:
             n = item.num_new + len(item.drafts)
             if item.samples:
@@ -319,23 +325,30 @@ class Engine:
 
     # -- admission and retirement ----------------------------------------------------------
 
-    def _admit(self, inbox: list[Sequence], aborts: list[str], emitted: list) -> None:
+    def _admit(
+        self,
+        inbox: list[Sequence],
+        aborts: list[str],
+        emitted: list[tuple[Sequence, RequestOutput]],
+    ) -> None:
         for seq in inbox:
             self._live[seq.request_id] = seq
             self.scheduler.waiting.append(seq)
             self.counters.prompt_tokens += seq.prompt_len
         for request_id in aborts:
-            seq = self._live.get(request_id)
-            if seq is not None and seq.finish_reason is None:
-                seq.finish_reason = "abort"
-                emitted.append((seq, self._output(seq, (), None)))
-                self._retire(seq)
+            aborted = self._live.get(request_id)
+            if aborted is not None and aborted.finish_reason is None:
+                aborted.finish_reason = "abort"
+                emitted.append((aborted, self._output(aborted, (), None)))
+                self._retire(aborted)
 
     def _retire(self, seq: Sequence) -> None:
         self.scheduler.finish(seq)
         self._live.pop(seq.request_id, None)
+        reason = seq.finish_reason
+        assert reason is not None, "a sequence is retired once it has finished"
         reasons = self.counters.finished_requests
-        reasons[seq.finish_reason] = reasons.get(seq.finish_reason, 0) + 1
+        reasons[reason] = reasons.get(reason, 0) + 1
 
     def fail_all(self) -> None:
         """After an internal error: end every request with finish reason "error"."""
@@ -371,7 +384,9 @@ class Engine:
         return [outputs[rid] for rid in ids]
 
     @staticmethod
-    def _output(seq: Sequence, tokens, logprobs) -> RequestOutput:
+    def _output(
+        seq: Sequence, tokens: Iterable[int], logprobs: Iterable[TokenLogprob] | None
+    ) -> RequestOutput:
         return RequestOutput(
             request_id=seq.request_id,
             new_token_ids=tuple(tokens),

@@ -46,6 +46,7 @@ class MTPDrafter:
             raise ValueError("MTP needs the hidden states kept in the KV cache")
         self.model = model
         self.cache = cache
+        self.hidden: Tensor = cache.hidden  # [slots, C] the main model's, written by the engine
         self.num_drafts = num_drafts
         self.slot = model.config.num_layers + _MODULE
 
@@ -89,13 +90,17 @@ class MTPDrafter:
     def _catch_up(self, seq: Sequence) -> _Entries:
         first, last = seq.num_mtp_computed, seq.num_computed  # the token at `last` is known
         prev_slots = self.cache.slots(seq.block_ids(), max(first - 1, 0), last)
-        hidden_prev = self.cache.hidden[prev_slots]
+        hidden_prev = self.hidden[prev_slots]
         if first == 0:  # position 0 has no predecessor: zeros, as in training
             hidden_prev = torch.cat([torch.zeros_like(hidden_prev[:1]), hidden_prev])
         return _Entries(seq, first, last - first + 1, seq.token_ids[first : last + 1], hidden_prev)
 
     def _forward(self, entries: list[_Entries]) -> Tensor:
-        tokens, positions, write, segments, row = [], [], [], [], 0
+        tokens: list[int] = []
+        positions: list[int] = []
+        write: list[Tensor] = []
+        segments: list[Segment] = []
+        row = 0
         for e in entries:
             context = self.cache.slots(e.seq.block_ids(), 0, e.first + e.count)
             segments.append(Segment(row, e.count, e.first, context))

@@ -31,10 +31,10 @@ def logprobs(logits: Tensor, chosen: list[int], top_n: int) -> list[TokenLogprob
     """The model's own log-probabilities (before temperature, as vLLM reports them)."""
     log_probs = torch.log_softmax(logits.float(), dim=-1)
     out = []
-    top_values, top_ids = log_probs.topk(top_n, dim=-1) if top_n else (None, None)
+    best = log_probs.topk(top_n, dim=-1) if top_n else None
     for row, token_id in enumerate(chosen):
         top: tuple[tuple[int, float], ...] = ()
-        if top_n:
-            top = tuple(zip(top_ids[row].tolist(), top_values[row].tolist(), strict=True))
+        if best is not None:
+            top = tuple(zip(best.indices[row].tolist(), best.values[row].tolist(), strict=True))
         out.append(TokenLogprob(token_id, float(log_probs[row, token_id]), top))
     return out

@@ -1,0 +1,169 @@
+"""The records of a serving run's summary (computed in ``collectors.summary``).
+
+Field names are the keys of summary.json (``collectors.summary_json``), so the file reads
+the same with plain ``json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from collectors.quantiles import CI_METHOD, EMPTY, ESTIMATOR, Described
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """Service-level objectives for goodput; None means not constrained."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+
+NO_SLO = Slo()
+
+
+@dataclass(frozen=True, slots=True)
+class TokenDiscrepancy:
+    """Server-reported output tokens against the client's own count, where both exist."""
+
+    compared: int
+    differing: int
+    mean_client_minus_server: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LatencySummary:
+    """Every latency metric of a scenario, in seconds (``collectors.latency``)."""
+
+    ttft_s: Described
+    ttft_from_send_s: Described
+    queue_delay_s: Described
+    tpot_s: Described
+    e2e_s: Described
+    itl_s: Described
+    icl_s: Described
+
+    def named(self) -> tuple[tuple[str, Described], ...]:
+        """(field name, metric) of every metric, in the order of the fields."""
+        return (
+            ("ttft_s", self.ttft_s),
+            ("ttft_from_send_s", self.ttft_from_send_s),
+            ("queue_delay_s", self.queue_delay_s),
+            ("tpot_s", self.tpot_s),
+            ("e2e_s", self.e2e_s),
+            ("itl_s", self.itl_s),
+            ("icl_s", self.icl_s),
+        )
+
+    def labelled(self) -> tuple[tuple[str, Described], ...]:
+        """(label, metric) of every metric, in the order tables show them."""
+        return (
+            ("TTFT", self.ttft_s),
+            ("TTFT from send", self.ttft_from_send_s),
+            ("client queue delay", self.queue_delay_s),
+            ("TPOT", self.tpot_s),
+            ("ITL", self.itl_s),
+            ("ICL", self.icl_s),
+            ("E2E", self.e2e_s),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SelfWatchSummary:
+    """A load worker watching itself during a level (suites' ``SelfWatchReport``)."""
+
+    loop_lag_p50_s: float
+    loop_lag_p99_s: float
+    loop_lag_max_s: float
+    lag_samples: int
+    cpu_fraction: float  # CPU seconds of the worker / wall seconds (1.0 = one core busy)
+    wall_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSummary:
+    """What one load worker did in a level (suites' ``LevelReport``)."""
+
+    worker: int
+    scenario: str
+    offered: int  # open loop: requests scheduled for this worker; closed loop: sent
+    sent: int
+    late_sends: int
+    selfwatch: SelfWatchSummary
+
+
+@dataclass(frozen=True, slots=True)
+class MeasurementErrors:
+    """The harness's own error (seconds) against the synthetic target's write times."""
+
+    matched_requests: int
+    unmatched_requests: int
+    ttft: Described
+    itl: Described
+    chunk: Described
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioSummary:
+    """One scenario (load level) of a serving run, its measured requests only.
+
+    The last four fields are the runner's: the level's load, its workers' own reports,
+    why the client may have set the numbers (empty: it did not), and, against the
+    synthetic target only, the harness's measurement error.
+    """
+
+    requests: int
+    ok: int
+    errors: int
+    cancelled: int
+    error_types: dict[str, int]
+    excluded_warmup: int
+    excluded_cooldown: int
+    window_s: float
+    output_tokens: float
+    output_throughput_tok_s: float | None
+    request_throughput_rps: float | None
+    goodput_rps: float | None
+    goodput_ratio: float | None
+    slo: Slo
+    output_token_discrepancy: TokenDiscrepancy
+    latency_s: LatencySummary
+    level: float | None = None
+    harness: tuple[WorkerSummary, ...] = ()
+    client_bottleneck: tuple[str, ...] = ()
+    harness_error_s: MeasurementErrors | None = None
+
+
+def empty_scenario(slo: Slo = NO_SLO) -> ScenarioSummary:
+    """A scenario without a single request record (a level interrupted at its start)."""
+    return ScenarioSummary(
+        requests=0,
+        ok=0,
+        errors=0,
+        cancelled=0,
+        error_types={},
+        excluded_warmup=0,
+        excluded_cooldown=0,
+        window_s=0.0,
+        output_tokens=0.0,
+        output_throughput_tok_s=None,
+        request_throughput_rps=None,
+        goodput_rps=None,
+        goodput_ratio=None,
+        slo=slo,
+        output_token_discrepancy=TokenDiscrepancy(0, 0, None),
+        latency_s=LatencySummary(EMPTY, EMPTY, EMPTY, EMPTY, EMPTY, EMPTY, EMPTY),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ServingSummary:
+    """The summary of a serving run: every scenario in run order, estimators named."""
+
+    SUITE: ClassVar[str] = "serving"
+
+    percentile_estimator: str = ESTIMATOR
+    confidence_interval: str = CI_METHOD
+    scenarios: dict[str, ScenarioSummary] = field(default_factory=dict)

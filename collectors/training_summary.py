@@ -1,0 +1,195 @@
+"""Per-scenario figures of a training run, computed from its step records.
+
+Definitions (README "Training suites"; DESIGN.md "Metric definitions"):
+
+- steps: steps completed, each counted once (a step replayed after a restart is not).
+- step attempts: every step record (replays included) plus every step an OOM ended.
+- OOM rate: OOM events / step attempts.
+- time lost: per restart, the work since the last checkpoint that the OOM threw away
+  (``lost_s``) plus the checkpoint reload (``restore_s``).
+- effective tokens/s: tokens of the completed steps / the scenario's wall time (the
+  trainer's whole run: restarts, replays and checkpoint writes included; building the
+  model and calibrating are not). What a job actually gets.
+- tokens/s: tokens / step time, over every successful step (replays included).
+- MFU: the median of the steps' MFU (model FLOPs / (step time x peak FLOP/s)).
+- peak memory: p50 / p99 / max over the steps' peaks (numpy linear quantiles).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from collectors.quantiles import ESTIMATOR
+from collectors.records import StepRecord
+
+# Written into every training summary, so that the file explains itself.
+DEFINITIONS = {
+    "oom_rate": "OOM events / step attempts (step records + steps an OOM ended)",
+    "time_lost_s": "per restart: work since the last checkpoint (lost_s) + reload",
+    "effective_tokens_per_s": "tokens of completed steps / scenario wall time "
+    "(restarts, replays, checkpoint writes included)",
+    "tokens_per_s": "tokens / step time of every successful step",
+    "mfu_p50": "median over steps of model FLOPs / (step time x peak FLOP/s)",
+}
+
+
+@dataclass
+class ScenarioOutcome:
+    """What one scenario of a training run measured (filled in by the runner as it goes)."""
+
+    name: str
+    policy: str
+    skew: str
+    size: str
+    budget_bytes: int | None
+    setup_s: float = 0.0  # building the model, data, budget and policy (not in wall_s)
+    wall_s: float = 0.0  # trainer.run: restarts, replays and checkpoint writes included
+    records: list[StepRecord] = field(default_factory=list)
+    decide_s: float = 0.0  # the policy's deciding time, all steps
+    skipped_samples: list[int] = field(default_factory=list)
+    stopped: str | None = None  # why the scenario ended before its last step
+
+
+@dataclass(frozen=True, slots=True)
+class PeakMemory:
+    """Quantiles of the steps' peak device memory, in bytes (None: no step measured)."""
+
+    p50: float | None
+    p99: float | None
+    max: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingScenarioSummary:
+    """One scenario (policy x skew [x size]) of a training run."""
+
+    policy: str
+    skew: str
+    size: str
+    budget_bytes: int | None
+    steps: int
+    stopped: str | None
+    step_attempts: int
+    ooms: int
+    oom_rate: float | None
+    restarts: int
+    replayed_steps: int
+    skipped_samples: tuple[int, ...]
+    time_lost_s: float
+    checkpoint_write_s: float
+    setup_s: float
+    wall_s: float
+    tokens: int
+    effective_tokens_per_s: float | None
+    tokens_per_s: float | None
+    mfu_p50: float | None
+    peak_memory_bytes: PeakMemory
+    decide_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PeakFlopsSummary:
+    """The MFU denominator: FLOP/s, where it comes from, and how it was found."""
+
+    flops_per_s: float
+    source: str  # "measured", "datasheet: <citation>" or "given: ..."
+    # The measurement's or datasheet entry's own fields, kept as provenance only.
+    detail: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetCalibration:
+    """A device-memory budget set as ratio x a measured peak, once per model size."""
+
+    budget_bytes: int
+    ratio: float
+    calibration_peak_bytes: int
+    calibration_step_peaks_bytes: tuple[int, ...]
+    calibration: str  # the run that measured the peak, in words
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSummary:
+    """The summary of a training run: per scenario, then how MFU and the budget were set."""
+
+    SUITE: ClassVar[str] = "training"
+
+    kind: str  # the spec's kind of training run ("mfu", ...)
+    scenarios: dict[str, TrainingScenarioSummary]
+    peak_flops: PeakFlopsSummary
+    budgets: dict[str, BudgetCalibration]  # by model size ("" when the run has one)
+    percentile_estimator: str = ESTIMATOR
+    definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
+
+
+def _events(records: Iterable[StepRecord], kind: str) -> list[dict[str, Any]]:
+    return [e for r in records for e in r.events if e.get("kind") == kind]
+
+
+def is_replay(record: StepRecord) -> bool:
+    return any(e.get("kind") == "replay" for e in record.events)
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    return float(np.quantile(values, q, method="linear")) if values else None
+
+
+def summarize_scenario(outcome: ScenarioOutcome) -> TrainingScenarioSummary:
+    records = outcome.records
+    completed = [r for r in records if not is_replay(r)]
+    ooms = len(_events(records, "oom"))
+    restarts = _events(records, "restart")
+    attempts = len(records) + ooms
+    tokens = sum(r.tokens for r in completed)
+    step_time_s = sum(r.step_time_s for r in records)
+    peaks = [float(r.peak_memory_bytes) for r in records if r.peak_memory_bytes is not None]
+    mfus = [r.mfu for r in records if r.mfu is not None]
+    return TrainingScenarioSummary(
+        policy=outcome.policy,
+        skew=outcome.skew,
+        size=outcome.size,
+        budget_bytes=outcome.budget_bytes,
+        steps=len(completed),
+        stopped=outcome.stopped,
+        step_attempts=attempts,
+        ooms=ooms,
+        oom_rate=ooms / attempts if attempts else None,
+        restarts=len(restarts),
+        replayed_steps=len(records) - len(completed),
+        skipped_samples=tuple(outcome.skipped_samples),
+        time_lost_s=sum(
+            float(e.get("lost_s") or 0.0) + float(e.get("restore_s") or 0.0) for e in restarts
+        ),
+        checkpoint_write_s=sum(float(e["write_s"]) for e in _events(records, "checkpoint")),
+        setup_s=outcome.setup_s,
+        wall_s=outcome.wall_s,
+        tokens=tokens,
+        effective_tokens_per_s=tokens / outcome.wall_s if outcome.wall_s > 0 else None,
+        tokens_per_s=sum(r.tokens for r in records) / step_time_s if step_time_s else None,
+        mfu_p50=_quantile(mfus, 0.5),
+        peak_memory_bytes=PeakMemory(
+            p50=_quantile(peaks, 0.5),
+            p99=_quantile(peaks, 0.99),
+            max=max(peaks) if peaks else None,
+        ),
+        decide_s=outcome.decide_s,
+    )
+
+
+def summarize_training(
+    kind: str,
+    outcomes: list[ScenarioOutcome],
+    peak: PeakFlopsSummary,
+    budgets: dict[str, BudgetCalibration],
+) -> TrainingSummary:
+    """The run's summary: per scenario, then how MFU and the budget were set."""
+    return TrainingSummary(
+        kind=kind,
+        scenarios={o.name: summarize_scenario(o) for o in outcomes},
+        peak_flops=peak,
+        budgets=dict(budgets),
+    )

@@ -1,0 +1,24 @@
+"""moeperf's exit codes, and the one mapping from its errors to them.
+
+Commands raise (collectors.errors.MoeperfError and its branches) instead of printing and
+returning a code; the entry points (moeperf/cli.py ``main``, the benchmark scripts' mains)
+turn what reaches them into a code with ``exit_code``.
+"""
+
+from __future__ import annotations
+
+from collectors.errors import MoeperfError, MoeperfUsageError
+
+EXIT_OK = 0
+# A run that did not complete, a gate that found a regression, a target or service that
+# failed: not the user's input.
+EXIT_FAILED = 1
+# The user's to fix: a spec, flag, run id or file (MoeperfUsageError).
+EXIT_USAGE = 2
+# 128 + SIGINT, as a shell reports a process ended by Ctrl-C.
+EXIT_INTERRUPTED = 130
+
+
+def exit_code(error: MoeperfError) -> int:
+    """The exit code for an error that ended a command."""
+    return EXIT_USAGE if isinstance(error, MoeperfUsageError) else EXIT_FAILED
