@@ -72,7 +72,7 @@ class LatencySummary:
 
 @dataclass(frozen=True, slots=True)
 class SelfWatchSummary:
-    """A load worker watching itself during a level (suites' ``SelfWatchReport``)."""
+    """A load worker watching itself during a level (suites/serving/load/selfwatch.py)."""
 
     loop_lag_p50_s: float
     loop_lag_p99_s: float
@@ -84,7 +84,7 @@ class SelfWatchSummary:
 
 @dataclass(frozen=True, slots=True)
 class WorkerSummary:
-    """What one load worker did in a level (suites' ``LevelReport``)."""
+    """What one load worker did in a level: sent by the worker at its end, stored as is."""
 
     worker: int
     scenario: str

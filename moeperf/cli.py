@@ -21,6 +21,7 @@ from suites.present import (
     ProgressBar,
     announce_run,
     latency_table,
+    plain_lines,
     runs_table,
     throughput_line,
 )
@@ -50,13 +51,12 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             store,
             bar,
             lambda run: announce_run(run, console),
-            pushgateway_url=args.pushgateway or os.environ.get(PUSHGATEWAY_ENV) or None,
-            say=lambda line: console.print(line, markup=False, highlight=False),
+            pushgateway_url=_pushgateway_url(args),
+            say=plain_lines(console),
         )
     finally:
         bar.close()
-    _show(store, run_id, console)
-    return EXIT_OK if store.open(run_id).manifest.status == "complete" else EXIT_FAILED
+    return _show_ended(store, run_id, console)
 
 
 def _run_training(
@@ -69,9 +69,19 @@ def _run_training(
         loaded.given,
         store,
         lambda run: announce_run(run, console),
-        pushgateway_url=args.pushgateway or os.environ.get(PUSHGATEWAY_ENV) or None,
-        say=lambda line: console.print(line, markup=False, highlight=False),
+        pushgateway_url=_pushgateway_url(args),
+        say=plain_lines(console),
     )
+    return _show_ended(store, run_id, console)
+
+
+def _pushgateway_url(args: argparse.Namespace) -> str | None:
+    """--pushgateway, else $MOEPERF_PUSHGATEWAY_URL; never stored in the run."""
+    return args.pushgateway or os.environ.get(PUSHGATEWAY_ENV) or None
+
+
+def _show_ended(store: RunStore, run_id: str, console: Console) -> int:
+    """Show a run that just ended; its exit code: 0 complete, 1 aborted or invalid."""
     _show(store, run_id, console)
     return EXIT_OK if store.open(run_id).manifest.status == "complete" else EXIT_FAILED
 
@@ -153,7 +163,7 @@ def _ingest_benchmark(args: argparse.Namespace, console: Console) -> int:
         args.json,
         args.runs_dir,
         args.name,
-        out=lambda line: console.print(line, markup=False, highlight=False),
+        out=plain_lines(console),
     )
 
 

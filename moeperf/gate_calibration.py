@@ -24,7 +24,8 @@ from moeperf.gate_runs import (
     run_notes,
     started,
 )
-from reports.gate import GateResult, gate, text_table
+from reports.gate import GateResult, gate
+from reports.gate_output import text_table
 from reports.runs import load_run
 from reports.samples import run_samples
 from suites.errors import UsageError

@@ -28,13 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from collectors.store import RunStore
-from reports.gate import (
-    GateResult,
-    check_fingerprints,
-    format_gate,
-    gate,
-    write_gate,
-)
+from reports.gate import GateResult, check_fingerprints, gate
+from reports.gate_output import format_gate, write_gate
 from reports.runs import load_run
 from reports.samples import MetricSamples, pool_samples, run_samples
 from suites.errors import SpecError, UsageError

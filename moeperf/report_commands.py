@@ -7,15 +7,11 @@ may import reports. Imports are lazy so that `moeperf run` does not load plotly.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
 from rich.console import Console
 
 from suites.errors import UsageError
-
-
-def _out(console: Console) -> Callable[[str], None]:
-    return lambda line: console.print(line, markup=False, highlight=False)
+from suites.present import plain_lines
 
 
 def baseline_promote(args: argparse.Namespace, console: Console) -> int:
@@ -23,26 +19,28 @@ def baseline_promote(args: argparse.Namespace, console: Console) -> int:
 
     return promote_command(
         args.run, args.name, args.version, args.runs_dir, args.baselines_dir, args.force,
-        out=_out(console),
+        out=plain_lines(console),
     )  # fmt: skip
 
 
 def baseline_list(args: argparse.Namespace, console: Console) -> int:
     from reports.baseline_commands import list_command
 
-    return list_command(args.baselines_dir, out=_out(console))
+    return list_command(args.baselines_dir, out=plain_lines(console))
 
 
 def baseline_show(args: argparse.Namespace, console: Console) -> int:
     from reports.baseline_commands import show_command
 
-    return show_command(args.ref, args.baselines_dir, out=_out(console))
+    return show_command(args.ref, args.baselines_dir, out=plain_lines(console))
 
 
 def baseline_report(args: argparse.Namespace, console: Console) -> int:
     from reports.baseline_report import baseline_report_command
 
-    return baseline_report_command(args.ref, args.baselines_dir, args.out, print_fn=_out(console))
+    return baseline_report_command(
+        args.ref, args.baselines_dir, args.out, print_fn=plain_lines(console)
+    )
 
 
 def add_baseline_commands(
@@ -73,7 +71,7 @@ def add_baseline_commands(
 
 def gate(args: argparse.Namespace, console: Console) -> int:
     """`gate RUN --baseline NAME[@V]`, `gate --paired SPEC --a A --b B`, `gate calibrate`."""
-    out = _out(console)
+    out = plain_lines(console)
     positional = list(args.target)
     if positional[:1] == ["calibrate"]:
         from moeperf.gate_calibration import calibrate_command
@@ -97,7 +95,7 @@ def gate(args: argparse.Namespace, console: Console) -> int:
             "| gate calibrate [SPEC]"
         )
     from reports.baselines import BaselineStore, parse_ref
-    from reports.gate import gate_command
+    from reports.gate_output import gate_command
 
     name, version = parse_ref(args.baseline)
     baseline = BaselineStore(args.baselines_dir).load_run_data(name, version)
@@ -110,13 +108,13 @@ def gate(args: argparse.Namespace, console: Console) -> int:
 def report(args: argparse.Namespace, console: Console) -> int:
     from reports.report import report_command
 
-    return report_command(args.runs, args.runs_dir, args.out, print_fn=_out(console))
+    return report_command(args.runs, args.runs_dir, args.out, print_fn=plain_lines(console))
 
 
 def compare(args: argparse.Namespace, console: Console) -> int:
     from reports.compare import compare_command
 
-    return compare_command(args.a, args.b, args.runs_dir, out=_out(console))
+    return compare_command(args.a, args.b, args.runs_dir, out=plain_lines(console))
 
 
 def add_gate_commands(

@@ -17,7 +17,7 @@ import pandas as pd
 
 from collectors.fingerprint import fingerprint_key
 from collectors.store import RunStore
-from reports.gate import format_value, text_table
+from reports.gate_output import format_value, text_table
 from reports.runs import RunData, load_run
 from reports.samples import run_samples
 from reports.stats import bootstrap_ratio_ci, min_samples, point_value, rank_test

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -14,6 +15,12 @@ from collectors.serving_records import ScenarioSummary, ServingSummary
 from collectors.store import RunWriter
 from suites.serving.runner import LevelOutcome
 from suites.serving.runner import Progress as RunProgress
+
+
+def plain_lines(console: Console) -> Callable[[str], None]:
+    """A printer of plain lines: no rich markup or highlighting, so text from a spec, a
+    target or a file shows exactly as written."""
+    return lambda line: console.print(line, markup=False, highlight=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@ token, the usage-only chunk and ``data: [DONE]``.
 from __future__ import annotations
 
 from collectors.records import RequestRecord
-from targets.synthetic.openai_format import DONE_EVENT, ChunkEncoder
+from targets.openai_wire import DONE_EVENT
+from targets.synthetic.openai_format import ChunkEncoder
 
 RESPONSE_TOKENS = 256
 PROMPT_TOKENS = 512

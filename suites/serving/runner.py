@@ -21,7 +21,6 @@ from typing import Any
 
 from collectors.records import RequestRecord
 from collectors.serving_records import (
-    SelfWatchSummary,
     ServingSummary,
     Slo,
     WorkerSummary,
@@ -36,7 +35,6 @@ from suites.serving.load.arrivals import arrival_offsets_s, split_evenly, split_
 from suites.serving.load.plan import LevelPlan, WorkerConfig
 from suites.serving.load.pool import WorkerPool
 from suites.serving.load.validity import client_bottlenecks
-from suites.serving.load.worker import LevelReport
 from suites.serving.observe.ground_truth import (
     fetch_ground_truth,
     measurement_errors,
@@ -57,7 +55,7 @@ _RATE_PER_WORKER = 100.0
 class LevelOutcome:
     scenario: str
     level: float
-    reports: list[LevelReport]
+    reports: list[WorkerSummary]
     invalid_reasons: list[str]
 
 
@@ -307,27 +305,8 @@ def _write_summary(
         scenarios[outcome.scenario] = dataclasses.replace(
             scenarios.get(outcome.scenario) or empty_scenario(slo),
             level=outcome.level,
-            harness=tuple(_worker_summary(r) for r in outcome.reports),
+            harness=tuple(outcome.reports),
             client_bottleneck=tuple(outcome.invalid_reasons),
             harness_error_s=harness_error_s,
         )
     run.write_summary(dataclasses.replace(summary, scenarios=scenarios))
-
-
-def _worker_summary(report: LevelReport) -> WorkerSummary:
-    watch = report.selfwatch
-    return WorkerSummary(
-        worker=report.worker,
-        scenario=report.scenario,
-        offered=report.offered,
-        sent=report.sent,
-        late_sends=report.late_sends,
-        selfwatch=SelfWatchSummary(
-            loop_lag_p50_s=watch.loop_lag_p50_s,
-            loop_lag_p99_s=watch.loop_lag_p99_s,
-            loop_lag_max_s=watch.loop_lag_max_s,
-            lag_samples=watch.lag_samples,
-            cpu_fraction=watch.cpu_fraction,
-            wall_s=watch.wall_s,
-        ),
-    )

@@ -11,12 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from targets.openai_wire import DONE_EVENT, sse_event, usage_json
+from targets.openai_wire import sse_event, usage_json
 from targets.synthetic.tokenizer import GENERATED_CYCLE, GENERATED_TOKENS
-
-# DONE_EVENT ends the streams written with this module too (the micro-benchmarks build
-# their response bytes from here).
-__all__ = ["DONE_EVENT", "MALFORMED_EVENT", "MALFORMED_JSON", "ChunkEncoder"]
 
 # The "malformed" fault: a body, or an SSE event, that is not JSON.
 MALFORMED_JSON = b"{not json"

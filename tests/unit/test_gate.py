@@ -13,7 +13,8 @@ from collectors.records import RequestRecord, SampleRecord, StepRecord
 from collectors.store import RunStore
 from reports.compare import compare_command, compare_runs
 from reports.errors import ReportUsageError
-from reports.gate import check_fingerprints, format_gate, gate, gate_command
+from reports.gate import check_fingerprints, gate
+from reports.gate_output import format_gate, gate_command
 from reports.runs import load_run
 from reports.samples import MetricSamples, pool_samples, run_samples, throughput_bins
 

@@ -9,9 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from collectors.records import RequestRecord
+from collectors.serving_records import WorkerSummary
 from suites.errors import SuiteError
 from suites.serving.load.plan import LevelPlan, WorkerConfig
-from suites.serving.load.worker import LevelReport, worker_main
+from suites.serving.load.worker import worker_main
 
 _POLL_S = 0.1
 
@@ -82,7 +83,7 @@ class WorkerPool:
         on_finished: Callable[[str], None] = lambda _status: None,
         on_tick: Callable[[], None] = lambda: None,
         on_health: Callable[[WorkerHealth], None] = lambda _health: None,
-    ) -> list[LevelReport]:
+    ) -> list[WorkerSummary]:
         """Give each worker in ``plans`` its plan; pass records on until all are done.
 
         ``on_finished(status)`` is called as each request ends, ``on_record`` when its
@@ -91,7 +92,7 @@ class WorkerPool:
         for index, plan in plans.items():
             self._commands[index].put(plan)
         self._busy = set(plans)
-        reports: dict[int, LevelReport] = {}
+        reports: dict[int, WorkerSummary] = {}
         while len(reports) < len(plans):
             try:
                 message = self.results.get(timeout=_POLL_S)

@@ -11,21 +11,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
+from collectors.serving_records import SelfWatchSummary
+
 PROBE_INTERVAL_S = 0.01
-
-
-@dataclass(frozen=True, slots=True)
-class SelfWatchReport:
-    loop_lag_p50_s: float
-    loop_lag_p99_s: float
-    loop_lag_max_s: float
-    lag_samples: int
-    cpu_fraction: float  # CPU seconds of this process / wall seconds (1.0 = one core busy)
-    wall_s: float
 
 
 def _resolve(future: asyncio.Future) -> None:
@@ -80,7 +71,7 @@ class SelfWatch:
             await ready
             self._lags_ns.append(self._clock_ns() - scheduled_ns)
 
-    async def stop(self) -> SelfWatchReport:
+    async def stop(self) -> SelfWatchSummary:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -90,7 +81,7 @@ class SelfWatch:
         lags_s = np.asarray(self._lags_ns, dtype=float) / 1e9
         if len(lags_s) == 0:
             lags_s = np.zeros(1)
-        return SelfWatchReport(
+        return SelfWatchSummary(
             loop_lag_p50_s=float(np.quantile(lags_s, 0.5)),
             loop_lag_p99_s=float(np.quantile(lags_s, 0.99)),
             loop_lag_max_s=float(lags_s.max()),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from suites.serving.load.worker import LevelReport
+from collectors.serving_records import WorkerSummary
 
 
 def client_bottlenecks(
-    reports: list[LevelReport],
+    reports: list[WorkerSummary],
     *,
     open_loop: bool,
     capped: bool,

@@ -5,7 +5,7 @@ worker puts ("finished", status) as each request ends (for progress), ("health",
 index, scenario, in_flight, loop_lag_p99_s, cpu_ratio) every HEALTH_INTERVAL_S, ("record",
 RequestRecord) once its record is final (at once, or after the level when client-side
 token counts are due), ("level_done", index,
-LevelReport) at the end of each level on ``results``; ("failed", index, traceback) if it
+WorkerSummary) at the end of each level on ``results``; ("failed", index, traceback) if it
 breaks. Setting ``stop`` ends the current level at once: requests in flight are
 cancelled and recorded as such.
 """
@@ -20,16 +20,16 @@ import signal
 import time
 import traceback
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from collectors.records import Phase, RequestRecord
+from collectors.serving_records import WorkerSummary
 from suites.serving.load.client import StreamResult, set_token_times, stream_request
 from suites.serving.load.openai_api import ENDPOINTS, request_body
 from suites.serving.load.plan import LevelPlan, WorkerConfig
-from suites.serving.load.selfwatch import SelfWatch, SelfWatchReport
+from suites.serving.load.selfwatch import SelfWatch
 from suites.serving.workload.tokenizer import (
     ServerTokenizer,
     TargetTokenizer,
@@ -43,16 +43,6 @@ LATE_SEND_S = 0.002
 _TOKENIZE_CONCURRENCY = 32
 HEALTH_INTERVAL_S = 0.5
 _SPIN_NS = 1_500_000
-
-
-@dataclass(frozen=True, slots=True)
-class LevelReport:
-    worker: int
-    scenario: str
-    offered: int  # open loop: requests scheduled for this worker; closed loop: sent
-    sent: int
-    late_sends: int
-    selfwatch: SelfWatchReport
 
 
 def worker_main(index: int, config: WorkerConfig, commands: Any, results: Any, stop: Any) -> None:
@@ -119,7 +109,7 @@ class _Level:
         self._keep_texts = bool(config.tokenizer)
         self._slots: list[asyncio.Task] = []
 
-    async def run(self, plan: LevelPlan) -> LevelReport:
+    async def run(self, plan: LevelPlan) -> WorkerSummary:
         self._prompts = itertools.islice(
             itertools.cycle(self.config.prompts), plan.prompt_offset, None
         )
@@ -155,7 +145,7 @@ class _Level:
         await asyncio.gather(*self._slots, return_exceptions=True)
         self._slots = []
         offered = len(plan.arrivals_s) if plan.mode != "concurrency" else self._sent
-        return LevelReport(
+        return WorkerSummary(
             self.index, plan.scenario, offered, self._sent, self._late, await watch.stop()
         )
 
