@@ -3,7 +3,9 @@
 A summary is one of the records in ``RunSummary``; the file holds its fields under their
 own names (nested records as objects, tuples as lists), plus ``schema_version`` and
 ``suite``, the tag that says which record it is. Quantiles stay a list of
-``{q, value, ci_low, ci_high}``, so the file reads as well with plain ``json``.
+``{q, value, ci_low, ci_high}``, so the file reads as well with plain ``json``. pydantic
+turns the records into JSON values and back (``TypeAdapter``: its field walking and its
+type checks); what is ours is the file's layout and the wording of its errors.
 
 Versions: 2 adds the ``suite`` tag (a micro summary always had it) and writes every
 scenario of a serving run whole. Version 1 files are still read: their suite is told by
@@ -13,12 +15,13 @@ before its first request record) reads as a scenario without requests.
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
-from typing import Any, TypeVar
+import json
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
 
 from collectors.errors import CollectorError
 from collectors.micro_summary import BenchmarkSummary, MicroSummary
@@ -34,7 +37,8 @@ RunSummary = ServingSummary | TrainingSummary | MicroSummary
 _BY_SUITE: dict[str, type[RunSummary]] = {
     cls.SUITE: cls for cls in (ServingSummary, TrainingSummary, MicroSummary)
 }
-_T = TypeVar("_T")
+# A benchmark's rounds (a Described) are written inline in its entry, as version 1 did.
+_ROUNDS_FIELDS = ("count", "mean", "quantiles")
 
 
 class SummaryFormatError(CollectorError):
@@ -43,8 +47,9 @@ class SummaryFormatError(CollectorError):
 
 def summary_to_json(summary: RunSummary) -> dict[str, Any]:
     """The body of summary.json for ``summary``."""
-    body = _encode(summary)
-    assert isinstance(body, dict)
+    body = _dump(summary)
+    if isinstance(summary, MicroSummary):
+        body["benchmarks"] = {name: _flat_benchmark(b) for name, b in summary.benchmarks.items()}
     return {"schema_version": SUMMARY_SCHEMA_VERSION, "suite": summary.SUITE, **body}
 
 
@@ -60,7 +65,18 @@ def summary_from_json(data: Any, where: str) -> RunSummary:
     if cls is None:
         known = ", ".join(sorted(_BY_SUITE))
         raise SummaryFormatError(f"{where}: suite {suite!r} is not one of {known}")
-    return _decode(cls, data, where)
+    if cls is MicroSummary and isinstance(data.get("benchmarks"), dict):
+        benchmarks = {name: _nested_benchmark(e) for name, e in data["benchmarks"].items()}
+        data = {**data, "benchmarks": benchmarks}
+    try:
+        # Strict, so that "3" is no int and true no number; validated as JSON because
+        # strict Python input would have to be record instances and tuples, where JSON
+        # input is objects and lists. Keys a later minor version added are left out.
+        summary: RunSummary = _adapter(cls).validate_json(json.dumps(data), strict=True)
+    except ValidationError as error:
+        lines = (_problem(e, where) for e in error.errors(include_url=False))
+        raise SummaryFormatError("\n".join(lines)) from None
+    return summary
 
 
 def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:
@@ -68,35 +84,42 @@ def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:
         return {**data, "suite": MicroSummary.SUITE}
     if "peak_flops" in data:
         return {**data, "suite": TrainingSummary.SUITE}
-    empty = _encode(empty_scenario())
-    assert isinstance(empty, dict)
+    empty = _dump(empty_scenario())
     scenarios = data.get("scenarios")
     if isinstance(scenarios, dict):
         scenarios = {name: {**empty, **entry} for name, entry in scenarios.items()}
     return {**data, "suite": ServingSummary.SUITE, "scenarios": scenarios}
 
 
-# --- records to JSON values and back ---------------------------------------------------
+# --- pydantic's side: records to JSON values and back, its errors in our words -------------
 
 
-def _encode(value: Any) -> Any:
-    if isinstance(value, BenchmarkSummary):
-        return _flat_benchmark(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple | list):
-        return [_encode(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _encode(v) for k, v in value.items()}
-    if isinstance(value, np.generic):  # a numpy scalar that reached a record
-        return value.item()
-    return value
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
+
+
+def _adapter(kind: type[Any]) -> TypeAdapter[Any]:
+    """pydantic's adapter for a record type, built on first use and kept."""
+    if kind not in _ADAPTERS:
+        _ADAPTERS[kind] = TypeAdapter(kind)
+    return _ADAPTERS[kind]
+
+
+def _dump(record: Any) -> dict[str, Any]:
+    # A numpy scalar in an int field is expected (the fallback converts it): no warning.
+    body: dict[str, Any] = _adapter(type(record)).dump_python(
+        record, fallback=_plain, warnings=False
+    )
+    return body
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar that reached a record, as the Python number it holds."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _flat_benchmark(summary: BenchmarkSummary) -> dict[str, Any]:
     """A benchmark as version 1 wrote it: its rounds' description inline, with the
     median and p90 beside min and max for readers of the plain file."""
-    rounds = _encode(summary.rounds)
     return {
         "scenario": summary.scenario,
         "unit": summary.unit,
@@ -106,48 +129,27 @@ def _flat_benchmark(summary: BenchmarkSummary) -> dict[str, Any]:
         "p90": summary.p90,
         "min": summary.min,
         "max": summary.max,
-        **rounds,
+        **_dump(summary.rounds),
     }
 
 
-def _decode(kind: Any, data: Any, where: str) -> Any:
-    if kind is Any:
-        return data
-    if kind is BenchmarkSummary and isinstance(data, dict):
-        rounds = {k: data.get(k) for k in ("count", "mean", "quantiles")}
-        return _decode_record(BenchmarkSummary, {**data, "rounds": rounds}, where)
-    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-        return _decode_record(kind, data, where)
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if origin in (types.UnionType, typing.Union):
-        if data is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _decode(inner, data, where)
-    if origin is tuple and isinstance(data, list):
-        return tuple(_decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(data))
-    if origin is dict and isinstance(data, dict):
-        return {k: _decode(args[1], v, f"{where}.{k}") for k, v in data.items()}
-    if kind is float and isinstance(data, int | float) and not isinstance(data, bool):
-        return float(data)
-    if kind in (int, str, bool) and type(data) is kind:
-        return data
-    raise SummaryFormatError(f"{where}: {data!r} is not of type {_name(kind)}")
+def _nested_benchmark(entry: Any) -> Any:
+    """A flat benchmark entry with its rounds' fields gathered as the record has them."""
+    if not isinstance(entry, dict):
+        return entry
+    return {**entry, "rounds": {k: entry[k] for k in _ROUNDS_FIELDS if k in entry}}
 
 
-def _decode_record(cls: type[_T], data: Any, where: str) -> _T:
-    if not isinstance(data, dict):
-        raise SummaryFormatError(f"{where}: {data!r} is not an object ({cls.__name__})")
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]  # cls is a dataclass
-        if f.name in data:
-            values[f.name] = _decode(hints[f.name], data[f.name], f"{where}.{f.name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise SummaryFormatError(f"{where}: no {f.name!r} ({cls.__name__})")
-    # Keys a later minor version added are left out rather than refused.
-    return cls(**values)
+def _problem(error: ErrorDetails, where: str) -> str:
+    """One of pydantic's errors as ``<file>.<field path>: what is wrong``."""
+    loc, kind = error["loc"], error["type"]
+    if kind == "missing":
+        return f"{_path(where, loc[:-1])}: no {loc[-1]!r}"
+    if kind.endswith("_type"):  # int_type, dict_type, dataclass_type (class_name), ...
+        expected = error.get("ctx", {}).get("class_name") or kind.removesuffix("_type")
+        return f"{_path(where, loc)}: {error['input']!r} is not of type {expected}"
+    return f"{_path(where, loc)}: {error['msg']} (got {error['input']!r})"
 
 
-def _name(kind: Any) -> str:
-    return getattr(kind, "__name__", None) or str(kind)
+def _path(where: str, loc: Sequence[int | str]) -> str:
+    return where + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)

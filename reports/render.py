@@ -15,12 +15,15 @@ import itertools
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
+
+from reports.errors import ReportUsageError
 
 # Plotly's modebar without the "Produced with Plotly" link (an external URL).
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
@@ -227,3 +230,15 @@ def render_page(
 </body>
 </html>
 """
+
+
+def write_page(path: Path, page: str) -> None:
+    """Write a page, its folder made if missing; a path that cannot be written is the
+    user's to fix (exit 2), said without a traceback."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise ReportUsageError(
+            f"cannot write the report to {path}: {exc.strerror or exc}"
+        ) from None

@@ -34,7 +34,7 @@ from reports.figures.steps import event_table, policies, step_table
 from reports.figures.timeline import scenario_starts, timeline, timeline_frame
 from reports.figures.training_events import training_timeline
 from reports.figures.training_throughput import policy_throughput, policy_throughput_frame
-from reports.render import Chart, Details, Section, Table, pretty_json, render_page
+from reports.render import Chart, Details, Section, Table, pretty_json, render_page, write_page
 from reports.runs import RunData, load_run
 
 # Points per CDF curve in the page: 4 metrics x 8 levels x 1,000 points keeps the data
@@ -374,12 +374,6 @@ def report_command(
         path = Path(out)
     title = "moeperf report: " + ", ".join(run.run_id for run in runs)
     page = build_report(runs, title)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(page, encoding="utf-8")
-    except OSError as exc:
-        raise ReportUsageError(
-            f"cannot write the report to {path}: {exc.strerror or exc}"
-        ) from None
+    write_page(path, page)
     print_fn(str(path))
     return 0

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from collectors.errors import CollectorError, SchemaVersionError
@@ -129,3 +131,52 @@ def test_described_is_one_record_whatever_it_describes():
     summary = summary_from_json(summary_to_json(micro()), "summary.json")
     assert isinstance(summary, MicroSummary)
     assert summary.benchmarks["test_a"].rounds == describe([0.002, 0.003, 0.001])
+
+
+def test_numpy_scalars_and_nan_are_written_as_plain_json_numbers():
+    # numpy scalars reach records from pandas and numpy reductions, past the type hints.
+    odd = dataclasses.replace(
+        empty_scenario(),
+        requests=np.int64(3),  # type: ignore[arg-type]
+        window_s=float("nan"),
+        level=np.float32(2.0),  # type: ignore[arg-type]
+    )
+    text = json.dumps(summary_to_json(ServingSummary(scenarios={"c=2": odd})))
+    entry = json.loads(text)["scenarios"]["c=2"]
+    assert entry["requests"] == 3 and entry["level"] == 2.0 and math.isnan(entry["window_s"])
+    assert '"window_s": NaN' in text
+
+
+def test_ints_read_as_floats_and_lists_as_tuples_but_strings_and_bools_are_no_numbers():
+    body = json.loads(json.dumps(summary_to_json(serving())))
+    body["scenarios"]["c=2"]["window_s"] = 3
+    summary = summary_from_json(body, "summary.json")
+    assert isinstance(summary, ServingSummary)
+    entry = summary.scenarios["c=2"]
+    assert entry.window_s == 3.0 and isinstance(entry.window_s, float)
+    assert entry.client_bottleneck == ("worker 0: busy",)
+    for bad in ("5", True, 5.0):
+        body["scenarios"]["c=2"]["ok"] = bad
+        with pytest.raises(CollectorError, match=r"summary\.json\.scenarios\.c=2\.ok: .* int"):
+            summary_from_json(body, "summary.json")
+
+
+def test_every_problem_is_one_line_naming_the_file_and_the_field_path():
+    body = summary_to_json(training())
+    body["budgets"][""]["calibration_step_peaks_bytes"] = [990, "x"]
+    body["peak_flops"] = 7
+    del body["kind"]
+    with pytest.raises(CollectorError) as refused:
+        summary_from_json(body, "run/summary.json")
+    assert str(refused.value).splitlines() == [
+        "run/summary.json: no 'kind'",
+        "run/summary.json.peak_flops: 7 is not of type PeakFlopsSummary",
+        "run/summary.json.budgets..calibration_step_peaks_bytes[1]: 'x' is not of type int",
+    ]
+
+
+def test_a_flat_benchmark_missing_a_rounds_field_is_named():
+    body = summary_to_json(micro())
+    del body["benchmarks"]["test_a"]["count"]
+    with pytest.raises(CollectorError, match=r"benchmarks\.test_a\.rounds: no 'count'"):
+        summary_from_json(body, "summary.json")
