@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import pandas as pd
@@ -27,7 +28,7 @@ import pyarrow.parquet as pq
 
 from collectors.errors import CollectorError, RunNotFoundError
 from collectors.fingerprint import host_fingerprint
-from collectors.manifest import RunManifest
+from collectors.manifest import RunManifest, RunStatus
 from collectors.records import RequestRecord, SampleRecord, StepRecord
 from collectors.schema import SCHEMA_VERSION, check_schema_version
 from collectors.summary_json import RunSummary, summary_from_json, summary_to_json
@@ -165,7 +166,7 @@ class RunWriter:
     def invalidate(self, reason: str) -> None:
         self._end("invalid", reason)
 
-    def _end(self, status: str, reason: str | None) -> None:
+    def _end(self, status: RunStatus, reason: str | None) -> None:
         if self.ended:
             raise CollectorError(f"run {self.run_id} already ended as {self.manifest.status}")
         for f in self._files.values():
@@ -178,7 +179,7 @@ class RunWriter:
                 # The run still ends; its records stay readable as JSONL.
                 note = f"{name}.parquet not written ({type(exc).__name__}: {exc}); kept as JSONL"
                 reason = f"{reason}; {note}" if reason else note
-        self.manifest.status = status  # type: ignore[assignment]
+        self.manifest.status = status
         self.manifest.status_reason = reason
         self.manifest.ended_wall_time = _now_iso()
         self._write_manifest()
@@ -186,7 +187,12 @@ class RunWriter:
     def __enter__(self) -> RunWriter:
         return self
 
-    def __exit__(self, exc_type, exc, _tb) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
         if self.ended:
             return
         if exc_type is None:

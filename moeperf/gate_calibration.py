@@ -75,6 +75,7 @@ class Calibration:
             for v in result.verdicts:
                 if v.ci_low is None or v.ci_high is None or v.q_value is None:
                     continue
+                assert v.min_effect is not None  # every tested metric has one
                 if v.direction == "lower":  # bad side above 1; the reversed pair's too
                     excess = max(v.ci_low - 1, 1 / v.ci_high - 1)
                 else:

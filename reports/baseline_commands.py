@@ -20,9 +20,10 @@ from reports.errors import ReportUsageError
 
 
 def _render(table: Table) -> str:
-    console = Console(file=io.StringIO(), width=140, color_system=None, force_terminal=False)
+    text = io.StringIO()
+    console = Console(file=text, width=140, color_system=None, force_terminal=False)
     console.print(table)
-    return console.file.getvalue().rstrip("\n")
+    return text.getvalue().rstrip("\n")
 
 
 def promote_command(

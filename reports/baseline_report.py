@@ -39,7 +39,8 @@ def baseline_section(store: BaselineStore, name: str) -> Section:
     trend = trend_frame(store.trend(name))
     history: dict[str, list[tuple[str, float]]] = {}
     directions: dict[str, str] = {}
-    for metric, rows in trend.sort_values("version").groupby("metric", sort=False):
+    for key, rows in trend.sort_values("version").groupby("metric", sort=False):
+        metric = str(key)  # "<scenario> <metric>", made a string in trend_frame
         points = zip(rows["version"], rows["value"], strict=True)
         history[metric] = [(f"v{version}", float(value)) for version, value in points]
         directions[metric] = TREND_METRICS[metric.split(" ", 1)[1]]

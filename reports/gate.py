@@ -182,8 +182,11 @@ def gate(
     verdicts: dict[str, Verdict | dict[str, Any]] = {}
     for key in [*base, *(k for k in cand if k not in base)]:
         a, b = base.get(key), cand.get(key)
-        if a is None or b is None:
-            verdicts[key] = _missing(a or b, "baseline" if a is None else "candidate")
+        if a is None:
+            verdicts[key] = _missing(cand[key], "baseline")
+            continue
+        if b is None:
+            verdicts[key] = _missing(a, "candidate")
             continue
         if a.direction != b.direction:
             raise ReportUsageError(
@@ -234,7 +237,14 @@ def _missing(metric: MetricSamples, absent_from: str) -> Verdict:
     )
 
 
-def _measure(a: MetricSamples, b: MetricSamples, min_effects, ci_level, n_boot, rng) -> dict:
+def _measure(
+    a: MetricSamples,
+    b: MetricSamples,
+    min_effects: Mapping[str, float] | None,
+    ci_level: float,
+    n_boot: int,
+    rng: np.random.Generator,
+) -> dict[str, Any]:
     """Everything about one metric but the q-value and the outcome."""
     entry: dict[str, Any] = dict(
         name=a.name,

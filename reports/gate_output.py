@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A plain fixed-width table (the same text on the terminal and in gate.txt)."""
     widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows, strict=True)]
 
-    def line(cells) -> str:
+    def line(cells: Iterable[object]) -> str:
         return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
     return "\n".join([line(headers), line("-" * w for w in widths), *map(line, rows)])
@@ -70,6 +70,8 @@ def format_gate(result: GateResult) -> str:
         f"rule: {RULE}",
     ]
     for v in result.regressions:
+        # A regression was tested: its ratio and interval are there.
+        assert v.ratio is not None and v.ci_low is not None and v.ci_high is not None
         lines.append(
             f"REGRESSION {v.key}: {format_value(v.baseline, v.unit)} -> "
             f"{format_value(v.candidate, v.unit)} ({v.ratio - 1:+.1%}, {result.ci_level:.0%} "
@@ -80,7 +82,7 @@ def format_gate(result: GateResult) -> str:
     return "\n".join(lines)
 
 
-def write_gate(result: GateResult, directory: Path, extra: Mapping[str, Any] | None = None):
+def write_gate(result: GateResult, directory: Path, extra: Mapping[str, Any] | None = None) -> Path:
     """Write gate.json and gate.txt into ``directory``; return the gate.json path."""
     directory.mkdir(parents=True, exist_ok=True)
     body = {

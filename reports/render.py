@@ -122,8 +122,9 @@ def _cell(value: Any) -> tuple[str, bool]:
     if isinstance(value, int | np.integer):
         return f"{int(value):,}", True
     if isinstance(value, float | np.floating):
+        number = float(value)
         # Four significant digits, but never an exponent for a count-like 16,384.
-        return f"{float(value):,.0f}" if abs(value) >= 1000 else f"{float(value):.4g}", True
+        return f"{number:,.0f}" if abs(number) >= 1000 else f"{number:.4g}", True
     return str(value), False
 
 

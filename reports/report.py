@@ -201,7 +201,7 @@ def _itl_curves(requests: pd.DataFrame, keep: pd.Series) -> pd.DataFrame:
     # Only the columns the ITL derivation reads: a row selection copies every column.
     chosen = requests.loc[keep, list(ITL_COLUMNS)]
     parts = [
-        curve_frame(scenario, _itl_samples(chosen.iloc[rows]), CDF_POINTS)
+        curve_frame(str(scenario), _itl_samples(chosen.iloc[rows]), CDF_POINTS)
         for scenario, rows in chosen.groupby("scenario", sort=False).indices.items()
     ]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CURVE_COLUMNS)

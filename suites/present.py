@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from collectors.manifest import RunManifest
@@ -43,7 +43,7 @@ class ProgressBar(RunProgress):
             console=console,
             transient=False,
         )
-        self._task = None
+        self._task: TaskID | None = None  # the current level's bar
         self._started = 0.0
         self._console = console
 
@@ -56,7 +56,7 @@ class ProgressBar(RunProgress):
     def finished(self, status: str) -> None:
         task = self._progress.tasks[-1]
         failed = task.fields["failed"] + (status == "error")
-        self._progress.update(self._task, done=task.fields["done"] + 1, failed=failed)
+        self._progress.update(task.id, done=task.fields["done"] + 1, failed=failed)
         self.tick()
 
     def tick(self) -> None:
@@ -64,7 +64,8 @@ class ProgressBar(RunProgress):
             self._progress.update(self._task, completed=time.monotonic() - self._started)
 
     def level_done(self, outcome: LevelOutcome) -> None:
-        self._progress.update(self._task, completed=self._progress.tasks[-1].total)
+        task = self._progress.tasks[-1]
+        self._progress.update(task.id, completed=task.total)
         for reason in outcome.invalid_reasons:
             self._console.print(f"[yellow]{outcome.scenario}: client bottleneck: {reason}")
 

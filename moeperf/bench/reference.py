@@ -24,7 +24,7 @@ import dataclasses
 import json
 import sys
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,7 +127,9 @@ class Bench:
         self.console = console
         self.overrides = list(overrides)  # --set KEY=VALUE for every run, applied last
 
-    def _run(self, part: str, spec_name: str, levels: Sequence[int], knobs: dict):
+    def _run(
+        self, part: str, spec_name: str, levels: Sequence[int], knobs: Mapping[str, object]
+    ) -> list[LevelResult]:
         s = self.scale
         overrides = [
             _levels_override(levels),

@@ -50,7 +50,9 @@ def _level_counts(n: int) -> np.ndarray:
     return counts
 
 
-def _level_table(rng: np.random.Generator, n: int, streams: int, first_id: int, t0_ns: int):
+def _level_table(
+    rng: np.random.Generator, n: int, streams: int, first_id: int, t0_ns: int
+) -> tuple[pa.Table, int]:
     """The records of one closed-loop level of ``n`` requests on ``streams`` streams."""
     prompt = np.clip(rng.lognormal(np.log(400), 0.6, n), 16, 8192).astype(np.int64)
     token_chunks = np.clip(rng.lognormal(np.log(56), 0.45, n), 2, 400).astype(np.int64)
@@ -120,6 +122,7 @@ def _level_table(rng: np.random.Generator, n: int, streams: int, first_id: int, 
     phase = np.where(position < 0.05, "warmup", np.where(position > 0.98, "cooldown", "measure"))
     values_ns = pa.array(chunk_ns)
     del chunk_ns
+    list_offsets = pa.array(offsets, pa.int32())  # a list array's offsets are int32
     columns = {
         "request_id": pa.array([f"r{i:07d}" for i in range(first_id, first_id + n)]),
         "scenario": pa.array(np.full(n, f"c={streams}", dtype=object), pa.string()),
@@ -129,8 +132,8 @@ def _level_table(rng: np.random.Generator, n: int, streams: int, first_id: int, 
         "send_ns": pa.array(send),
         "done_ns": pa.array(done),
         "status": pa.array(status, pa.string()),
-        "chunk_ns": pa.ListArray.from_arrays(pa.array(offsets), values_ns),
-        "chunk_tokens": pa.ListArray.from_arrays(pa.array(offsets), pa.array(tokens)),
+        "chunk_ns": pa.ListArray.from_arrays(list_offsets, values_ns),
+        "chunk_tokens": pa.ListArray.from_arrays(list_offsets, pa.array(tokens)),
         "chunk_tokens_source": pa.array(np.full(n, "usage_stats", dtype=object), pa.string()),
         "first_token_ns": pa.array(first, mask=~good),
         "last_token_ns": pa.array(last, mask=~good),
@@ -196,7 +199,7 @@ class _PeakRss:
         while not self._stop.wait(0.01):
             self.peak = max(self.peak, process.memory_info().rss)
 
-    def __exit__(self, *_exc) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self._stop.set()
         self._thread.join()
 
@@ -259,13 +262,15 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         table = synthetic_requests(args.requests, args.seed)
         run_id = write_run(RunStore(runs_dir), table, summary=not args.no_summary)
-        chunks = table.column("chunk_ns").combine_chunks().values
+        chunk_lists = table.column("chunk_ns").combine_chunks()
+        assert isinstance(chunk_lists, pa.ListArray)  # the stored schema's list<int64>
+        chunks = chunk_lists.values
         print(
             f"generated {table.num_rows:,} request records ({len(chunks):,} chunks) in "
             f"{time.perf_counter() - started:.1f} s -> {runs_dir}/{run_id} "
             "(GENERATED, not measured)"
         )
-        del table, chunks
+        del table, chunk_lists, chunks
         out = str(Path(runs_dir) / run_id / "report.html")
         result = subprocess.run(
             [

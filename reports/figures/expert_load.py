@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from reports.figures.text import empty, styled
 
 
-def expert_load_matrix(tokens_per_expert) -> np.ndarray:
+def expert_load_matrix(tokens_per_expert: pd.Series) -> np.ndarray:
     """Sum of the ``[layer][expert]`` token counts of every record (ragged ones padded)."""
     matrices = [
         np.array([np.asarray(layer, dtype=float) for layer in value])

@@ -14,6 +14,9 @@ any of its records reports, not their sum.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -38,9 +41,13 @@ def policies(steps: pd.DataFrame) -> pd.Series:
     return steps["scenario"].fillna("").astype(str).replace("", "default")
 
 
-def _events(value) -> list[dict]:
+def _events(value: Iterable[object] | float | None) -> list[dict[str, Any]]:
+    """A record's events: a list of event objects, or a null (None, or the NaN pandas
+    puts in an object column) for none."""
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return []
+    if isinstance(value, float):
+        raise TypeError(f"events must be a list of objects, not {value!r}")
     return [e for e in value if isinstance(e, dict)]
 
 

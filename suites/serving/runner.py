@@ -42,6 +42,7 @@ from suites.serving.observe.ground_truth import (
 )
 from suites.serving.observe.live import LiveObservers
 from suites.serving.workload.prompts import build_prompts
+from suites.serving.workload.sources import Prompt
 from suites.spec import ServingSpec
 
 # Workers start a level together this long after it is planned (spawn and connect time).
@@ -111,7 +112,8 @@ def plan_level(
 ) -> dict[int, LevelPlan]:
     load = spec.load
     scenario = scenario_name(load.mode, level)
-    common = dict(
+    # What every worker's plan shares; each worker's share is filled in below.
+    common = LevelPlan(
         scenario=scenario,
         mode=load.mode,
         start_ns=start_ns,
@@ -119,6 +121,7 @@ def plan_level(
         warmup_s=load.warmup_s,
         cooldown_s=load.cooldown_s,
         drain_timeout_s=load.drain_timeout_s,
+        concurrency=0,
     )
     if load.mode == "concurrency":
         streams = int(level)
@@ -126,8 +129,8 @@ def plan_level(
         shares = split_evenly(streams, active)
         budgets = split_evenly(load.max_requests, active) if load.max_requests else [None] * active
         return {
-            i: LevelPlan(
-                **common,
+            i: dataclasses.replace(
+                common,
                 concurrency=shares[i],
                 max_requests=budgets[i],
                 prompt_offset=(i * prompts) // active,
@@ -144,8 +147,8 @@ def plan_level(
     active = max(1, min(workers, len(offsets)))
     caps = split_evenly(load.max_concurrency, active) if load.max_concurrency else [0] * active
     return {
-        i: LevelPlan(
-            **common,
+        i: dataclasses.replace(
+            common,
             concurrency=caps[i],
             arrivals_s=share,
             prompt_offset=(i * prompts) // active,
@@ -193,7 +196,13 @@ def run_serving(
 
 
 def _run_levels(
-    spec, run: RunWriter, base_url, model, prompts, progress: Progress, observers: LiveObservers
+    spec: ServingSpec,
+    run: RunWriter,
+    base_url: str,
+    model: str,
+    prompts: list[Prompt],
+    progress: Progress,
+    observers: LiveObservers,
 ) -> None:
     load = spec.load
     run.add_note(

@@ -33,7 +33,7 @@ from suites.errors import SpecError
 from suites.training.budget import Budgets
 from suites.training.plan import Scenario, build_trainer, scenarios, sizes
 from suites.training.spec import TrainingSpec
-from targets.training.peak import PeakFlops, PeakFlopsError, mfu, peak_flops
+from targets.training.peak import CpuMatmulDetail, PeakFlops, PeakFlopsError, mfu, peak_flops
 from targets.training.setup import DTYPES
 from targets.training.trainer import StepResult, TrainingAbortedError
 
@@ -178,7 +178,7 @@ def _notes(spec: TrainingSpec, run: RunWriter, peak: PeakFlops) -> None:
         + (
             f" ({peak.detail.size}^3 {peak.detail.dtype} matmul on {peak.detail.threads} "
             f"threads, best of {peak.detail.reps})"
-            if peak.source == "measured" and peak.detail is not None
+            if peak.source == "measured" and isinstance(peak.detail, CpuMatmulDetail)
             else ""
         )
         + "."
@@ -196,7 +196,14 @@ def _notes(spec: TrainingSpec, run: RunWriter, peak: PeakFlops) -> None:
         )
 
 
-def _run_all(spec, run: RunWriter, plan, peak, exporter, say: Say) -> None:
+def _run_all(
+    spec: TrainingSpec,
+    run: RunWriter,
+    plan: list[Scenario],
+    peak: PeakFlops,
+    exporter: LiveExporter | None,
+    say: Say,
+) -> None:
     anchor_ns = run.manifest.anchor_monotonic_ns
     budgets = Budgets(spec, run.directory / "checkpoints", say)
     outcomes: list[ScenarioOutcome] = []
@@ -244,7 +251,13 @@ def _run_all(spec, run: RunWriter, plan, peak, exporter, say: Say) -> None:
         )
 
 
-def _finish_export(spec, run: RunWriter, exporter, pushgateway_url, say: Say) -> None:
+def _finish_export(
+    spec: TrainingSpec,
+    run: RunWriter,
+    exporter: LiveExporter | None,
+    pushgateway_url: str | None,
+    say: Say,
+) -> None:
     if exporter is None:
         return
     if pushgateway_url:

@@ -44,7 +44,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _dataclass_fields(cls: type, skip: tuple[str, ...] = (), optional: bool = False):
+def _dataclass_fields(
+    cls: type, skip: tuple[str, ...] = (), optional: bool = False
+) -> dict[str, Any]:
     """pydantic field definitions of a dataclass's fields: its types and defaults (or
     ``None`` defaults with ``optional``, for a table of overrides)."""
     hints = typing.get_type_hints(cls)
@@ -56,8 +58,10 @@ def _dataclass_fields(cls: type, skip: tuple[str, ...] = (), optional: bool = Fa
             found[f.name] = (hints[f.name] | None, None)
         elif f.default is not dataclasses.MISSING:
             found[f.name] = (hints[f.name], f.default)
-        else:
+        elif f.default_factory is not dataclasses.MISSING:
             found[f.name] = (hints[f.name], Field(default_factory=f.default_factory))
+        else:
+            found[f.name] = (hints[f.name], ...)  # required, as in the dataclass
     return found
 
 
@@ -68,7 +72,10 @@ def _moe_config(fields: dict[str, Any]) -> MoEConfig:
         raise ValueError(str(exc)) from None
 
 
-class ModelSpec(create_model("_ModelFields", __base__=_Strict, **_dataclass_fields(MoEConfig))):
+_ModelFields = create_model("_ModelFields", __base__=_Strict, **_dataclass_fields(MoEConfig))
+
+
+class ModelSpec(_ModelFields):
     """The model's shape (``MoEConfig``), used when ``init_from = "none"``."""
 
     @model_validator(mode="after")
@@ -80,9 +87,12 @@ class ModelSpec(create_model("_ModelFields", __base__=_Strict, **_dataclass_fiel
         return MoEConfig(**self.model_dump())
 
 
-class SizeSpec(
-    create_model("_SizeFields", __base__=_Strict, **_dataclass_fields(MoEConfig, optional=True))
-):
+_SizeFields = create_model(
+    "_SizeFields", __base__=_Strict, **_dataclass_fields(MoEConfig, optional=True)
+)
+
+
+class SizeSpec(_SizeFields):
     """One model size of the matrix: a name and the ``MoEConfig`` fields it overrides."""
 
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
@@ -99,6 +109,14 @@ _TrainerFields = create_model(
 class TrainerSpec(_TrainerFields):
     """``TrainerConfig``'s fields, plus where the checkpoints and the budget come from."""
 
+    # The TrainerConfig fields this suite reads by name, declared again so that a type
+    # checker sees them (it cannot see fields made at run time); defaults and types are
+    # TrainerConfig's, and pydantic keeps each in its place among the others.
+    mtp: bool = TrainerConfig.mtp
+    dtype: str = TrainerConfig.dtype
+    device: str = TrainerConfig.device
+    threads: int = TrainerConfig.threads
+    replay_path: str | None = TrainerConfig.replay_path
     model: ModelSpec = ModelSpec()
     # A model directory, "default" (the shipped model) or "none" (random weights of `model`).
     init_from: str = "default"
@@ -128,8 +146,9 @@ class TrainerSpec(_TrainerFields):
         return None if self.init_from == NO_INIT else self.init_from
 
 
-PolicyName = Literal[POLICY_NAMES]  # type: ignore[valid-type]
-SkewName = Literal[PROFILE_NAMES]  # type: ignore[valid-type]
+# Literals of the name tuples, for pydantic to check and list; mypy takes literal values only.
+PolicyName = Literal[POLICY_NAMES]  # type: ignore[valid-type]  # a tuple, read at run time
+SkewName = Literal[PROFILE_NAMES]  # type: ignore[valid-type]  # a tuple, read at run time
 
 
 def _unique(values: list[str], where: str) -> None:

@@ -318,6 +318,7 @@ def test_sigterm_aborts_the_run_keeps_its_records_and_stops_the_target(tmp_path)
 
     reader = RunStore(runs).open("latest")
     assert reader.manifest.status == "aborted"
+    assert reader.manifest.status_reason is not None
     assert "SIGTERM" in reader.manifest.status_reason
     assert (reader.directory / "requests.parquet").exists()
     requests = reader.requests()
@@ -387,6 +388,7 @@ def test_records_reach_disk_while_a_level_runs(tmp_path):
         _cleanup(process, children)
     reader = RunStore(runs).open("latest")
     assert reader.manifest.status == "aborted"
+    assert reader.manifest.status_reason is not None
     assert "killed" in reader.manifest.status_reason
     # Records may still have landed between the count and the kill.
     assert len(reader.requests()) >= on_disk

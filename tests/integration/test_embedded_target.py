@@ -40,6 +40,7 @@ def test_target_is_stopped_when_the_block_ends():
 
 def test_target_exits_by_itself_when_its_parent_is_killed():
     holder = subprocess.Popen([sys.executable, "-c", _HOLDER], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None  # stdout=PIPE
     try:
         assert holder.stdout.readline().startswith("http://127.0.0.1:")
         (target,) = _synthetic_children(holder.pid)

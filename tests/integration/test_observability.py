@@ -16,6 +16,7 @@ import random
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
@@ -99,14 +100,12 @@ def stand_ins():
     scrapers = []
     for name, engine in (("sglang", sglang),):
         exporter = exporters[name]
-        scraper = ThreadedScraper(
-            engine.serve(),
-            0.5,
-            lambda scrape, e=exporter: (
-                scrape.get("window")
-                and e.observe_target(scrape["window"], scrape.get("series", []))
-            ),
-        )
+
+        def on_sample(scrape: dict[str, Any], e: LiveExporter = exporter) -> None:
+            if scrape.get("window"):
+                e.observe_target(scrape["window"], scrape.get("series", []))
+
+        scraper = ThreadedScraper(engine.serve(), 0.5, on_sample)
         scraper.start()
         scraper.start_window("c=1")
         scrapers.append(scraper)

@@ -14,10 +14,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
+import pydantic
 import pytest
+from openai.types import Completion, CompletionUsage
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.target_metrics import REFERENCE_CONTRACT, read_exposition
@@ -55,6 +59,19 @@ def client(server: ReadyChild) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=60)
 
 
+def usage(result: Completion | ChatCompletion | ChatCompletionChunk) -> CompletionUsage:
+    """The usage block: the server sends it wherever these tests read it; the client's
+    types make it optional because other servers may leave it out."""
+    assert result.usage is not None
+    return result.usage
+
+
+def extra(model: pydantic.BaseModel) -> dict[str, Any]:
+    """The fields outside the OpenAI schema that one of the client's models kept."""
+    assert model.model_extra is not None  # None only where a model forbids extra fields
+    return model.model_extra
+
+
 def scrape(server: ReadyChild) -> dict[str, float]:
     """Every sample of /metrics: ``name{label="v",...}`` -> value."""
     text = httpx.get(f"{server.url}/metrics", timeout=30).text
@@ -86,7 +103,7 @@ def post(server: ReadyChild, path: str, body: dict | bytes, timeout: float = 60)
 def test_models_lists_the_served_model(server: ReadyChild) -> None:
     models = client(server).models.list().data
     assert [m.id for m in models] == [MODEL]
-    assert models[0].model_extra["max_model_len"] == 2048
+    assert extra(models[0])["max_model_len"] == 2048
 
 
 def test_completion_whole_and_streamed_agree(server: ReadyChild) -> None:
@@ -96,9 +113,9 @@ def test_completion_whole_and_streamed_agree(server: ReadyChild) -> None:
     )
     assert whole.object == "text_completion"
     assert whole.choices[0].finish_reason == "length"
-    assert whole.usage.completion_tokens == 12
-    assert whole.usage.prompt_tokens == len(tokenize(server, PROMPT))
-    assert whole.usage.total_tokens == whole.usage.prompt_tokens + 12
+    assert usage(whole).completion_tokens == 12
+    assert usage(whole).prompt_tokens == len(tokenize(server, PROMPT))
+    assert usage(whole).total_tokens == usage(whole).prompt_tokens + 12
     assert whole.choices[0].text
 
     chunks = list(
@@ -117,13 +134,13 @@ def test_completion_whole_and_streamed_agree(server: ReadyChild) -> None:
     assert token_chunks[-1].choices[0].finish_reason == "length"
     assert all(c.choices[0].finish_reason is None for c in token_chunks[:-1])
     assert usage_chunk.choices == []
-    assert usage_chunk.usage.completion_tokens == 12
+    assert usage(usage_chunk).completion_tokens == 12
     assert len({c.id for c in chunks}) == 1
 
 
 def test_chat_whole_and_streamed(server: ReadyChild) -> None:
     api = client(server)
-    messages = [
+    messages: list[ChatCompletionMessageParam] = [
         {"role": "system", "content": "You answer briefly."},
         {"role": "user", "content": "What is a list?"},
     ]
@@ -134,7 +151,7 @@ def test_chat_whole_and_streamed(server: ReadyChild) -> None:
     assert whole.choices[0].message.role == "assistant"
     assert whole.choices[0].finish_reason in ("stop", "length")
     prompt_tokens = post(server, "/tokenize", {"messages": messages}).json()["count"]
-    assert whole.usage.prompt_tokens == prompt_tokens
+    assert usage(whole).prompt_tokens == prompt_tokens
 
     chunks = list(
         api.chat.completions.create(
@@ -151,7 +168,7 @@ def test_chat_whole_and_streamed(server: ReadyChild) -> None:
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
     assert chunks[-1].choices == []
-    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert usage(chunks[-1]).completion_tokens == usage(whole).completion_tokens
 
 
 def test_greedy_is_deterministic_and_token_prompts_match_text(server: ReadyChild) -> None:
@@ -206,12 +223,16 @@ def test_completion_logprobs_are_the_legacy_object(server: ReadyChild) -> None:
         model=MODEL, prompt=PROMPT, max_tokens=6, temperature=0, logprobs=2
     )
     lp = result.choices[0].logprobs
-    n = result.usage.completion_tokens
-    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == n
-    assert lp.text_offset[0] == 0
+    assert lp is not None
+    tokens, logprobs, tops, offsets = lp.tokens, lp.token_logprobs, lp.top_logprobs, lp.text_offset
+    assert tokens is not None and logprobs is not None and tops is not None
+    assert offsets is not None
+    n = usage(result).completion_tokens
+    assert len(tokens) == len(logprobs) == len(tops) == n
+    assert offsets[0] == 0
     for i in range(1, n):
-        assert lp.text_offset[i] == lp.text_offset[i - 1] + len(lp.tokens[i - 1])
-    for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
+        assert offsets[i] == offsets[i - 1] + len(tokens[i - 1])
+    for token, logprob, top in zip(tokens, logprobs, tops, strict=True):
         assert logprob <= 0
         assert token in top and 1 <= len(top) <= 3
         # Greedy: the chosen token is the most likely one.
@@ -227,8 +248,11 @@ def test_chat_logprobs_are_content_entries(server: ReadyChild) -> None:
         logprobs=True,
         top_logprobs=3,
     )
-    content = result.choices[0].logprobs.content
-    assert len(content) == result.usage.completion_tokens
+    logprobs = result.choices[0].logprobs
+    assert logprobs is not None
+    content = logprobs.content
+    assert content is not None
+    assert len(content) == usage(result).completion_tokens
     for entry in content:
         assert len(entry.top_logprobs) == 3
         assert entry.top_logprobs[0].token == entry.token
@@ -246,16 +270,21 @@ def test_stop_string_truncates_and_ends_the_request(server: ReadyChild, stream: 
     assert len(text) > 10
     stop = text[6:9]
     expected = text[: text.find(stop)]
-    kwargs = dict(model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0, stop=[stop])
     if stream:
-        chunks = list(api.completions.create(**kwargs, stream=True))
+        chunks = list(
+            api.completions.create(
+                model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0, stop=[stop], stream=True
+            )
+        )
         got = "".join(c.choices[0].text for c in chunks)
         finish = chunks[-1].choices[0].finish_reason
     else:
-        result = api.completions.create(**kwargs)
+        result = api.completions.create(
+            model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0, stop=[stop]
+        )
         got, finish = result.choices[0].text, result.choices[0].finish_reason
-        assert result.usage.completion_tokens < 24
-        assert result.choices[0].model_extra["stop_reason"] == stop
+        assert usage(result).completion_tokens < 24
+        assert extra(result.choices[0])["stop_reason"] == stop
     assert got == expected
     assert finish == "stop"
 
@@ -267,9 +296,12 @@ def test_repeated_prompt_reports_cached_tokens(server: ReadyChild) -> None:
         api.completions.create(model=MODEL, prompt=prompt, max_tokens=2, temperature=0)
         for _ in range(2)
     )
-    cached = second.usage.prompt_tokens_details.cached_tokens
-    assert first.usage.prompt_tokens == second.usage.prompt_tokens
-    assert 16 <= cached < second.usage.prompt_tokens
+    details = usage(second).prompt_tokens_details
+    assert details is not None
+    cached = details.cached_tokens
+    assert cached is not None
+    assert usage(first).prompt_tokens == usage(second).prompt_tokens
+    assert 16 <= cached < usage(second).prompt_tokens
 
 
 def tokenize(server: ReadyChild, text: str) -> list[int]:
@@ -351,7 +383,8 @@ def test_metrics_count_a_request(server: ReadyChild) -> None:
 
 LONG = "word " * 3000  # past the 2048-token context
 
-BAD_REQUESTS = [
+# (path, body: JSON or raw bytes, status, the error's param)
+BAD_REQUESTS: list[tuple[str, dict[str, object] | bytes, int, str | None]] = [
     ("/v1/completions", b"{not json", 400, None),
     ("/v1/completions", b"[1, 2]", 400, None),
     ("/v1/completions", b"", 400, None),
@@ -432,7 +465,7 @@ def test_bad_requests_get_openai_errors_and_the_server_lives_on(server: ReadyChi
     assert after[key] - before[key] == generations
     # Still serving.
     ok = client(server).completions.create(model=MODEL, prompt=PROMPT, max_tokens=3)
-    assert ok.usage.completion_tokens >= 1
+    assert usage(ok).completion_tokens >= 1
 
 
 def test_openai_client_raises_typed_errors(server: ReadyChild) -> None:
@@ -597,12 +630,13 @@ def test_exit_with_parent() -> None:
     parent = subprocess.Popen(
         [sys.executable, "-c", script], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True
     )
+    assert parent.stdout is not None  # stdout=PIPE
     try:
-        child = int(parent.stdout.readline())  # type: ignore[union-attr]
+        child = int(parent.stdout.readline())
     finally:
         parent.kill()
         parent.wait()
-        parent.stdout.close()  # type: ignore[union-attr]
+        parent.stdout.close()
     assert _wait_until(lambda: _gone(child), timeout_s=15)
 
 

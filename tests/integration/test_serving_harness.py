@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import aiohttp
 import numpy as np
@@ -18,8 +19,8 @@ from suites.spec import ServingSpec
 pytestmark = pytest.mark.slow
 
 
-def spec(**sections) -> ServingSpec:
-    data = {
+def spec(**sections: dict[str, Any]) -> ServingSpec:
+    data: dict[str, Any] = {
         "name": "test",
         "workload": {
             "input_tokens": {"mean": 16},

@@ -76,6 +76,7 @@ def synthetic_server(**fields) -> Iterator[str]:
 
 def call(url: str, method: str, path: str, body: object = None, raw: bytes | None = None) -> Reply:
     parts = urlsplit(url)
+    assert parts.hostname is not None
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
     conn.request(method, path, body=data, headers={"Content-Type": "application/json"})

@@ -41,7 +41,7 @@ def test_trend_over_versions_with_a_level_shift(tmp_path):
     for version, ttft_ms in enumerate([50] * 6 + [80] * 4):
         run_id = make_run(runs, ttft_ms, seed=version)
         baselines.promote(runs.root / run_id, "demo")
-    printed = []
+    printed: list[str] = []
     out = tmp_path / "report.html"
     code = baseline_report_command("demo", str(tmp_path / "baselines"), str(out), printed.append)
     assert code == 0 and printed == [str(out)]

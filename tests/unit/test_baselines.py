@@ -254,6 +254,7 @@ def test_an_invalid_or_aborted_run_needs_force_and_its_status_is_recorded(store,
     baseline = store.get("b")
     assert baseline.run_status == end
     assert baseline.run_status_reason == run.manifest.status_reason
+    assert run.manifest.status_reason is not None
     assert run.manifest.status_reason in out[0]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -317,9 +318,9 @@ def test_micro_distributions_one_panel_per_metric():
 # --- training ------------------------------------------------------------------------------
 
 
-def step(step: int, rank: int, policy: str, **kw) -> StepRecord:
+def step(step: int, rank: int, policy: str, **kw: Any) -> StepRecord:
     start = step * 2 * S
-    base = dict(
+    base: dict[str, Any] = dict(
         step=step,
         rank=rank,
         start_ns=start + rank * 1000,

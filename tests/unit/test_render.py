@@ -6,6 +6,7 @@ import html
 import inspect
 import re
 from html.parser import HTMLParser
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -52,9 +53,9 @@ class Tags(HTMLParser):
         self.text.append(data)
 
 
-def request(i: int, scenario: str, **overrides) -> RequestRecord:
+def request(i: int, scenario: str, **overrides: Any) -> RequestRecord:
     t0 = i * 100 * MS
-    base = dict(
+    base: dict[str, Any] = dict(
         request_id=f"r{i}",
         scenario=scenario,
         phase="measure",
@@ -75,9 +76,9 @@ def request(i: int, scenario: str, **overrides) -> RequestRecord:
     return RequestRecord(**base)
 
 
-def manifest(suite: str = "serving", **overrides) -> RunManifest:
+def manifest(suite: str = "serving", **overrides: Any) -> RunManifest:
     spec = {"suite": suite, "name": XSS, "description": XSS, "target": {"url": TARGET_URL}}
-    base = dict(
+    base: dict[str, Any] = dict(
         run_id=f"20260101-000000-000000-{suite}-abc123",
         suite=suite,
         anchor_monotonic_ns=0,
@@ -190,7 +191,8 @@ def test_nothing_is_loaded_from_anywhere(page):
     for tag, attrs in tags:
         assert "src" not in attrs, tag
         if tag == "a":
-            assert attrs["href"].startswith("#")
+            href = attrs["href"]
+            assert href is not None and href.startswith("#")
     assert ("meta", {"http-equiv": "Content-Security-Policy", "content": CSP}) in tags
     assert "default-src 'none'" in CSP and "connect-src" not in CSP  # no fetch of any kind
     # Outside plotly.js itself (whose source names map-tile servers it is never asked
@@ -241,6 +243,7 @@ def test_each_kind_gets_its_figures(page):
 def test_the_appendix_quotes_the_definitions_from_the_code():
     appendix = appendix_html()
     for module in (collectors.latency, collectors.summary, collectors.quantiles):
+        assert module.__doc__ is not None
         assert html.escape(inspect.cleandoc(module.__doc__)) in appendix
     assert "TPOT (per request): (last token time - first token time)" in appendix
 
@@ -250,7 +253,7 @@ def test_report_command_writes_into_the_run_directory(tmp_path):
     with store.create("serving", spec_given={"name": XSS}) as run:
         for i in range(3):
             run.append_request(request(i, "c=1"))
-    printed = []
+    printed: list[str] = []
     assert report_command([run.run_id[:20]], str(store.root), print_fn=printed.append) == 0
     path = store.root / run.run_id / "report.html"
     assert printed == [str(path)]
@@ -280,7 +283,7 @@ def test_the_benchmark_generator_makes_a_run_the_report_reads(tmp_path):
     assert (per_request(ok)["ttft_s"] > 0).all()
     store = RunStore(tmp_path)
     run_id = write_run(store, table)
-    printed = []
+    printed: list[str] = []
     assert report_command([run_id], str(tmp_path), print_fn=printed.append) == 0
     page = (tmp_path / run_id / "report.html").read_text(encoding="utf-8")
     assert "GENERATED records (2,000 requests)" in page

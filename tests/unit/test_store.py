@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,8 +26,8 @@ from collectors.tables import records_frame
 MS = 1_000_000
 
 
-def request(i: int, **overrides) -> RequestRecord:
-    base = dict(
+def request(i: int, **overrides: Any) -> RequestRecord:
+    base: dict[str, Any] = dict(
         request_id=f"r{i}",
         scenario="c=2",
         phase="measure",
@@ -68,8 +69,8 @@ def failed_request(i: int) -> RequestRecord:
     )
 
 
-def step(i: int, **overrides) -> StepRecord:
-    base = dict(
+def step(i: int, **overrides: Any) -> StepRecord:
+    base: dict[str, Any] = dict(
         step=i,
         rank=0,
         start_ns=i * 1000 * MS,

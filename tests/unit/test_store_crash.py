@@ -58,6 +58,7 @@ def _start_child(root: Path) -> tuple[subprocess.Popen, Path]:
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert process.stdout is not None  # stdout=PIPE
     line = process.stdout.readline().strip()
     if not line:
         process.kill()
@@ -137,6 +138,7 @@ def test_a_killed_run_keeps_its_records_and_reads_back_as_aborted(tmp_path):
     reader = RunStore(tmp_path).open("latest")
     assert reader.run_id == directory.name
     assert reader.manifest.status == "aborted"
+    assert reader.manifest.status_reason is not None
     assert str(process.pid) in reader.manifest.status_reason
     assert reader.manifest.ended_wall_time is None
     # Nothing was converted: the data is read from the JSONL, a torn last line skipped.

@@ -137,9 +137,9 @@ def test_numpy_scalars_and_nan_are_written_as_plain_json_numbers():
     # numpy scalars reach records from pandas and numpy reductions, past the type hints.
     odd = dataclasses.replace(
         empty_scenario(),
-        requests=np.int64(3),  # type: ignore[arg-type]
+        requests=np.int64(3),  # type: ignore[arg-type]  # the numpy scalar under test
         window_s=float("nan"),
-        level=np.float32(2.0),  # type: ignore[arg-type]
+        level=np.float32(2.0),  # type: ignore[arg-type]  # the numpy scalar under test
     )
     text = json.dumps(summary_to_json(ServingSummary(scenarios={"c=2": odd})))
     entry = json.loads(text)["scenarios"]["c=2"]

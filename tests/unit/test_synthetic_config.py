@@ -73,7 +73,7 @@ def test_from_dict_rejects_unknown_fields_and_lists_the_valid_ones():
         SyntheticConfig.from_dict({"ttft_ms": 50})
     assert "ttft_s" in str(info.value)
     with pytest.raises(ValueError, match="JSON object"):
-        SyntheticConfig.from_dict([1, 2])  # type: ignore[arg-type]
+        SyntheticConfig.from_dict([1, 2])  # type: ignore[arg-type]  # the error under test
 
 
 def test_plan_without_jitter_is_exact():

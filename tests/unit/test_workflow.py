@@ -117,7 +117,9 @@ def test_micro_env_collects_bench_files_and_ingests_what_it_wrote(tox):
     commands = _lines(tox, "micro", "commands")
     (pytest_line,) = [c for c in commands if c.startswith("pytest suites/micro")]
     assert "-o python_files=bench_*.py" in pytest_line
-    json_path = re.search(r"--benchmark-json=(\S+)", pytest_line).group(1)
+    match = re.search(r"--benchmark-json=(\S+)", pytest_line)
+    assert match is not None
+    json_path = match.group(1)
     assert commands[-1] == f"moeperf ingest-benchmark {json_path}"
     assert "torch==2.13.0" in tox["testenv:micro"]["deps"]
 
