@@ -9,7 +9,10 @@ from typing import Any, Literal
 
 from collectors.schema import SCHEMA_VERSION, check_schema_version
 
-RunStatus = Literal["running", "complete", "aborted", "invalid"]
+# complete: every level ok. failed: it ran to its end, but some level's requests mostly
+# failed for the target's reasons. invalid: some level was client-bound (and none failed).
+# aborted: it did not run to its end (interrupt, crash). Older runs never say "failed".
+RunStatus = Literal["running", "complete", "failed", "aborted", "invalid"]
 
 
 @dataclass(slots=True)

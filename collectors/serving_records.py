@@ -7,9 +7,10 @@ the same with plain ``json``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from collectors.quantiles import CI_METHOD, EMPTY, ESTIMATOR, Described
+from collectors.target_counters import TargetCounters
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,11 +27,20 @@ NO_SLO = Slo()
 
 @dataclass(frozen=True, slots=True)
 class TokenDiscrepancy:
-    """Server-reported output tokens against the client's own count, where both exist."""
+    """Server-reported output tokens against the client's own count, where both exist.
+
+    The client counts by re-tokenizing the streamed text, which need not give the tokens
+    the model generated: a model may emit a token sequence its tokenizer would not produce
+    for that text (two "\n" tokens re-encode as one "\n\n"), so fewer is expected; more
+    means the server's usage undercounts, or chunks were tokenized one by one (/tokenize).
+    ``client_fewer`` / ``client_more`` are None in summaries written before they existed.
+    """
 
     compared: int
     differing: int
     mean_client_minus_server: float | None
+    client_fewer: int | None = None
+    client_more: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,13 +115,21 @@ class MeasurementErrors:
     chunk: Described
 
 
+# How a level ended (suites/serving/load/validity.py judges it): "ok"; "failed", most of
+# its measured requests failed for the target's reasons; "invalid", the client may have set
+# its numbers (client-bound), or the level was interrupted before it ended.
+LevelStatus = Literal["ok", "failed", "invalid"]
+
+
 @dataclass(frozen=True, slots=True)
 class ScenarioSummary:
     """One scenario (load level) of a serving run, its measured requests only.
 
-    The last four fields are the runner's: the level's load, its workers' own reports,
-    why the client may have set the numbers (empty: it did not), and, against the
-    synthetic target only, the harness's measurement error.
+    The last six fields are the runner's: the level's load, its workers' own reports,
+    why the client may have set the numbers (empty: it did not), against the synthetic
+    target only the harness's measurement error, and the level's status with its reason
+    (error types first for a failed level). Summaries written before levels had a status
+    read as "ok".
     """
 
     requests: int
@@ -134,6 +152,11 @@ class ScenarioSummary:
     harness: tuple[WorkerSummary, ...] = ()
     client_bottleneck: tuple[str, ...] = ()
     harness_error_s: MeasurementErrors | None = None
+    status: LevelStatus = "ok"
+    status_reason: str | None = None
+    # The target's own counters over the level (collectors.target_counters); None: the
+    # run stored no scrape of the target for it (scraping off, or /metrics unreadable).
+    target_counters: TargetCounters | None = None
 
 
 def empty_scenario(slo: Slo = NO_SLO) -> ScenarioSummary:

@@ -166,6 +166,10 @@ class RunWriter:
     def invalidate(self, reason: str) -> None:
         self._end("invalid", reason)
 
+    def fail(self, reason: str) -> None:
+        """End a run that ran to its end with levels the target failed (reason: which)."""
+        self._end("failed", reason)
+
     def _end(self, status: RunStatus, reason: str | None) -> None:
         if self.ended:
             raise CollectorError(f"run {self.run_id} already ended as {self.manifest.status}")

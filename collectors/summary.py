@@ -106,6 +106,8 @@ def _token_discrepancy(ok: pd.DataFrame) -> TokenDiscrepancy:
         compared=len(both),
         differing=int((diff != 0).sum()),
         mean_client_minus_server=float(diff.mean()) if len(both) else None,
+        client_fewer=int((diff < 0).sum()),
+        client_more=int((diff > 0).sum()),
     )
 
 

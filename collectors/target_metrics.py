@@ -9,15 +9,18 @@ Dialects (the target's names -> ``collectors.metric_names`` plus the extras belo
 - vLLM (``vllm:``): newest names first; a server exporting an old and a new name for one
   quantity (both live during vLLM's deprecation periods) is read once. ``engine`` /
   ``model_name`` copies are summed (counts) or averaged (ratios). vLLM counts prefix-cache
-  hits and queries in tokens.
+  hits and queries in tokens; speculative decoding as draft rounds (``num_drafts``), draft
+  and accepted tokens and accepted tokens per draft ``position``; ``num_preemptions``.
 - SGLang (``sglang:``): ``cache_hit_rate`` is a gauge (the last prefill batches' hit rate),
   not counters, so the prefix-cache hit/query counters stay absent for SGLang and the rate
   is kept as ``mn.TARGET_PREFIX_HIT_RATIO``, gauge-only. Draft/accepted counters are absent
   too; ``spec_accept_length`` (mean tokens per verify step) becomes ``mn.TARGET_ACCEPT_LENGTH``.
   Only the first tensor/pipeline rank of a data-parallel rank is read: with
   ``--enable-metrics-for-all-schedulers`` every rank repeats the same scheduler state.
+  ``num_retracted_requests`` (a counter) is its preemptions.
 - reference (``reference_``): the contract the reference serving engine must export, in
-  ``REFERENCE_CONTRACT`` (exposition names, ``_total`` on counters).
+  ``REFERENCE_CONTRACT`` (exposition names, ``_total`` on counters): vLLM's set plus its
+  engine steps; accepted tokens per draft ``position`` only where MTP is on.
 - synthetic (``synthetic_``): running requests and token/request counters; it has no KV
   cache, prefix cache, speculation or experts, so those series are absent, never zero.
 
@@ -49,11 +52,41 @@ class ExpositionError(CollectorError):
     """The text is not in the Prometheus exposition format."""
 
 
-# Canonical target series the dialects need beyond metric_names.TARGET_METRICS. Proposed
-# for collectors/metric_names.py (then dashboards can use them); kept here until they move.
 # Gauges whose copies (engines, data-parallel ranks) are averaged rather than summed.
 _MEAN_OF_COPIES = frozenset(
     m.name for m in (mn.TARGET_KV_USAGE, mn.TARGET_PREFIX_HIT_RATIO, mn.TARGET_ACCEPT_LENGTH)
+)
+
+# Canonical target series the dialects need beyond metric_names.TARGET_METRICS (read into
+# per-level counters by collectors.target_counters; not re-exported live). Proposed for
+# collectors/metric_names.py (then dashboards can use them); kept here until they move.
+TARGET_DRAFTS = Metric(
+    mn.PREFIX + "target_spec_decode_drafts",
+    "counter",
+    "Speculative (MTP) draft rounds: one per request per speculative step.",
+    mn.SERVING_LABELS,
+    "short",
+)
+TARGET_ACCEPTED_PER_POSITION = Metric(
+    mn.PREFIX + "target_spec_decode_accepted_tokens_per_position",
+    "counter",
+    "Draft tokens accepted, by their position in the draft (0: first).",
+    (*mn.SERVING_LABELS, "position"),
+    "short",
+)
+TARGET_PREEMPTIONS = Metric(
+    mn.PREFIX + "target_preemptions",
+    "counter",
+    "Requests the target preempted (SGLang: retracted), to be recomputed later.",
+    mn.SERVING_LABELS,
+    "short",
+)
+TARGET_ENGINE_STEPS = Metric(
+    mn.PREFIX + "target_engine_steps",
+    "counter",
+    "Engine steps (forward passes over the running batch) the target ran.",
+    mn.SERVING_LABELS,
+    "short",
 )
 
 
@@ -89,6 +122,10 @@ VLLM = Dialect("vllm", "vllm:", (
     _s("vllm:gpu_prefix_cache_hit_rate", mn.TARGET_PREFIX_HIT_RATIO),  # v0 only: a gauge
     _s("vllm:spec_decode_num_draft_tokens", mn.TARGET_DRAFT_TOKENS),
     _s("vllm:spec_decode_num_accepted_tokens", mn.TARGET_ACCEPTED_TOKENS),
+    _s("vllm:spec_decode_num_drafts", TARGET_DRAFTS),
+    _s("vllm:spec_decode_num_accepted_tokens_per_pos", TARGET_ACCEPTED_PER_POSITION,
+       labels=("position",)),
+    _s("vllm:num_preemptions", TARGET_PREEMPTIONS),
     _s("vllm:prompt_tokens", mn.TARGET_PROMPT_TOKENS),
     _s("vllm:generation_tokens", mn.TARGET_GENERATION_TOKENS),
     _s("vllm:request_success", mn.TARGET_FINISHED_REQUESTS),  # every finished_reason
@@ -99,6 +136,7 @@ SGLANG = Dialect("sglang", "sglang:", (
     _s("sglang:num_queue_reqs", mn.TARGET_WAITING),
     _s("sglang:cache_hit_rate", mn.TARGET_PREFIX_HIT_RATIO),
     _s("sglang:spec_accept_length", mn.TARGET_ACCEPT_LENGTH),
+    _s("sglang:num_retracted_requests", TARGET_PREEMPTIONS),
     _s("sglang:prompt_tokens", mn.TARGET_PROMPT_TOKENS),
     _s("sglang:generation_tokens", mn.TARGET_GENERATION_TOKENS),
     _s("sglang:num_requests", mn.TARGET_FINISHED_REQUESTS),
@@ -113,6 +151,11 @@ REFERENCE = Dialect("reference", "reference_", (
     _s("reference_prefix_cache_queries", mn.TARGET_PREFIX_QUERIES),
     _s("reference_spec_decode_draft_tokens", mn.TARGET_DRAFT_TOKENS),
     _s("reference_spec_decode_accepted_tokens", mn.TARGET_ACCEPTED_TOKENS),
+    _s("reference_spec_decode_num_drafts", TARGET_DRAFTS),
+    _s("reference_spec_decode_accepted_tokens_per_position", TARGET_ACCEPTED_PER_POSITION,
+       labels=("position",)),
+    _s("reference_preemptions", TARGET_PREEMPTIONS),
+    _s("reference_steps", TARGET_ENGINE_STEPS),
     _s("reference_expert_tokens", mn.TARGET_EXPERT_TOKENS, labels=("layer", "expert")),
     _s("reference_prompt_tokens", mn.TARGET_PROMPT_TOKENS),
     _s("reference_generation_tokens", mn.TARGET_GENERATION_TOKENS),

@@ -1,6 +1,6 @@
 """Per-scenario figures of a training run, computed from its step records.
 
-Definitions (README "Training suites"; DESIGN.md "Metric definitions"):
+Definitions (README "Training suites"):
 
 - steps: steps completed, each counted once (a step replayed after a restart is not).
 - step attempts: every step record (replays included) plus every step an OOM ended.

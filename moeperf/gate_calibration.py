@@ -24,10 +24,11 @@ from moeperf.gate_runs import (
     run_notes,
     started,
 )
-from reports.gate import GateResult, gate
+from reports.gate import gate
 from reports.gate_output import text_table
 from reports.runs import load_run
 from reports.samples import run_samples
+from reports.verdicts import GateResult
 from suites.errors import UsageError
 
 

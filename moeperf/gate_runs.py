@@ -8,6 +8,13 @@ cancels a linear drift within every four blocks) or A B A B ... ("abab"). The sa
 all A blocks are pooled, and of all B blocks, and gated with ``reports.gate.gate``: B is
 the candidate, A the baseline.
 
+Comparable by construction: every block runs the same spec with the same overrides (only
+the target's URL differs), on the same host, in the same job, so the spec check that
+``moeperf gate RUN --baseline`` makes (reports/comparability.py) has nothing to find here
+and is not made; the host fingerprints are still checked. The same holds for A/A
+calibration. Everything else of the gate applies: a metric missing from B's blocks fails,
+and too few judged metrics make the verdict inconclusive (exit 1).
+
 Targets are given as text:
 - ``http://HOST:PORT`` (or ``url:http://...``): a running OpenAI-compatible server;
 - ``synthetic``: the embedded synthetic target with the spec's ``[target.synthetic]``;
@@ -28,10 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from collectors.store import RunStore
-from reports.gate import GateResult, check_fingerprints, gate
+from reports.comparability import check_fingerprints
+from reports.gate import gate
 from reports.gate_output import format_gate, write_gate
 from reports.runs import load_run
 from reports.samples import MetricSamples, pool_samples, run_samples
+from reports.verdicts import GateResult
 from suites.errors import SpecError, UsageError
 from suites.serving.embedded.process import running_target
 from suites.serving.runner import run_serving
@@ -205,7 +214,8 @@ def paired_command(
     out: Say = print,
 ) -> int:
     """Paired gate: print the table, write gate.json and gate.txt into ``out_dir``
-    (default ``<runs_dir>/gates/<time>-paired/``). Exit code 0 or 1 (a regression)."""
+    (default ``<runs_dir>/gates/<time>-paired/``). Exit code 0, or 1 (a regression, a
+    metric missing from B, or too few metrics judged)."""
     result, run_ids = paired_gate(
         spec_ref,
         target_a,

@@ -13,6 +13,9 @@ from rich.console import Console
 from suites.errors import UsageError
 from suites.present import plain_lines
 
+# Pages never replace a file at their default path unless asked (reports/page_path.py).
+FORCE_HELP = "replace an existing page at the default path (--out FILE always replaces FILE)"
+
 
 def baseline_promote(args: argparse.Namespace, console: Console) -> int:
     from reports.baseline_commands import promote_command
@@ -39,8 +42,9 @@ def baseline_report(args: argparse.Namespace, console: Console) -> int:
     from reports.baseline_report import baseline_report_command
 
     return baseline_report_command(
-        args.ref, args.baselines_dir, args.out, print_fn=plain_lines(console)
-    )
+        args.ref, args.baselines_dir, args.out, print_fn=plain_lines(console),
+        runs_dir=args.runs_dir, force=args.force,
+    )  # fmt: skip
 
 
 def add_baseline_commands(
@@ -53,7 +57,10 @@ def add_baseline_commands(
     promote.add_argument("--name", required=True, help="baseline name, e.g. nightly")
     promote.add_argument("--version", type=int, help="explicit version (default: next)")
     promote.add_argument(
-        "--force", action="store_true", help="allow an aborted or invalid run (recorded)"
+        "--force",
+        action="store_true",
+        help="allow a run that is aborted, invalid or failed, has a level not ok, "
+        "or failed its stored gate (recorded)",
     )
     promote.set_defaults(handler=baseline_promote)
     listing = sub.add_parser("list", parents=[common], help="every baseline and its versions")
@@ -64,8 +71,14 @@ def add_baseline_commands(
     page = sub.add_parser(
         "report", parents=[common], help="HTML: the trend across versions, then NAME[@V]"
     )
-    page.add_argument("ref")
-    page.add_argument("--out", help="the HTML file (default: baseline-NAME-report.html)")
+    page.add_argument("ref", metavar="NAME[@V]")
+    page.add_argument(
+        "--out",
+        metavar="FILE",
+        help="the HTML file, replaced if it exists "
+        "(default: RUNS_DIR/baseline-NAME-vV-report.html)",
+    )
+    page.add_argument("--force", action="store_true", help=FORCE_HELP)
     page.set_defaults(handler=baseline_report)
 
 
@@ -95,20 +108,23 @@ def gate(args: argparse.Namespace, console: Console) -> int:
             "| gate calibrate [SPEC]"
         )
     from reports.baselines import BaselineStore, parse_ref
-    from reports.gate_output import gate_command
+    from reports.gate_output import gate_command, parse_min_effects
 
+    min_effects = parse_min_effects(args.min_effect or [])
     name, version = parse_ref(args.baseline)
     baseline = BaselineStore(args.baselines_dir).load_run_data(name, version)
     return gate_command(
         positional[0], baseline, args.runs_dir, args.out_dir, args.force, out=out,
-        baseline_label=args.baseline,
+        baseline_label=args.baseline, min_effects=min_effects,
     )  # fmt: skip
 
 
 def report(args: argparse.Namespace, console: Console) -> int:
     from reports.report import report_command
 
-    return report_command(args.runs, args.runs_dir, args.out, print_fn=plain_lines(console))
+    return report_command(
+        args.runs, args.runs_dir, args.out, print_fn=plain_lines(console), force=args.force
+    )
 
 
 def compare(args: argparse.Namespace, console: Console) -> int:
@@ -123,13 +139,25 @@ def add_gate_commands(
     parser = commands.add_parser(
         "gate",
         parents=[common],
-        help="judge a run against a baseline (exit 0 pass, 1 regression, 2 bad input)",
+        help="judge a run against a baseline (exit 0 pass; 1 regression, missing metric or "
+        "too few judged; 2 bad input or runs not comparable)",
     )
     parser.add_argument(
         "target", nargs="*", metavar="RUN", help="the run to judge, or 'calibrate [SPEC]'"
     )
     parser.add_argument("--baseline", metavar="NAME[@V]", help="the baseline to judge against")
-    parser.add_argument("--force", action="store_true", help="accept a host-fingerprint mismatch")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="gate despite a host-fingerprint or spec mismatch (the verdict lists what was forced)",
+    )
+    parser.add_argument(
+        "--min-effect",
+        action="append",
+        metavar="CLASS=FRACTION",
+        help="minimum effect for a metric class, e.g. latency_p99=0.3 (repeatable; wins over "
+        "the spec's [gate] min_effects)",
+    )
     parser.add_argument("--out-dir", help="where gate.json and gate.txt go (default: the run)")
     parser.add_argument("--paired", metavar="SPEC", help="run --a and --b interleaved in one job")
     parser.add_argument("--a", help="baseline target: URL, 'synthetic' or 'synthetic:k=v,...'")
@@ -143,7 +171,13 @@ def add_gate_commands(
 
     page = commands.add_parser("report", help="one offline HTML page for one or more runs")
     page.add_argument("runs", nargs="+", metavar="RUN", help="run ids, prefixes, dirs or 'latest'")
-    page.add_argument("--out", help="the HTML file (default: report.html in the first run)")
+    page.add_argument(
+        "--out",
+        metavar="FILE",
+        help="the HTML file, replaced if it exists (default: report.html in the run's "
+        "directory; for several runs RUNS_DIR/report-A-vs-B.html)",
+    )
+    page.add_argument("--force", action="store_true", help=FORCE_HELP)
     page.set_defaults(handler=report)
 
     comparison = commands.add_parser("compare", help="two runs side by side, with CIs")

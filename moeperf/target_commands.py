@@ -4,8 +4,9 @@
 ``python -m targets.serving`` in this process, and ``moeperf target train --out DIR
 [--steps N ...]`` runs ``python -m targets.model.train``. Their flags belong to them, so
 every argument after ``serve`` or ``train`` is handed over unchanged, and
-``moeperf target serve --help`` prints the server's own help. The targets are imported
-only when one is run: the rest of the CLI loads without torch.
+``moeperf target serve --help`` prints the server's own help, under the name
+``moeperf target serve`` (the server's ``main`` takes the name to show). The targets are
+imported only when one is run: the rest of the CLI loads without torch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable
+from typing import Any
 
 from rich.console import Console
 
@@ -21,9 +23,10 @@ from suites import spec
 from suites.errors import UsageError
 
 _INSTALL = spec.REFERENCE_INSTALL
+SERVE_PROG = "moeperf target serve"
 
 
-def _entry_point(module: str) -> Callable[[list[str]], int | None]:
+def _entry_point(module: str) -> Callable[..., int | None]:
     """``module.main``, or a UsageError (exit 2) saying how to install what it needs."""
     if not spec.torch_installed():
         raise UsageError(f"{module} needs PyTorch and the reference extra: {_INSTALL}")
@@ -35,17 +38,17 @@ def _entry_point(module: str) -> Callable[[list[str]], int | None]:
         ) from None
 
 
-def _delegate(module: str, argv: list[str]) -> int:
+def _delegate(module: str, argv: list[str], **named: Any) -> int:
     main = _entry_point(module)
     try:
-        return int(main(argv) or 0)
+        return int(main(argv, **named) or 0)
     except KeyboardInterrupt:
         # The target stops on SIGINT by itself; this is a second Ctrl-C during its shutdown.
         return EXIT_INTERRUPTED
 
 
 def serve_command(args: argparse.Namespace, _console: Console) -> int:
-    return _delegate("targets.serving.__main__", list(args.target_args))
+    return _delegate("targets.serving.__main__", list(args.target_args), prog=SERVE_PROG)
 
 
 def train_command(args: argparse.Namespace, _console: Console) -> int:

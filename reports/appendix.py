@@ -4,17 +4,20 @@ The module docstrings of ``collectors.latency``, ``collectors.summary`` and
 ``collectors.quantiles`` are the single source of truth for what TTFT, TPOT, ITL, E2E,
 throughput, goodput and the percentiles mean; the docstrings of the figure modules say
 how each chart is drawn from them. Quoting them here means the report and the code
-cannot disagree. Everything is escaped and shown as preformatted text.
+cannot disagree. Only the chart kinds a page contains are explained (each ``Chart`` names
+its figure modules in ``drawn_by``). Everything is escaped and shown as preformatted text.
 """
 
 from __future__ import annotations
 
 import html
 import inspect
+from collections.abc import Sequence
 from types import ModuleType
 
 from collectors import latency, quantiles, summary
 from reports.figures import (
+    baseline_trend,
     cdf,
     concurrency,
     errors,
@@ -29,6 +32,7 @@ from reports.figures import (
     training_events,
     training_throughput,
 )
+from reports.render import Chart, Section
 
 DEFINITIONS: tuple[ModuleType, ...] = (latency, summary, quantiles)
 CHARTS: tuple[ModuleType, ...] = (
@@ -45,7 +49,10 @@ CHARTS: tuple[ModuleType, ...] = (
     memory,
     expert_load,
     micro,
+    baseline_trend,
 )
+# A chart's ``drawn_by`` names: the module's last component ("cdf", "concurrency", ...).
+CHART_KINDS: dict[str, ModuleType] = {m.__name__.rsplit(".", 1)[-1]: m for m in CHARTS}
 
 
 def docstrings(modules: tuple[ModuleType, ...]) -> list[tuple[str, str]]:
@@ -60,15 +67,28 @@ def _entries(modules: tuple[ModuleType, ...]) -> str:
     )
 
 
-def appendix_html() -> str:
-    """The appendix section: metric definitions, then how the charts are drawn."""
+def chart_kinds(sections: Sequence[Section]) -> tuple[ModuleType, ...]:
+    """The figure modules that drew the charts of ``sections``, in ``CHARTS`` order."""
+    named = {
+        kind for s in sections for b in s.blocks if isinstance(b, Chart) for kind in b.drawn_by
+    }
+    unknown = sorted(named - CHART_KINDS.keys())
+    if unknown:  # a typo in a drawn_by would silently drop an explanation
+        raise ValueError(f"unknown chart kinds {unknown}; known: {sorted(CHART_KINDS)}")
+    return tuple(m for name, m in CHART_KINDS.items() if name in named)
+
+
+def appendix_html(sections: Sequence[Section]) -> str:
+    """The appendix section: metric definitions, then how the charts of ``sections`` are
+    drawn (only the kinds present on the page)."""
+    kinds = chart_kinds(sections)
+    charts = f"<h3>How the charts are drawn</h3>\n{_entries(kinds)}\n" if kinds else ""
     return (
         '<section class="appendix" id="definitions">\n'
         "<h2>Metric definitions</h2>\n"
         "<p>Quoted from the modules that compute them: what the code does is what is "
         "written here.</p>\n"
         f"{_entries(DEFINITIONS)}\n"
-        "<h3>How the charts are drawn</h3>\n"
-        f"{_entries(CHARTS)}\n"
+        f"{charts}"
         "</section>"
     )

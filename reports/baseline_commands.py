@@ -17,6 +17,7 @@ from collectors.serving_records import ServingSummary
 from collectors.store import RunStore
 from reports.baselines import BaselineStore, _run_data, parse_ref
 from reports.errors import ReportUsageError
+from reports.promotion import promotion_problems
 
 
 def _render(table: Table) -> str:
@@ -39,12 +40,15 @@ def promote_command(
         reader = RunStore(runs_dir).open(run_ref)
     except (CollectorError, OSError, ValueError) as exc:
         raise ReportUsageError(str(exc)) from None
-    allow = ("aborted", "invalid") if force else ()
-    baseline = BaselineStore(root).promote(reader, name, version, allow_status=allow)
+    # Refused unless forced (ReportUsageError, exit 2, saying why); forced, it is said here.
+    overridden = promotion_problems(reader) if force else []
+    baseline = BaselineStore(root).promote(reader, name, version, force=force)
     status = baseline.run_status
     if baseline.run_status_reason:
         status += f": {baseline.run_status_reason}"
     out(f"promoted run {baseline.source_run_id} ({status}) as baseline {baseline.ref}")
+    for problem in overridden:
+        out(f"  promoted with --force although {problem}")
     out(f"  {baseline.path}  content hash {baseline.content_hash}")
     out(f"  commit it: git add {baseline.path}")
     return 0

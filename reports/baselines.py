@@ -20,7 +20,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from collectors.store import RunReader
 from collectors.summary_json import RunSummary
 from reports.baseline_migrations import BASELINE_SCHEMA_VERSION, content_hash, migrate
 from reports.errors import BaselineCorruptError, ReportUsageError
+from reports.promotion import promotion_problems
 from reports.runs import RunData
 from reports.summary_rows import metric_rows
 
@@ -136,18 +137,19 @@ def _open_run(run: RunReader | str | os.PathLike) -> RunReader:
         raise ReportUsageError(f"{run}: {exc}") from None
 
 
-def _promotable_files(reader: RunReader, allow_status: Collection[str]) -> list[str]:
-    """The record files to copy; refuses a run that is running, failed, or only in JSONL."""
+def _promotable_files(reader: RunReader, force: bool) -> list[str]:
+    """The record files to copy; refuses a run that is running or only in JSONL, and one
+    with ``promotion_problems`` unless forced."""
     run, status = reader.run_id, reader.manifest.status
     if status == "running":
         raise ReportUsageError(
             f"run {run} has not ended (status running): promote it once it has completed"
         )
-    if status != "complete" and status not in allow_status:
-        reason = reader.manifest.status_reason or "no reason given"
+    problems = promotion_problems(reader)
+    if problems and not force:
         raise ReportUsageError(
-            f"run {run} ended {status} ({reason}): promote it only on purpose, with --force "
-            f"(allow_status=({status!r},)); the status is recorded in the baseline"
+            f"run {run} is not promoted: {'; '.join(problems)}. Promote it only on purpose, "
+            "with --force (the run's status is recorded in the baseline)"
         )
     for jsonl in _RECORD_JSONL:
         if (reader.directory / jsonl).exists():
@@ -208,15 +210,16 @@ class BaselineStore:
         name: str,
         version: int | None = None,
         *,
-        allow_status: Collection[str] = (),
+        force: bool = False,
     ) -> BaselineVersion:
         """Copy a finished run into ``NAME/vN``; N is the next version when not given.
 
-        A run that ended aborted or invalid needs its status in ``allow_status``.
+        A run with ``promotion_problems`` (aborted, invalid, failed levels, a failed gate
+        verdict) needs ``force``; a running run is refused even then.
         """
         check_name(name)
         reader = _open_run(run)
-        files = _promotable_files(reader, allow_status)
+        files = _promotable_files(reader, force)
         existing = self.versions(name)
         if version is None:
             version = max(existing, default=0) + 1

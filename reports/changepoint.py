@@ -30,7 +30,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from reports.samples import MetricSamples
-from reports.stats import point_value
 
 DEFAULT_PERMUTATIONS = 199
 DEFAULT_MIN_SIZE = 2
@@ -144,7 +143,7 @@ def metric_history(
     for label, metrics in versions:
         for metric in metrics:
             if metric.n:
-                value = point_value(metric.values, metric.statistic)
+                value = metric.point
                 history.setdefault(metric.key, []).append((label, value))
     return history
 

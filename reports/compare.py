@@ -2,8 +2,11 @@
 
 Per metric (the gate's metrics, ``reports.samples``): run A's and run B's value of the
 statistic, B - A, B / A with its bootstrap interval, and a two-sided p-value from the
-gate's test for that statistic (``reports.stats.rank_test``), unadjusted. Metrics with
-fewer samples than the gate needs get values but no interval or p-value.
+gate's test for that statistic (``reports.stats.rank_test``), unadjusted. Values are the
+gate's: the headline output tokens/s ("output_tok_s tokens/window": output tokens of the
+ok requests / the measured window, the run summary's number) gets values and a ratio but,
+as in the gate, no interval or test. Metrics with fewer samples than the gate needs get
+values but no interval or p-value.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import pandas as pd
 
 from collectors.fingerprint import fingerprint_key
 from collectors.store import RunStore
+from reports.comparability import check_specs
 from reports.gate_output import format_value, text_table
 from reports.runs import RunData, load_run
 from reports.samples import run_samples
-from reports.stats import bootstrap_ratio_ci, min_samples, point_value, rank_test
+from reports.stats import bootstrap_ratio_ci, min_samples, rank_test
 
 COLUMNS = (
     "metric",
@@ -62,13 +66,14 @@ def compare_runs(
             unit=meta.unit,
             n_a=ma.n if ma else 0,
             n_b=mb.n if mb else 0,
-            a=point_value(ma.values, meta.statistic) if ma else np.nan,
-            b=point_value(mb.values, meta.statistic) if mb else np.nan,
+            a=ma.point if ma else np.nan,
+            b=mb.point if mb else np.nan,
         )
         row["difference"] = row["b"] - row["a"]
         row["ratio"] = row["b"] / row["a"] if row["a"] and row["a"] > 0 else np.nan
         row["ci_low"] = row["ci_high"] = row["p_value"] = np.nan
-        if ma and mb and min(ma.n, mb.n) >= min_samples(meta.statistic):
+        tested = meta.kind != "reported"
+        if tested and ma and mb and min(ma.n, mb.n) >= min_samples(meta.statistic):
             ci = bootstrap_ratio_ci(ma.values, mb.values, meta.statistic, n_boot, ci_level, rng)
             if ci is not None:
                 row["ci_low"], row["ci_high"] = ci
@@ -116,4 +121,6 @@ def compare_command(
         out("note: the runs were measured on different hosts (fingerprints differ)")
     if a.kind != b.kind:
         out(f"note: the runs are of different kinds ({a.kind}, {b.kind})")
+    for difference in check_specs(a.manifest, b.manifest, force=True).differences:
+        out(f"note: the specs differ: {difference.describe()} (baseline = A, candidate = B)")
     return 0

@@ -18,3 +18,8 @@ class ReportUsageError(ReportError, MoeperfUsageError):
 class BaselineCorruptError(ReportError, MoeperfUsageError):
     """A baseline's files do not match their recorded content hash: like an unreadable
     input file, the user's to restore (exit code 2)."""
+
+
+class SpecMismatchError(ReportUsageError):
+    """The candidate and the baseline ran different specs (reports.comparability): not
+    comparable, the user's to fix (exit code 2) or to override with --force."""

@@ -1,39 +1,56 @@
-"""The regression gate: a candidate's metrics against a baseline's, one verdict per metric.
+"""The regression gate: a candidate's metrics against a baseline's, one verdict per metric,
+and one verdict for the run.
 
-The rule, exactly as implemented (``RULE`` repeats it in every gate.json):
+The rule, exactly as implemented (``reports.verdicts.RULE`` and ``COVERAGE_RULE`` repeat
+it in every gate.json). Before any metric, the runs must be comparable
+(reports/comparability.py: the same host fingerprint and the same resolved spec), else
+exit 2 unless forced.
 
-For each metric (name and statistic) present on both sides, with m its minimum effect
-(``reports.stats.DEFAULT_MIN_EFFECTS`` by class unless overridden) and the ratio
-candidate / baseline of the statistic with its bootstrap interval (95% by default):
+For each metric (name and statistic) of the baseline, with m its minimum effect
+(``collectors.min_effects.DEFAULT_MIN_EFFECTS`` by class, unless the candidate's spec
+``[gate] min_effects`` or the caller overrides it) and the ratio candidate / baseline of
+the statistic with its bootstrap interval (95% by default):
+- reported: the headline output tokens/s ("tokens/window", ``MetricSamples.kind``
+  "reported"): both values and their ratio, never tested (one number per level; the gate
+  judges the per-request output rate instead, see reports/samples.py).
+- missing from candidate: the candidate lacks the metric, or has no sample of it where
+  the baseline has some (e.g. every request of a level failed). A failure, unless the
+  metric is optional by definition (kind "optional": training MFU, which needs the
+  device's peak FLOP/s): then "optional, missing from candidate", informational.
 - inconclusive: fewer samples on either side than ``reports.stats.min_samples`` (8, and
   for percentiles enough for their order-statistic interval: 368 for p99), or a baseline
   value that is not positive (no ratio).
 - regression: the one-sided test in the direction of a regression is significant after
   the Benjamini-Hochberg correction over all tested metrics (q < alpha) AND the whole
   interval lies beyond the minimum effect on the bad side (lower is better: interval
-  low > 1 + m; higher is better: interval high < 1 - m). Only this fails the gate.
+  low > 1 + m; higher is better: interval high < 1 - m). A failure.
 - improvement: the whole interval lies beyond the minimum effect on the good side (lower
-  is better: high < 1 - m; higher is better: low > 1 + m). Informational, never a failure.
-- no change: the interval excludes a material regression (lower: high <= 1 + m; higher:
-  low >= 1 - m).
+  is better: high < 1 - m; higher is better: low > 1 + m). Informational.
+- significant, below minimum effect: q < alpha (the candidate is worse) but the interval
+  excludes a material regression (lower: high <= 1 + m; higher: low >= 1 - m): a real
+  change smaller than the gate fails on. Informational, never a failure.
+- no change: the interval excludes a material regression and q >= alpha.
 - inconclusive otherwise: the interval reaches past the minimum effect on the bad side but
   the regression is not established; the reason says which condition was missing.
-Metrics on only one side are listed as "missing". Exit code 1 when any metric regressed,
-else 0. Runs from hosts whose fingerprints (``collectors.fingerprint.fingerprint_key``)
-differ are refused (exit 2) unless forced, and a forced verdict says so.
+A metric only the candidate has is "only in candidate", informational.
+
+Judged metrics are those with a decided outcome: regression, significant below minimum
+effect, improvement, no change. The run's verdict: FAIL (exit 1) when any metric regressed
+or a required one is missing from the candidate; else INCONCLUSIVE (exit 1) when the gate
+judged too little to vouch for the run (``reports.verdicts.COVERAGE_RULE``: no level of
+the baseline without a judged metric, and at least ``MIN_JUDGED_SHARE``, half, of the
+baseline's required metrics judged); else PASS (exit 0).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from collectors.fingerprint import fingerprint_key
+from reports.comparability import FingerprintCheck, SpecCheck
 from reports.errors import ReportUsageError
 from reports.samples import MetricSamples
 from reports.stats import (
@@ -41,124 +58,9 @@ from reports.stats import (
     bootstrap_ratio_ci,
     min_effect_for,
     min_samples,
-    point_value,
     rank_test,
 )
-
-RULE = (
-    "regression = BH-adjusted one-sided p (Mann-Whitney for mean/median/p50, Brown-Mood "
-    "quantile test for other percentiles) < alpha AND the bootstrap CI of candidate/baseline "
-    "lies entirely beyond the minimum effect on the bad side; improvement = CI entirely beyond "
-    "it on the good side; no change = CI excludes a material regression; inconclusive = too "
-    "few samples or neither; exit 1 only on a regression"
-)
-OUTCOMES = ("regression", "improvement", "no change", "inconclusive", "missing")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The gate's finding on one metric."""
-
-    name: str
-    statistic: str
-    direction: str
-    metric_class: str
-    unit: str
-    outcome: str
-    reason: str
-    n_baseline: int = 0
-    n_candidate: int = 0
-    baseline: float | None = None
-    candidate: float | None = None
-    ratio: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    p_value: float | None = None
-    q_value: float | None = None
-    min_effect: float | None = None
-    test: str | None = None
-
-    @property
-    def key(self) -> str:
-        return f"{self.name} {self.statistic}"
-
-
-@dataclass(frozen=True)
-class FingerprintCheck:
-    matches: bool
-    forced: bool
-    baseline: tuple
-    candidate: tuple
-
-
-@dataclass(frozen=True)
-class GateResult:
-    verdicts: list[Verdict]
-    alpha: float
-    ci_level: float
-    n_boot: int
-    seed: int
-    fingerprint: FingerprintCheck | None = None
-    baseline_label: str = "baseline"
-    candidate_label: str = "candidate"
-    notes: list[str] = field(default_factory=list)
-
-    def by_outcome(self, outcome: str) -> list[Verdict]:
-        return [v for v in self.verdicts if v.outcome == outcome]
-
-    @property
-    def regressions(self) -> list[Verdict]:
-        return self.by_outcome("regression")
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.regressions else 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return jsonable(
-            {
-                "baseline": self.baseline_label,
-                "candidate": self.candidate_label,
-                "exit_code": self.exit_code,
-                "rule": RULE,
-                "alpha": self.alpha,
-                "ci_level": self.ci_level,
-                "bootstrap_resamples": self.n_boot,
-                "seed": self.seed,
-                "fingerprint": dataclasses.asdict(self.fingerprint) if self.fingerprint else None,
-                "counts": {o: len(self.by_outcome(o)) for o in OUTCOMES},
-                "notes": self.notes,
-                "verdicts": [{"key": v.key, **dataclasses.asdict(v)} for v in self.verdicts],
-            }
-        )
-
-
-def jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    if isinstance(value, float | np.floating):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
-
-
-def check_fingerprints(
-    baseline_host: Mapping[str, Any], candidate_host: Mapping[str, Any], force: bool = False
-) -> FingerprintCheck:
-    """Refuse runs measured on different hosts (ReportUsageError, exit 2) unless forced."""
-    a, b = fingerprint_key(dict(baseline_host)), fingerprint_key(dict(candidate_host))
-    if a != b and not force:
-        raise ReportUsageError(
-            "the runs were measured on different hosts and are not comparable:\n"
-            f"  baseline  (cpu, cores, gpus): {a}\n"
-            f"  candidate (cpu, cores, gpus): {b}\n"
-            "record a baseline on this host, or pass --force to gate anyway "
-            "(the verdict then says it was forced)"
-        )
-    return FingerprintCheck(matches=a == b, forced=a != b, baseline=a, candidate=b)
+from reports.verdicts import GateResult, Verdict
 
 
 def gate(
@@ -171,6 +73,7 @@ def gate(
     n_boot: int = 2000,
     seed: int = 0,
     fingerprint: FingerprintCheck | None = None,
+    spec: SpecCheck | None = None,
     baseline_label: str = "baseline",
     candidate_label: str = "candidate",
 ) -> GateResult:
@@ -183,10 +86,17 @@ def gate(
     for key in [*base, *(k for k in cand if k not in base)]:
         a, b = base.get(key), cand.get(key)
         if a is None:
-            verdicts[key] = _missing(cand[key], "baseline")
+            assert b is not None  # the key came from one side or the other
+            verdicts[key] = _unmatched(b, "only in candidate", "not in the baseline")
             continue
-        if b is None:
-            verdicts[key] = _missing(a, "candidate")
+        if a.kind == "reported":
+            verdicts[key] = _reported(a, b)
+            continue
+        if b is None or (b.n == 0 < a.n):
+            why = "not in the candidate" if b is None else "no samples in the candidate"
+            optional = a.kind == "optional"
+            outcome = "optional, missing from candidate" if optional else "missing from candidate"
+            verdicts[key] = _unmatched(a, outcome, why)
             continue
         if a.direction != b.direction:
             raise ReportUsageError(
@@ -200,10 +110,7 @@ def gate(
     for entry, q in zip(tested, benjamini_hochberg([e["p_value"] for e in tested]), strict=True):
         entry["q_value"] = float(q)
     final = [v if isinstance(v, Verdict) else _decide(v, alpha) for v in verdicts.values()]
-    notes = []
-    if fingerprint is not None and fingerprint.forced:
-        notes.append("FORCED: the host fingerprints differ; the comparison may not be valid")
-    return GateResult(
+    result = GateResult(
         final,
         alpha,
         ci_level,
@@ -212,8 +119,15 @@ def gate(
         fingerprint,
         baseline_label,
         candidate_label,
-        notes,
+        spec=spec,
+        min_effects=dict(min_effects or {}),
     )
+    if fingerprint is not None and fingerprint.forced:
+        result.notes.append("FORCED: the host fingerprints differ; the comparison may not be valid")
+    if spec is not None and spec.forced:
+        fields = ", ".join(d.field for d in spec.differences)
+        result.notes.append(f"FORCED: the resolved specs differ ({fields}); see 'forced'")
+    return result
 
 
 def _by_key(metrics: Sequence[MetricSamples], side: str) -> dict[str, MetricSamples]:
@@ -225,15 +139,42 @@ def _by_key(metrics: Sequence[MetricSamples], side: str) -> dict[str, MetricSamp
     return out
 
 
-def _missing(metric: MetricSamples, absent_from: str) -> Verdict:
+def _unmatched(metric: MetricSamples, outcome: str, reason: str) -> Verdict:
     return Verdict(
         metric.name,
         metric.statistic,
         metric.direction,
         metric.metric_class,
         metric.unit,
-        "missing",
-        f"not in the {absent_from}",
+        outcome,
+        reason,
+        level=metric.level,
+        kind=metric.kind,
+    )
+
+
+def _reported(a: MetricSamples, b: MetricSamples | None) -> Verdict:
+    """A headline value of both sides, untested (see ``reports.stats`` for why)."""
+    base = a.point if a.n else None
+    cand = b.point if b is not None and b.n else None
+    ratio = None
+    if base is not None and cand is not None and base > 0 and math.isfinite(cand):
+        ratio = cand / base
+    return Verdict(
+        a.name,
+        a.statistic,
+        a.direction,
+        a.metric_class,
+        a.unit,
+        "reported",
+        "one value per level: shown, not tested" if b is not None else "not in the candidate",
+        level=a.level,
+        kind=a.kind,
+        n_baseline=a.n,
+        n_candidate=b.n if b is not None else 0,
+        baseline=base,
+        candidate=cand,
+        ratio=ratio,
     )
 
 
@@ -252,10 +193,12 @@ def _measure(
         direction=a.direction,
         metric_class=a.metric_class,
         unit=a.unit,
+        level=a.level,
+        kind=a.kind,
         n_baseline=a.n,
         n_candidate=b.n,
-        baseline=point_value(a.values, a.statistic) if a.n else None,
-        candidate=point_value(b.values, b.statistic) if b.n else None,
+        baseline=a.point if a.n else None,
+        candidate=b.point if b.n else None,
         min_effect=min_effect_for(a.name, a.statistic, a.metric_class, min_effects),
     )
     needed = min_samples(a.statistic)
@@ -265,7 +208,7 @@ def _measure(
             f"{needed} needed per side"
         )
         return entry
-    if not entry["baseline"] or entry["baseline"] <= 0:
+    if not entry["baseline"] or not entry["baseline"] > 0:
         entry["reason"] = "baseline value is not positive: no ratio"
         return entry
     entry["ratio"] = entry["candidate"] / entry["baseline"]
@@ -297,11 +240,14 @@ def _decide(entry: dict[str, Any], alpha: float) -> Verdict:
         reason = f"q={q:.2g} < {alpha:g} and {ci} beyond the {m:.0%} minimum effect"
     elif beyond_good:
         outcome, reason = "improvement", f"{ci} beyond the {m:.0%} minimum effect (better)"
+    elif excludes_bad and q < alpha:
+        outcome = "significant, below minimum effect"
+        reason = f"worse (q={q:.2g} < {alpha:g}) but {ci} within the {m:.0%} minimum effect"
     elif excludes_bad:
         outcome, reason = "no change", f"{ci} excludes a regression of {m:.0%} or more"
     elif q < alpha:
         outcome = "inconclusive"
-        reason = f"significant (q={q:.2g}) but {ci} reaches within the {m:.0%} minimum effect"
+        reason = f"significant (q={q:.2g}) but {ci} straddles the {m:.0%} minimum effect"
     else:
         outcome = "inconclusive"
         reason = f"{ci} reaches past the {m:.0%} minimum effect but q={q:.2g} >= {alpha:g}"

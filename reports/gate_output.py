@@ -11,9 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from collectors.store import RunStore
-from reports.gate import OUTCOMES, RULE, GateResult, Verdict, check_fingerprints, gate, jsonable
+from reports.comparability import check_fingerprints, check_specs
+from reports.errors import ReportUsageError
+from reports.gate import gate
 from reports.runs import RunData, load_run
 from reports.samples import run_samples
+from reports.stats import MIN_EFFECT_KEYS
+from reports.verdicts import COVERAGE_RULE, FAILING, OUTCOMES, RULE, GateResult, Verdict, jsonable
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -45,6 +49,10 @@ def _p(value: float | None) -> str:
     return "-" if value is None else f"{value:.2g}"
 
 
+def _outcome_cell(v: Verdict) -> str:
+    return v.outcome.upper() if v.outcome in FAILING else v.outcome
+
+
 def format_gate(result: GateResult) -> str:
     rows = [
         (
@@ -55,20 +63,28 @@ def format_gate(result: GateResult) -> str:
             format_ratio(v),
             _p(v.p_value),
             _p(v.q_value),
-            v.outcome.upper() if v.outcome == "regression" else v.outcome,
+            _outcome_cell(v),
         )
         for v in result.verdicts
     ]
     headers = ("metric", "better", "baseline", "candidate", "ratio [CI]", "p", "q", "outcome")
-    counts = ", ".join(f"{len(result.by_outcome(o))} {o}" for o in OUTCOMES)
+    # ";" between counts: an outcome's name may hold a comma.
+    counts = "; ".join(f"{len(result.by_outcome(o))} {o}" for o in OUTCOMES if result.by_outcome(o))
+    judged, required = len(result.judged), len(result.required)
     lines = [
         f"gate: {result.candidate_label} (candidate) vs {result.baseline_label} (baseline)",
         *(f"note: {n}" for n in result.notes),
+        *(f"forced: {f}" for f in result.forced),
         text_table(headers, rows),
-        f"{counts}; alpha={result.alpha:g} (Benjamini-Hochberg), "
-        f"{result.ci_level:.0%} bootstrap CI ({result.n_boot} resamples)",
+        f"judged {judged} of {required} required metrics ({counts or 'no metrics'}); "
+        f"alpha={result.alpha:g} (Benjamini-Hochberg), {result.ci_level:.0%} bootstrap CI "
+        f"({result.n_boot} resamples)",
         f"rule: {RULE}",
+        f"coverage: {COVERAGE_RULE}",
     ]
+    if result.min_effects:
+        set_here = ", ".join(f"{k}={v:g}" for k, v in result.min_effects.items())
+        lines.append(f"minimum effects set for this gate: {set_here}")
     for v in result.regressions:
         # A regression was tested: its ratio and interval are there.
         assert v.ratio is not None and v.ci_low is not None and v.ci_high is not None
@@ -77,9 +93,28 @@ def format_gate(result: GateResult) -> str:
             f"{format_value(v.candidate, v.unit)} ({v.ratio - 1:+.1%}, {result.ci_level:.0%} "
             f"CI {v.ci_low - 1:+.1%} to {v.ci_high - 1:+.1%}, q={v.q_value:.2g})"
         )
-    verdict = "FAIL: regression" if result.exit_code else "PASS: no regression"
-    lines.append(f"{verdict} (exit {result.exit_code})")
+    for v in result.by_outcome("missing from candidate"):
+        lines.append(f"MISSING FROM CANDIDATE {v.key}: {v.reason}")
+    lines.append(verdict_line(result))
     return "\n".join(lines)
+
+
+def verdict_line(result: GateResult) -> str:
+    """The last line: FAIL, INCONCLUSIVE or PASS, why, and the exit code."""
+    judged = f"{len(result.judged)} of {len(result.required)} metrics judged"
+    forced = " (FORCED: see 'forced' above)" if result.forced else ""
+    if result.status == "fail":
+        parts = []
+        if regressions := len(result.regressions):
+            parts.append(f"{regressions} regression(s)")
+        if missing := len(result.by_outcome("missing from candidate")):
+            parts.append(f"{missing} metric(s) missing from candidate")
+        head = f"FAIL: {', '.join(parts)}; {judged}"
+    elif result.status == "inconclusive":
+        head = f"INCONCLUSIVE: {result.coverage_problem}; the gate cannot vouch for this run"
+    else:
+        head = f"PASS: no regression; {judged}"
+    return f"{head}{forced} (exit {result.exit_code})"
 
 
 def write_gate(result: GateResult, directory: Path, extra: Mapping[str, Any] | None = None) -> Path:
@@ -109,19 +144,29 @@ def gate_command(
     min_effects: Mapping[str, float] | None = None,
 ) -> int:
     """Gate a run against a baseline: print the table, write gate.json and gate.txt into
-    ``out_dir`` (default: the run's directory). Returns the exit code (0 pass, 1 fail);
-    a usage problem (unknown run, other host without ``force``) raises ReportUsageError."""
+    ``out_dir`` (default: the run's directory). Returns the exit code (0 pass, 1 fail or
+    inconclusive); a usage problem (unknown run, another host or spec without ``force``)
+    raises ReportUsageError (exit 2).
+
+    Minimum effects: the candidate's spec ``[gate] min_effects``, then ``min_effects``
+    (the command line's), which win key by key."""
     store = RunStore(runs_dir)
     candidate = load_run(store, run_ref)
     directory = Path(out_dir) if out_dir else store.open(candidate.run_id).directory
-    fingerprint = check_fingerprints(baseline_data.manifest.host, candidate.manifest.host, force)
+    label = baseline_label or baseline_data.run_id
+    hint = promote_hint(candidate.run_id, label, runs_dir)
+    fingerprint = check_fingerprints(
+        baseline_data.manifest.host, candidate.manifest.host, force, promote_hint=hint
+    )
+    spec = check_specs(baseline_data.manifest, candidate.manifest, force, promote_hint=hint)
     result = gate(
         run_samples(candidate),
         run_samples(baseline_data),
         alpha=alpha,
-        min_effects=min_effects,
+        min_effects={**spec_min_effects(candidate.manifest.spec_resolved), **(min_effects or {})},
         fingerprint=fingerprint,
-        baseline_label=baseline_label or baseline_data.run_id,
+        spec=spec,
+        baseline_label=label,
         candidate_label=candidate.run_id,
     )
     for run, side in ((candidate, "candidate"), (baseline_data, "baseline")):
@@ -132,3 +177,41 @@ def gate_command(
     path = write_gate(result, directory)
     out(f"written: {path} and gate.txt")
     return result.exit_code
+
+
+def promote_hint(run_id: str, baseline_label: str, runs_dir: str | Path = "runs") -> str:
+    """The command that would make this run the baseline it is gated against."""
+    name = baseline_label.partition("@")[0]
+    where = "" if Path(runs_dir) == Path("runs") else f"--runs-dir {runs_dir} "
+    return f"moeperf {where}baseline promote {run_id} --name {name}"
+
+
+def spec_min_effects(spec_resolved: Mapping[str, Any]) -> dict[str, float]:
+    """The ``[gate] min_effects`` of a resolved spec (validated by suites.spec), or none."""
+    table = spec_resolved.get("gate")
+    effects = table.get("min_effects") if isinstance(table, Mapping) else None
+    if not isinstance(effects, Mapping):
+        return {}
+    return {str(k): float(v) for k, v in effects.items()}
+
+
+def parse_min_effects(texts: Sequence[str]) -> dict[str, float]:
+    """``--min-effect CLASS=FRACTION`` flags as a table; ReportUsageError (exit 2) naming
+    the valid classes for an unknown one, or a fraction outside [0, 1)."""
+    effects: dict[str, float] = {}
+    for text in texts:
+        key, sep, raw = text.partition("=")
+        key = key.strip()
+        if not sep or key not in MIN_EFFECT_KEYS:
+            raise ReportUsageError(
+                f"--min-effect {text}: expected CLASS=FRACTION with CLASS one of "
+                f"{', '.join(MIN_EFFECT_KEYS)}"
+            )
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not 0 <= value < 1:
+            raise ReportUsageError(f"--min-effect {text}: FRACTION must be in [0, 1), e.g. 0.05")
+        effects[key] = value
+    return effects

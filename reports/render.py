@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from reports.errors import ReportUsageError
+from reports.page_path import existing_message
 
 # Plotly's modebar without the "Produced with Plotly" link (an external URL).
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
@@ -33,7 +34,7 @@ CSP = (
     "img-src data: blob:; font-src data:"
 )
 
-STATUS_CLASSES = ("running", "complete", "aborted", "invalid")
+STATUS_CLASSES = ("running", "complete", "aborted", "invalid", "failed")
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
        max-width: 1200px; padding: 0 20px 60px; color: #1f2430; }
@@ -43,7 +44,8 @@ h1 { margin: 24px 0 4px; } h2 { border-bottom: 2px solid #dde3f0; padding-bottom
 .conditions { display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px;
        font-size: 92%; margin: 8px 0 12px; }
 .conditions dt { color: #555; } .conditions dd { margin: 0; overflow-wrap: anywhere; }
-.status-complete { color: #17723b; } .status-aborted, .status-invalid { color: #b3261e; }
+.status-complete { color: #17723b; }
+.status-aborted, .status-invalid, .status-failed { color: #b3261e; }
 .status-running, .status-unknown { color: #8a5a00; }
 .notes li { margin: 2px 0; }
 details { margin: 4px 0; } summary { cursor: pointer; color: #2a3f8f; }
@@ -63,10 +65,15 @@ nav ul { padding-left: 20px; } .appendix pre.doc { background: #fbfbf6; }
 
 @dataclass(frozen=True)
 class Chart:
-    """A Plotly figure with a caption under it."""
+    """A Plotly figure with a caption under it.
+
+    ``drawn_by`` names the figure modules (``reports.figures.<name>``) whose docstrings say
+    how it is drawn: the appendix explains only the kinds a page contains.
+    """
 
     figure: go.Figure
     caption: str = ""
+    drawn_by: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -233,12 +240,17 @@ def render_page(
 """
 
 
-def write_page(path: Path, page: str) -> None:
+def write_page(path: Path, page: str, *, replace: bool) -> None:
     """Write a page, its folder made if missing; a path that cannot be written is the
-    user's to fix (exit 2), said without a traceback."""
+    user's to fix (exit 2), said without a traceback. Without ``replace`` an existing file
+    is refused (exit 2), checked by the open itself ("x" mode), so a file that appeared
+    while the page was built is not replaced either (``reports.page_path``)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(page, encoding="utf-8")
+        with path.open("w" if replace else "x", encoding="utf-8") as file:
+            file.write(page)
+    except FileExistsError:
+        raise ReportUsageError(existing_message(path)) from None
     except OSError as exc:
         raise ReportUsageError(
             f"cannot write the report to {path}: {exc.strerror or exc}"

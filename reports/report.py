@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,8 +33,10 @@ from reports.figures.steps import event_table, policies, step_table
 from reports.figures.timeline import scenario_starts, timeline, timeline_frame
 from reports.figures.training_events import training_timeline
 from reports.figures.training_throughput import policy_throughput, policy_throughput_frame
+from reports.page_path import choose_page_path, several_runs_name
 from reports.render import Chart, Details, Section, Table, pretty_json, render_page, write_page
 from reports.runs import RunData, load_run
+from reports.target_counters import target_counters_table
 
 # Points per CDF curve in the page: 4 metrics x 8 levels x 1,000 points keeps the data
 # well under the size of plotly.js itself.
@@ -219,6 +220,7 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
             concurrency_curve(levels_frame(scenarios)),
             "One point per load level; ringed points are on the Pareto front (higher "
             "throughput, lower latency).",
+            drawn_by=("concurrency",),
         )
     )
     latency = [
@@ -231,8 +233,12 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
             percentile_table(percentile_frame(latency)),
             "Percentiles from raw samples with their sample counts and 95% confidence "
             "intervals (see Metric definitions).",
+            drawn_by=("percentiles",),
         )
     )
+    counters = target_counters_table(scenarios)
+    if counters is not None:
+        blocks.append(counters)
     keep = (metrics["phase"] == "measure") & (metrics["status"] == "ok")
     measured = metrics[keep]
     curves = {
@@ -242,13 +248,13 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
         "E2E": cdf_curves(measured, "e2e_s", CDF_POINTS),
     }
     for label, frame in curves.items():
-        blocks.append(
-            Chart(latency_cdf(frame, label), f"{label} of ok measured requests, per scenario.")
-        )
+        caption = f"{label} of ok measured requests, per scenario."
+        blocks.append(Chart(latency_cdf(frame, label), caption, drawn_by=("cdf",)))
     blocks.append(
         Chart(
             timeline(timeline_frame(requests, metrics["ttft_s"]), scenario_starts(requests)),
             "The whole run, warm-up and cool-down included.",
+            drawn_by=("timeline",),
         )
     )
     prefill = prefill_frame(measured["scenario"], prompt_tokens(requests)[keep], measured["ttft_s"])
@@ -256,6 +262,7 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
         Chart(
             prefill_throughput(prefill),
             "Prompt tokens / TTFT: a prefill throughput where prefill dominates TTFT.",
+            drawn_by=("prefill",),
         )
     )
     harness = _harness_error_table(scenarios)
@@ -263,7 +270,8 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
         blocks.append(harness)
     counts = error_counts(requests)
     if not counts.empty:
-        blocks.append(Chart(error_bars(counts), "Failed and cancelled requests, all phases."))
+        caption = "Failed and cancelled requests, all phases."
+        blocks.append(Chart(error_bars(counts), caption, drawn_by=("errors",)))
         blocks.append(Table(counts, "Failed and cancelled requests by type, with a message."))
     return blocks
 
@@ -290,13 +298,14 @@ def _training_blocks(run: RunData) -> list[Chart | Table]:
     shown = per_policy.rename(columns=_POLICY_COLUMNS)
     blocks: list[Chart | Table] = [
         Table(shown, "Per policy: effective tokens/s counts the time lost to restarts."),
-        Chart(policy_throughput(per_policy, table)),
-        Chart(training_timeline(table, event_table(steps))),
-        Chart(peak_memory(steps)),
+        Chart(policy_throughput(per_policy, table), drawn_by=("steps", "training_throughput")),
+        Chart(training_timeline(table, event_table(steps)), drawn_by=("steps", "training_events")),
+        Chart(peak_memory(steps), drawn_by=("memory",)),
     ]
     for policy, matrix in policy_matrices(steps, policies(steps)).items():
         if matrix.size:
-            blocks.append(Chart(expert_load_heatmap(matrix, f"Expert load, {policy}")))
+            heatmap = expert_load_heatmap(matrix, f"Expert load, {policy}")
+            blocks.append(Chart(heatmap, drawn_by=("expert_load",)))
     return blocks
 
 
@@ -309,7 +318,7 @@ def _micro_blocks(run: RunData) -> list[Chart | Table]:
         return [Table(pd.DataFrame({"samples": [0]}), "The run has no samples.")]
     return [
         Table(micro_summary(samples), "Per metric: samples, mean, median with its 95% CI."),
-        Chart(micro_distributions(samples)),
+        Chart(micro_distributions(samples), drawn_by=("micro",)),
     ]
 
 
@@ -343,10 +352,11 @@ def run_section(run: RunData) -> Section:
 def build_report(runs: list[RunData], title: str) -> str:
     """The self-contained HTML page of ``runs`` (one section each, in the order given)."""
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    sections = [run_section(run) for run in runs]
     return render_page(
         title,
-        [run_section(run) for run in runs],
-        appendix_html(),
+        sections,
+        appendix_html(sections),
         generated=f"Generated by moeperf at {stamp} from {len(runs)} run(s); works offline.",
     )
 
@@ -356,24 +366,30 @@ def report_command(
     runs_dir: str,
     out: str | None = None,
     print_fn: Callable[[str], None] = print,
+    *,
+    force: bool = False,
 ) -> int:
-    """Write the report of ``run_refs`` (ids, prefixes, directories or "latest") to
-    ``out``, by default ``report.html`` in the first run's directory; print its path."""
+    """Write the report of ``run_refs`` (ids, prefixes, directories or "latest") and print
+    its path: ``out`` when given, else ``report.html`` in the run's directory (one run) or
+    ``report-A-vs-B.html`` in ``runs_dir`` (several). An existing file at the default path
+    is refused (exit 2) unless ``force`` (``reports.page_path``)."""
     if not run_refs:
         raise ReportUsageError(
             "name at least one run: an id, a unique prefix, a directory or latest"
         )
     store = RunStore(runs_dir)
     runs = [load_run(store, ref) for ref in run_refs]
-    if out is None:
+    if len(runs) == 1:
         try:
-            path = store.open(run_refs[0]).directory / "report.html"
+            default = store.open(run_refs[0]).directory / "report.html"
         except CollectorError as exc:
             raise ReportUsageError(str(exc)) from None
     else:
-        path = Path(out)
+        default = store.root / several_runs_name([run.run_id for run in runs])
+    # Checked before the page is built (seconds for a large run), and again by the write.
+    target = choose_page_path(default, out, force)
     title = "moeperf report: " + ", ".join(run.run_id for run in runs)
     page = build_report(runs, title)
-    write_page(path, page)
-    print_fn(str(path))
+    write_page(target.path, page, replace=target.replace)
+    print_fn(str(target.path))
     return 0

@@ -1,18 +1,26 @@
 """The raw samples the gate compares, per metric, derived from one run's records.
 
 A ``MetricSamples`` is one metric of one run: the raw samples and the statistic the gate
-compares (a percentile, the mean or the median of them), which way is better, and the
-class that sets its minimum effect. What is derived, exactly:
+compares (a percentile, the mean or the median of them, or a rate of totals), which way is
+better, and the class that sets its minimum effect. What is derived, exactly:
 
-Serving runs (only requests of the "measure" phase with status "ok"; latencies come from
-``collectors.latency``, never redefined here), per scenario (load level):
+Serving runs (requests of the "measure" phase; latencies come from ``collectors.latency``
+and the throughput from ``collectors.summary``'s definitions, never redefined here), per
+scenario (load level):
 - ``ttft_s`` p50 and p99, ``tpot_s`` p50 and p99, ``itl_s`` p50 and p99 (one sample per
-  token), ``e2e_s`` p50: lower is better, class "latency".
-- ``output_tok_s`` mean: generated tokens of the measured ok requests counted per second.
-  Bins are 1 s wide, aligned on the first actual send of the measured requests and ending
-  at the last one (after it the load tails off as streams stop); only whole bins count,
-  and the first whole bin is dropped too (the ramp while the first requests wait for their
-  first token). Each bin is one sample; higher is better, class "throughput".
+  token), ``e2e_s`` p50, of the ok requests: lower is better, class "latency".
+- ``request_output_tok_s`` mean: the per-request output rate, output tokens / (done -
+  send) of each ok request: how fast one stream's requests deliver tokens, the whole time
+  they hold the stream (prefill, queueing and decode). One sample per request; higher is
+  better, class "throughput". This is the throughput the gate judges: with c streams kept
+  busy, c x this rate is the level's steady output throughput (Little's law). It is not
+  the headline below and is never labelled as it.
+- ``output_tok_s tokens/window``: the headline output tokens/s of the run summary, output
+  tokens of the ok requests / the measured window (first actual send -> last completion
+  of the measured requests, failed ones included): the same number in the summary, the
+  tables, the report, ``moeperf compare`` and the gate. Reported, never tested
+  (``kind`` "reported"): one number per level, whose spread between runs (where the
+  window's ends fall on the requests) one run cannot show (``reports.stats``).
   Error ratio is not a gate metric: failures are counts, not samples, and need a binomial
   comparison rather than these tests.
 
@@ -28,17 +36,19 @@ higher is better; class "training".
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 from collectors.latency import NS_PER_S, itl_samples_s, per_request
-from collectors.tables import flatten_list_column
 from reports.runs import RunData
+from reports.stats import RATE_STATISTIC, point_value, rate_of_totals
 
-THROUGHPUT_BIN_S = 1.0
+MetricKind = Literal["required", "optional", "reported"]
 
 _SERVING_LATENCIES = (
     ("ttft_s", ("p50", "p99")),
@@ -53,15 +63,25 @@ class MetricSamples:
     """One metric of one run: its raw samples and how the gate compares them."""
 
     name: str  # e.g. "c=16/ttft_s"
-    statistic: str  # "p50", "p99", "mean" or "median"
+    statistic: str  # "p50", "p99", "mean", "median" or "tokens/window"
     values: np.ndarray = field(repr=False)
     direction: str  # "lower" or "higher" is better
-    metric_class: str  # "latency", "throughput", "micro" or "training"
+    metric_class: str  # "latency", "throughput", "micro" or "training" (collectors.min_effects)
     unit: str
+    # "tokens/window" only: the level's measured window (``values`` are output tokens).
+    window_s: float = 0.0
+    # "required": judged, and missing from the candidate is a failure; "optional": judged,
+    # but a run may lack it by definition (MFU needs the device's peak FLOP/s); "reported":
+    # shown with both values, never tested (the headline output tokens/s).
+    kind: MetricKind = "required"
+    # The load level (serving) or scenario (training) it belongs to; "" for micro runs.
+    level: str = ""
 
     def __post_init__(self) -> None:
         values = np.asarray(self.values, dtype=float)
         object.__setattr__(self, "values", values[np.isfinite(values)])
+        if self.statistic == RATE_STATISTIC and self.kind != "reported":
+            raise ValueError(f"{self.name}: {RATE_STATISTIC} is reported, never tested")
         if self.direction not in ("lower", "higher"):
             raise ValueError(f"{self.name}: direction must be 'lower' or 'higher'")
 
@@ -73,6 +93,15 @@ class MetricSamples:
     @property
     def n(self) -> int:
         return len(self.values)
+
+    @property
+    def point(self) -> float:
+        """The compared statistic of the samples (NaN without samples)."""
+        if not self.n:
+            return math.nan
+        if self.statistic == RATE_STATISTIC:
+            return rate_of_totals(self.values, self.window_s)
+        return point_value(self.values, self.statistic)
 
 
 def run_samples(run: RunData) -> list[MetricSamples]:
@@ -87,10 +116,11 @@ def run_samples(run: RunData) -> list[MetricSamples]:
 def serving_samples(requests: pd.DataFrame) -> list[MetricSamples]:
     if not len(requests):
         return []
-    measured = requests[(requests["phase"] == "measure") & (requests["status"] == "ok")]
+    measured = requests[requests["phase"] == "measure"]
     out: list[MetricSamples] = []
     for scenario in dict.fromkeys(requests["scenario"]):
-        rows = measured[measured["scenario"] == scenario]
+        level = measured[measured["scenario"] == scenario]
+        rows = level[level["status"] == "ok"]
         metrics = per_request(rows)
         columns = {n: metrics[n].to_numpy(dtype=float) for n in ("ttft_s", "tpot_s", "e2e_s")}
         columns["itl_s"] = itl_samples_s(rows)["itl_s"].to_numpy(dtype=float)
@@ -98,38 +128,52 @@ def serving_samples(requests: pd.DataFrame) -> list[MetricSamples]:
             for statistic in statistics:
                 out.append(
                     MetricSamples(
-                        f"{scenario}/{name}", statistic, columns[name], "lower", "latency", "s"
+                        f"{scenario}/{name}",
+                        statistic,
+                        columns[name],
+                        "lower",
+                        "latency",
+                        "s",
+                        level=str(scenario),
                     )
                 )
-        out.append(
-            MetricSamples(
-                f"{scenario}/output_tok_s",
-                "mean",
-                throughput_bins(rows),
-                "higher",
-                "throughput",
-                "tok/s",
-            )
-        )
+        out.append(request_output_rate(str(scenario), rows))
+        out.append(output_throughput(str(scenario), level))
     return out
 
 
-def throughput_bins(requests: pd.DataFrame, bin_s: float = THROUGHPUT_BIN_S) -> np.ndarray:
-    """Generated tokens per second in whole bins (see the module docstring)."""
-    if not len(requests):
-        return np.empty(0)
-    start = int(requests["send_ns"].min())
-    end = int(requests["send_ns"].max())
-    bin_ns = int(bin_s * NS_PER_S)
-    whole = (end - start) // bin_ns
-    if whole < 2:
-        return np.empty(0)
-    times = flatten_list_column(requests["chunk_ns"])
-    tokens = flatten_list_column(requests["chunk_tokens"])
-    index = (times - start) // bin_ns
-    keep = (index >= 0) & (index < whole)
-    counts = np.bincount(index[keep], weights=tokens[keep], minlength=whole)
-    return counts[1:] / bin_s
+def request_output_rate(scenario: str, ok: pd.DataFrame) -> MetricSamples:
+    """Output tokens / (done - send) of each ok request (the module docstring)."""
+    tokens = per_request(ok)["output_tokens"].to_numpy(dtype=float)
+    in_flight_s = (ok["done_ns"] - ok["send_ns"]).to_numpy(dtype=float) / NS_PER_S
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(in_flight_s > 0, tokens / in_flight_s, np.nan)
+    return MetricSamples(
+        f"{scenario}/request_output_tok_s", "mean", rate, "higher", "throughput", "tok/s",
+        level=scenario,
+    )  # fmt: skip
+
+
+def output_throughput(scenario: str, level: pd.DataFrame) -> MetricSamples:
+    """Output tokens of the ok requests / the measured window, as ``collectors.summary``
+    defines it (the summary's ``output_throughput_tok_s``): reported, never tested."""
+    ok = (level["status"] == "ok").to_numpy()
+    tokens = per_request(level)["output_tokens"].to_numpy(dtype=float)
+    tokens = np.where(ok & np.isfinite(tokens), tokens, 0.0)  # the summary's sum skips NaN
+    window_s = 0.0
+    if len(level):
+        window_s = float(level["done_ns"].max() - level["send_ns"].min()) / NS_PER_S
+    return MetricSamples(
+        f"{scenario}/output_tok_s",
+        RATE_STATISTIC,
+        tokens,
+        "higher",
+        "throughput",
+        "tok/s",
+        window_s=window_s,
+        kind="reported",
+        level=scenario,
+    )
 
 
 def micro_samples(samples: pd.DataFrame) -> list[MetricSamples]:
@@ -167,26 +211,42 @@ def training_samples(steps: pd.DataFrame) -> list[MetricSamples]:
         with np.errstate(divide="ignore", invalid="ignore"):
             tokens_per_s = per_step["tokens"].to_numpy(float) / step_time_s
         prefix = str(scenario) + "/" if scenario else ""
-        out.append(
-            MetricSamples(f"{prefix}step_time_s", "median", step_time_s, "lower", "training", "s")
-        )
+        level = str(scenario)
         out.append(
             MetricSamples(
-                f"{prefix}tokens_per_s", "mean", tokens_per_s, "higher", "training", "tok/s"
+                f"{prefix}step_time_s", "median", step_time_s, "lower", "training", "s",
+                level=level,
             )
-        )
+        )  # fmt: skip
+        out.append(
+            MetricSamples(
+                f"{prefix}tokens_per_s", "mean", tokens_per_s, "higher", "training", "tok/s",
+                level=level,
+            )
+        )  # fmt: skip
         mfu = per_step["mfu"].to_numpy(float)
         if np.isfinite(mfu).any():
-            out.append(MetricSamples(f"{prefix}mfu", "mean", mfu, "higher", "training", "1"))
+            out.append(
+                MetricSamples(
+                    f"{prefix}mfu", "mean", mfu, "higher", "training", "1",
+                    kind="optional", level=level,
+                )
+            )  # fmt: skip
     return out
 
 
 def pool_samples(runs: Iterable[list[MetricSamples]]) -> list[MetricSamples]:
-    """The samples of several runs of one side pooled per metric (paired blocks)."""
+    """The samples of several runs of one side pooled per metric (paired blocks); a
+    "tokens/window" metric adds up the windows too (total tokens over total measured time)."""
     pooled: dict[str, MetricSamples] = {}
-    parts: dict[str, list[np.ndarray]] = {}
+    parts: dict[str, list[MetricSamples]] = {}
     for metrics in runs:
         for metric in metrics:
             pooled.setdefault(metric.key, metric)
-            parts.setdefault(metric.key, []).append(metric.values)
-    return [replace(m, values=np.concatenate(parts[key])) for key, m in pooled.items()]
+            parts.setdefault(metric.key, []).append(metric)
+    out = []
+    for key, first in pooled.items():
+        blocks = parts[key]
+        values = np.concatenate([m.values for m in blocks])
+        out.append(replace(first, values=values, window_s=sum(m.window_s for m in blocks)))
+    return out

@@ -2,7 +2,13 @@
 
 Conventions: ``a`` is the baseline, ``b`` the candidate, and a ratio is always
 statistic(b) / statistic(a). A statistic is "mean", "median" or "pNN" (a percentile, e.g.
-"p99", "p99.9"), computed with numpy's "linear" estimator as in ``collectors.quantiles``.
+"p99", "p99.9"), computed with numpy's "linear" estimator as in ``collectors.quantiles``,
+or "tokens/window" (``RATE_STATISTIC``): a total over requests divided by the level's
+measured window, the headline output tokens/s of ``collectors.summary``. That one is a
+single number per level, reported and never tested: its run-to-run spread comes mostly
+from how the window's ends fall on the requests (a closed loop's streams start together,
+so one more request that just makes the window stretches it by a whole request), which no
+resampling of one run's requests sees.
 
 Bootstrap (percentile method, baseline and candidate resampled independently):
 - percentiles and the median are drawn from their exact bootstrap distribution rather
@@ -39,23 +45,15 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats as sps
 
+from collectors.min_effects import DEFAULT_MIN_EFFECTS as DEFAULT_MIN_EFFECTS
+from collectors.min_effects import METRIC_CLASSES as METRIC_CLASSES
+from collectors.min_effects import MIN_EFFECT_KEYS as MIN_EFFECT_KEYS
 from collectors.quantiles import quantile_ci
 
-# A change smaller than this fraction is not material, whatever its significance. Keys are
-# a metric class, or a class and a statistic ("latency p99"), which wins over the class.
-# Latency and throughput: 5%, about the run-to-run spread of medians in short serving runs;
-# micro-benchmarks are noisier (caches, turbo, scheduling): 10%. Tail percentiles vary far
-# more from run to run than within a run, which no test on one run's samples can see: A/A
-# runs on the 2-core development host (moeperf.gate_calibration A/A calibration, 12 pairs at 4
-# and 16 streams, both orders) flagged ITL p99 in 5 of 24 comparisons with a 5% minimum effect,
-# 1 of 24 with 20%. Calibrate on your own host; its suggested minimum effects override these.
-DEFAULT_MIN_EFFECTS: Mapping[str, float] = {
-    "latency": 0.05,
-    "latency p99": 0.20,
-    "throughput": 0.05,
-    "micro": 0.10,
-    "training": 0.05,
-}
+# A change smaller than a minimum effect is not material, whatever its significance. The
+# defaults per metric class, with their reasons, are in collectors/min_effects.py (imported
+# above; the spec's [gate] table validates its keys there too); this one is for a class
+# that has none.
 FALLBACK_MIN_EFFECT = 0.05
 # No statistic is compared on fewer samples than this (per side).
 MIN_SAMPLES = 8
@@ -64,15 +62,18 @@ MIN_SAMPLES = 8
 PERCENTILE_CI_LEVEL = 0.95
 MEAN_RESAMPLE_CAP = 20_000
 _CHUNK_VALUES = 4_000_000  # resampled values held in memory at once
+# The headline output tokens/s: ok output tokens / measured window (collectors.summary).
+RATE_STATISTIC = "tokens/window"
 # scipy's ``alternative`` of a test.
 Alternative = Literal["two-sided", "less", "greater"]
 
 
 def quantile_of(statistic: str) -> float | None:
-    """The quantile a statistic names ("p99" -> 0.99, "median" -> 0.5), None for the mean."""
+    """The quantile a statistic names ("p99" -> 0.99, "median" -> 0.5), None for the mean
+    and for "tokens/window"."""
     if statistic == "median":
         return 0.5
-    if statistic == "mean":
+    if statistic in ("mean", RATE_STATISTIC):
         return None
     if statistic.startswith("p"):
         try:
@@ -81,10 +82,15 @@ def quantile_of(statistic: str) -> float | None:
             q = -1.0
         if 0 < q < 1:
             return q
-    raise ValueError(f"unknown statistic {statistic!r}; valid: mean, median, pNN (e.g. p99)")
+    raise ValueError(
+        f"unknown statistic {statistic!r}; valid: mean, median, pNN (e.g. p99), {RATE_STATISTIC}"
+    )
 
 
 def point_value(values: np.ndarray, statistic: str) -> float:
+    """The statistic of plain samples ("tokens/window" needs its window: ``rate_of_totals``)."""
+    if statistic == RATE_STATISTIC:
+        raise ValueError(f"{RATE_STATISTIC} is a rate of totals: use rate_of_totals")
     q = quantile_of(statistic)
     values = np.asarray(values, dtype=float)
     if not len(values):
@@ -110,10 +116,10 @@ def min_samples(statistic: str) -> int:
 def min_effect_for(
     name: str, statistic: str, metric_class: str, overrides: Mapping[str, float] | None = None
 ) -> float:
-    """The minimum effect: the first of "name statistic", "name", "class statistic" and
+    """The minimum effect: the first of "name statistic", "name", "class_statistic" and
     "class" found in ``overrides``, else in ``DEFAULT_MIN_EFFECTS`` (so an override of a
     class applies to its tail percentiles too)."""
-    keys = (f"{name} {statistic}", name, f"{metric_class} {statistic}", metric_class)
+    keys = (f"{name} {statistic}", name, f"{metric_class}_{statistic}", metric_class)
     for table in (overrides or {}, DEFAULT_MIN_EFFECTS):
         for key in keys:
             if key in table:
@@ -161,7 +167,10 @@ def bootstrap_statistic(
     rng: np.random.Generator | None = None,
     cap: int = MEAN_RESAMPLE_CAP,
 ) -> np.ndarray:
-    """n_boot bootstrap replicates of ``statistic`` of ``values``."""
+    """n_boot bootstrap replicates of ``statistic`` of ``values`` (not "tokens/window": a
+    rate of totals is reported, never resampled)."""
+    if statistic == RATE_STATISTIC:
+        raise ValueError(f"{RATE_STATISTIC} is reported, not resampled")
     rng = rng if rng is not None else np.random.default_rng(0)
     values = np.asarray(values, dtype=float)
     q = quantile_of(statistic)
@@ -191,6 +200,11 @@ def bootstrap_ratio_ci(
     tail = (1 - level) / 2
     low, high = np.quantile(ratios, [tail, 1 - tail])
     return float(low), float(high)
+
+
+def rate_of_totals(tokens: np.ndarray, window_s: float) -> float:
+    """tokens / window: the headline rate, "tokens/window" (NaN without a window)."""
+    return float(np.sum(tokens) / window_s) if window_s > 0 else math.nan
 
 
 def _worse(direction: str | None) -> Alternative:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from collectors.manifest import RunManifest
-from collectors.serving_records import ScenarioSummary, ServingSummary
+from collectors.serving_records import ScenarioSummary, ServingSummary, TokenDiscrepancy
 from collectors.store import RunWriter
+from collectors.target_counters import NOT_AVAILABLE
 from suites.serving.runner import LevelOutcome
 from suites.serving.runner import Progress as RunProgress
 
@@ -66,6 +69,9 @@ class ProgressBar(RunProgress):
     def level_done(self, outcome: LevelOutcome) -> None:
         task = self._progress.tasks[-1]
         self._progress.update(task.id, completed=task.total)
+        if outcome.verdict.status == "failed":
+            line = f"{outcome.scenario}: failed: {outcome.verdict.reason}"
+            self._console.print(Text(line, style="red"))
         for reason in outcome.invalid_reasons:
             self._console.print(f"[yellow]{outcome.scenario}: client bottleneck: {reason}")
 
@@ -83,25 +89,41 @@ def _ms(value: float | None, decimals: int = 2) -> str:
     return "-" if value is None else f"{value * 1e3:.{decimals}f}"
 
 
+def target_label(target: Mapping[str, Any]) -> str:
+    """What a run measured, in a few words: the URL of a remote target (kind "url"), else
+    the target's kind, an embedded target's URL being a port on 127.0.0.1 that was gone
+    when the run ended; then the model, where the manifest names one."""
+    kind, url, model = target.get("kind"), target.get("url"), target.get("model")
+    where = url if (kind == "url" or kind is None) and url else kind
+    return " ".join(str(part) for part in (where, model) if part)
+
+
 def runs_table(manifests: list[RunManifest]) -> Table:
     table = Table(title="runs")
-    for column in ("run id", "suite", "status", "started (UTC)", "target"):
-        table.add_column(column)
+    # The id stays on one line (it is what the other commands take); a status reason is
+    # shown whole, wrapped at word boundaries in its column, never cut.
+    table.add_column("run id", no_wrap=True)
+    table.add_column("suite")
+    table.add_column("status", overflow="fold", min_width=12)
+    table.add_column("started (UTC)", overflow="fold")
+    table.add_column("target", overflow="fold", min_width=12)
     for m in manifests:
-        status = m.status if not m.status_reason else f"{m.status}: {m.status_reason[:60]}"
-        target = m.target.get("url", "") if m.target else ""
-        table.add_row(m.run_id, m.suite, status, m.anchor_wall_time[:19], str(target))
+        status = m.status if not m.status_reason else f"{m.status}: {m.status_reason}"
+        target = target_label(m.target) if m.target else ""
+        table.add_row(m.run_id, m.suite, status, m.anchor_wall_time[:19], target)
     return table
 
 
 def latency_table(scenario: str, entry: ScenarioSummary) -> Table:
-    """p50/p90/p99 (ms) with sample counts for one scenario of a summary."""
-    table = Table(
-        title=(
-            f"{scenario}: {entry.ok} ok / {entry.requests} requests, "
-            f"{entry.errors} errors, window {entry.window_s:.1f} s"
-        )
+    """p50/p90/p99 (ms) with sample counts for one scenario of a summary; a level that is
+    not ok says so first, with its reason (a failed level's error types and counts)."""
+    verdict = "" if entry.status == "ok" else f" {entry.status.upper()} ({entry.status_reason})"
+    # Text, not markup: a reason quotes the target's words.
+    title = Text(
+        f"{scenario}{verdict}: {entry.ok} ok / {entry.requests} requests, "
+        f"{entry.errors} errors, window {entry.window_s:.1f} s"
     )
+    table = Table(title=title)
     for column in ("metric", "n", "p50 ms", "p90 ms", "p99 ms", "p99 95% CI ms"):
         table.add_column(column, justify="right" if column != "metric" else "left")
     for label, stats in entry.latency_s.labelled():
@@ -137,11 +159,75 @@ def throughput_line(scenario: str, entry: ScenarioSummary) -> str:
         parts.append("errors " + ", ".join(f"{k}={v}" for k, v in entry.error_types.items()))
     discrepancy = entry.output_token_discrepancy
     if discrepancy.compared:
-        parts.append(
-            f"client token count differs from server usage in {discrepancy.differing} of "
-            f"{discrepancy.compared}"
-        )
+        parts.append(token_count_text(discrepancy))
     return f"{scenario}: " + "; ".join(parts)
+
+
+def token_count_text(d: TokenDiscrepancy) -> str:
+    """The client's re-tokenized output count against the server's usage, with the reason
+    it differs (README, "Token counts")."""
+    if not d.differing:
+        return f"client count of the re-tokenized text equals server usage in all {d.compared}"
+    text = (
+        f"client count of the re-tokenized text differs from server usage in {d.differing} "
+        f"of {d.compared}"
+    )
+    if d.client_fewer is None or d.client_more is None:  # a summary older than the split
+        return text
+    mean = d.mean_client_minus_server or 0.0
+    text += f" ({d.client_fewer} fewer, {d.client_more} more, mean {mean:+.1f} tokens"
+    if d.client_more:
+        return text + "; more: the server's usage undercounts, or chunks were tokenized apart)"
+    return (
+        text + '; expected: re-encoding merges some generated tokens, e.g. two "\\n" as "\\n\\n")'
+    )
+
+
+def target_counters_line(scenario: str, entry: ScenarioSummary) -> str:
+    """What the target itself counted over the level (collectors.target_counters): MTP
+    acceptance and tokens per step, KV-cache usage, preemptions, prefix-cache hits."""
+    c = entry.target_counters
+    if c is None:
+        return (
+            f"{scenario} target counters: none stored (its /metrics was not scraped or unreadable)"
+        )
+    parts: list[str] = []
+    absent: list[str] = []
+    if c.spec_drafts == 0:
+        parts.append("MTP: no drafts (off)")
+    elif c.spec_tokens_per_step is None and c.spec_acceptance_ratio is None:
+        absent.append("MTP")
+    else:
+        mtp = [f"{c.spec_tokens_per_step:.2f} tokens/verify step"] if c.spec_tokens_per_step else []
+        if c.spec_acceptance_ratio is not None:
+            mtp.append(f"acceptance {c.spec_acceptance_ratio:.2f}")
+        if c.spec_acceptance_by_position:
+            mtp.append(
+                "by position " + " / ".join(f"{a:.2f}" for a in c.spec_acceptance_by_position)
+            )
+        parts.append("MTP " + ", ".join(mtp))
+    if c.generation_tokens_per_engine_step is not None:
+        parts.append(f"{c.generation_tokens_per_engine_step:.1f} tokens/engine step")
+    if c.kv_usage_mean_ratio is not None and c.kv_usage_max_ratio is not None:
+        kv = f"KV cache mean {c.kv_usage_mean_ratio:.0%} max {c.kv_usage_max_ratio:.0%}"
+        if not c.gauge_scrapes:
+            kv += " (after the level: no scrape during it, export.scrape_interval_s)"
+        parts.append(kv)
+    else:
+        absent.append("KV cache")
+    if c.preemptions is not None:
+        parts.append(f"preemptions {c.preemptions:.0f}")
+    else:
+        absent.append("preemptions")
+    if c.prefix_cache_hit_ratio is not None:
+        parts.append(f"prefix-cache hit rate {c.prefix_cache_hit_ratio:.2f}")
+    elif c.prefix_cache_queries == 0:
+        parts.append("prefix cache: no lookups")
+    else:
+        absent.append("prefix cache")
+    if absent:
+        parts.append(f"{', '.join(absent)}: {NOT_AVAILABLE}")
+    return f"{scenario} target ({c.dialect}): " + "; ".join(parts)
 
 
 def harness_error_table(summary: ServingSummary, budget: ErrorBudget) -> Table:

@@ -15,6 +15,7 @@ errors are translated here into a ``SpecError`` naming the field (exit 2).
 from __future__ import annotations
 
 import copy
+import difflib
 import importlib.util
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -29,9 +30,11 @@ from pydantic import (
     PlainSerializer,
     PlainValidator,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
+from collectors.min_effects import MIN_EFFECT_KEYS
 from suites.errors import SpecError
 from suites.spec_errors import problems_of, spec_error, unknown_field
 from suites.spec_overrides import apply_overrides, blame
@@ -117,12 +120,24 @@ class WorkloadSpec(_Strict):
         return self
 
 
+# A level lasts this long unless load.duration_s says otherwise, or max_requests alone
+# bounds it; such a count-bound level still stops sending after COUNT_BOUND_LIMIT_S.
+DEFAULT_DURATION_S = 10.0
+COUNT_BOUND_LIMIT_S = 600.0
+
+
 class LoadSpec(_Strict):
-    """A sweep: one level per entry of ``levels`` (streams, or requests/s for open loop)."""
+    """A sweep: one level per entry of ``levels`` (streams, or requests/s for open loop).
+
+    A level is bounded by time (``duration_s``) and, if given, by ``max_requests`` (every
+    request sent counts, warm-up ones included): whichever comes first. With
+    ``max_requests`` and no ``duration_s`` the count alone bounds it (``duration_s`` stays
+    None, there is no cool-down, and ``COUNT_BOUND_LIMIT_S`` is its safety limit).
+    """
 
     mode: Literal["concurrency", "poisson", "gamma"] = "concurrency"
     levels: Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1)] = [1.0]
-    duration_s: Positive = 10.0
+    duration_s: Positive | None = None
     max_requests: Annotated[int, Field(ge=1)] | None = None
     warmup_s: NonNegative = 1.0
     cooldown_s: NonNegative = 0.5
@@ -133,18 +148,63 @@ class LoadSpec(_Strict):
     workers: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
     seed: int = 0
 
+    @model_validator(mode="before")
+    @classmethod
+    def _bound(cls, data: Any) -> Any:
+        # Without duration_s: the default duration, unless max_requests alone bounds the
+        # level; then the cool-down defaults to none (a count has no known end).
+        if not isinstance(data, dict) or data.get("duration_s") is not None:
+            return data
+        if data.get("max_requests") is None:
+            return {**data, "duration_s": DEFAULT_DURATION_S}
+        return {"cooldown_s": 0.0, **data}
+
+    @property
+    def count_bound(self) -> bool:
+        """True when load.max_requests alone bounds each level."""
+        return self.duration_s is None
+
+    @property
+    def level_limit_s(self) -> float:
+        """How long a level may send: duration_s, or a count-bound level's safety limit."""
+        return COUNT_BOUND_LIMIT_S if self.duration_s is None else self.duration_s
+
     @model_validator(mode="after")
     def _window(self) -> LoadSpec:
-        if self.warmup_s + self.cooldown_s >= self.duration_s:
+        if self.duration_s is not None and self.warmup_s + self.cooldown_s >= self.duration_s:
             raise ValueError(
                 "load.warmup_s + load.cooldown_s must be less than load.duration_s "
                 f"({self.warmup_s} + {self.cooldown_s} >= {self.duration_s})"
             )
+        if self.duration_s is None:
+            self._check_count_bound(self.max_requests or 0)
         if self.mode == "concurrency" and any(level != int(level) for level in self.levels):
             raise ValueError(
                 "load.levels must be whole numbers of streams when mode = 'concurrency'"
             )
         return self
+
+    def _check_count_bound(self, max_requests: int) -> None:
+        if self.cooldown_s > 0:
+            raise ValueError(
+                "load.cooldown_s must be 0 when load.max_requests alone bounds a level (no "
+                "load.duration_s): a count has no known end to cool down before; remove "
+                "load.cooldown_s or set load.duration_s"
+            )
+        if self.warmup_s >= COUNT_BOUND_LIMIT_S:
+            raise ValueError(
+                f"load.warmup_s must be less than {COUNT_BOUND_LIMIT_S:g} s, the safety limit "
+                "of a level bounded by load.max_requests alone"
+            )
+        if self.mode != "concurrency":
+            slowest = min(self.levels)
+            expected_s = max_requests / slowest
+            if expected_s > COUNT_BOUND_LIMIT_S / 2:
+                raise ValueError(
+                    f"load.max_requests = {max_requests} at {slowest:g} requests/s is about "
+                    f"{expected_s:.0f} s of arrivals, more than half the {COUNT_BOUND_LIMIT_S:g} s "
+                    "safety limit of a level bounded by its count alone; set load.duration_s"
+                )
 
 
 class SloSpec(_Strict):
@@ -174,6 +234,27 @@ class ExportSpec(_Strict):
     scrape_interval_s: Positive = 2.0
 
 
+class GateSpec(_Strict):
+    """The regression gate's settings for runs of this spec (``moeperf gate`` reads them
+    from the candidate's resolved spec; its command-line flags win)."""
+
+    # Minimum effects (the smallest change the gate fails on, a fraction) by metric class,
+    # e.g. { latency_p50 = 0.05, latency_p99 = 0.20, throughput = 0.05 }; classes not set
+    # keep the gate's defaults (collectors/min_effects.py, listed in the README).
+    min_effects: dict[str, Annotated[float, Field(ge=0, lt=1)]] = {}
+
+    @field_validator("min_effects")
+    @classmethod
+    def _known_classes(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(MIN_EFFECT_KEYS))
+        if unknown:
+            raise ValueError(
+                f"unknown key(s) {', '.join(map(repr, unknown))}; valid keys: "
+                f"{', '.join(MIN_EFFECT_KEYS)}"
+            )
+        return value
+
+
 class ServingSpec(_Strict):
     suite: Literal["serving"] = "serving"
     name: str
@@ -184,6 +265,7 @@ class ServingSpec(_Strict):
     slo: SloSpec = SloSpec()
     harness: HarnessSpec = HarnessSpec()
     export: ExportSpec = ExportSpec()
+    gate: GateSpec = GateSpec()
 
 
 @dataclass(frozen=True)
@@ -220,7 +302,9 @@ def resolve_spec_path(name_or_path: str) -> Path:
     if shipped.is_file():
         return shipped
     names = sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
-    raise SpecError(f"no spec file {name_or_path!r}; shipped specs: {', '.join(names)}")
+    close = difflib.get_close_matches(path.stem, names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise SpecError(f"no spec file {name_or_path!r}{hint}; shipped specs: {', '.join(names)}")
 
 
 def load_spec(name_or_path: str, overrides: Sequence[str] = ()) -> LoadedSpec:
@@ -259,7 +343,13 @@ def validate_spec(
     return LoadedSpec(given, spec, source)
 
 
-REFERENCE_INSTALL = "pip install torch==2.13.0 '.[reference]'"
+# PyPI's Linux torch wheel is the CUDA build (with ~20 nvidia-* packages, several GB): a
+# machine without a GPU takes the CPU build from PyTorch's own index (README "Installing").
+TORCH_CPU_INDEX_URL = "https://download.pytorch.org/whl/cpu"
+REFERENCE_INSTALL = (
+    f"pip install torch==2.13.0 --index-url {TORCH_CPU_INDEX_URL} (the CPU build; "
+    "without --index-url on a CUDA machine), then pip install '.[reference]'"
+)
 
 
 def _training_spec(data: dict[str, Any], source: str, overrides: Sequence[str]) -> TrainingSpec:

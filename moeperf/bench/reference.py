@@ -11,9 +11,10 @@ b. MTP off against 1, 2 and 3 draft tokens at 1 and 16 streams: tokens/s, accept
 c. prefix caching on against off on a shared-prefix workload: TTFT p50/p99 and the
    prefix-cache hit ratio (``reference-prefix``).
 
-Every run starts its own target and warms it with a few unmeasured requests. Speculation
-and prefix-cache numbers come from the target's own counters, read at the start and end of
-every level (``level_counters``); latencies and throughput from the runs' summaries.
+Every run starts its own target and warms it with a few unmeasured requests. All numbers
+come from the runs' summaries: latencies and throughput from the requests, speculation and
+prefix-cache numbers from the target's own counters over each level (the run's scrapes of
+its /metrics, ``collectors.target_counters``), as ``moeperf run`` shows them.
 ``--json PATH`` writes every row with its run id.
 """
 
@@ -33,9 +34,9 @@ from rich.console import Console
 from collectors.errors import MoeperfError
 from collectors.serving_records import ServingSummary
 from collectors.store import RunInterrupted, RunStore, RunWriter
+from collectors.target_counters import TargetCounters
 from moeperf.bench.reference_tables import concurrency_table, mtp_table, prefix_table
 from moeperf.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_code
-from suites.serving.observe.level_counters import LevelCounterProbe, LevelCounters
 from suites.serving.runner import run_serving
 from suites.spec import load_spec
 
@@ -79,19 +80,10 @@ class LevelResult:
     ttft_p50_s: float | None
     ttft_p99_s: float | None
     tpot_p50_s: float | None
-    counters: LevelCounters | None
+    counters: TargetCounters | None
 
     def to_dict(self) -> dict:
-        row = dataclasses.asdict(self)
-        c = self.counters
-        if c is not None:
-            row["counters"].update(
-                accepted_tokens_per_step=c.accepted_tokens_per_step,
-                acceptance_by_position=list(c.acceptance_by_position),
-                prefix_cache_hit_ratio=c.prefix_cache_hit_ratio,
-                generation_tokens_per_step=c.generation_tokens_per_step,
-            )
-        return row
+        return dataclasses.asdict(self)
 
 
 def warm_up(base_url: str, model: str, requests: int = WARMUP_REQUESTS) -> None:
@@ -142,10 +134,8 @@ class Bench:
         overrides += [f"target.reference.{k}={json.dumps(v)}" for k, v in knobs.items()]
         overrides += self.overrides
         loaded = load_spec(spec_name, overrides)
-        probe = LevelCounterProbe()
 
         def started(run: RunWriter) -> None:
-            probe.attach(run)
             warm_up(run.manifest.target["url"], run.manifest.target["model"])
             run.add_note(
                 f"{WARMUP_REQUESTS} warm-up requests went to the target before the first "
@@ -158,7 +148,7 @@ class Bench:
             loaded.serving,
             loaded.given,
             self.store,
-            probe,
+            None,
             started,
             say=lambda line: self.console.print(line, markup=False),
         )
@@ -183,7 +173,7 @@ class Bench:
                     ttft_p50_s=entry.latency_s.ttft_s.value_at(0.5),
                     ttft_p99_s=entry.latency_s.ttft_s.value_at(0.99),
                     tpot_p50_s=entry.latency_s.tpot_s.value_at(0.5),
-                    counters=probe.levels.get(scenario),
+                    counters=entry.target_counters,
                 )
             )
         self.console.print(f"  run {run_id}: {reader.manifest.status}")

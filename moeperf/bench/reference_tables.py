@@ -40,7 +40,7 @@ def concurrency_table(rows: Sequence[LevelResult]) -> Table:
                  "TTFT p50 ms", "TPOT p50 ms", "run"):  # fmt: skip
         table.add_column(name, justify="left" if name == "run" else "right")
     for r in sorted(rows, key=lambda r: r.streams):
-        per_step = r.counters.generation_tokens_per_step if r.counters else None
+        per_step = r.counters.generation_tokens_per_engine_step if r.counters else None
         table.add_row(
             str(r.streams),
             _requests(r),
@@ -71,18 +71,19 @@ def mtp_table(rows: Sequence[LevelResult]) -> Table:
         table.add_column(name, justify="left" if name in ("run",) else "right")
     for r in sorted(rows, key=lambda r: (r.streams, r.mtp_tokens)):
         c = r.counters
-        per_step = c.accepted_tokens_per_step if c else None
+        per_step = c.spec_tokens_per_step if c else None
         if r.mtp_tokens == 0:
             per_step, positions = 1.0, "-"
         else:
-            positions = " / ".join(f"{a:.2f}" for a in c.acceptance_by_position) if c else "n/a"
+            by_position = c.spec_acceptance_by_position if c else None
+            positions = " / ".join(f"{a:.2f}" for a in by_position or ()) or "n/a"
         table.add_row(
             str(r.mtp_tokens) if r.mtp_tokens else "off",
             str(r.streams),
             _num(r.output_tok_s),
             _num(_ratio(r.output_tok_s, base.get(r.streams)), ".2f"),
             _num(per_step, ".2f"),
-            positions or "n/a",
+            positions,
             _num(r.tpot_p50_s, ".2f", 1e3),
             f"{r.run_id} {r.run_status}",
         )

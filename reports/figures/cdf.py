@@ -4,7 +4,8 @@ A curve is the empirical CDF of the raw samples: the k-th smallest of n samples 
 at probability (k + 1) / n. Above ``max_points`` samples it keeps only some order
 statistics (real samples, never interpolated): three quarters evenly spaced in rank, one
 quarter spaced logarithmically in 1 - p from p = 0.9 to the maximum, so p99 and p99.9 stay
-resolved; the minimum and the maximum are always kept.
+resolved; the minimum and the maximum are always kept. The x axis is logarithmic, its
+ticks at 1-2-5 steps labelled with their unit ("5 ms 10 ms 20 ms ...").
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy.typing as npt
 import pandas as pd
 import plotly.graph_objects as go
 
+from reports.figures.log_axis import log_ticks
 from reports.figures.text import color, empty, plotly_text, styled
 
 MAX_POINTS = 2000
@@ -85,6 +87,11 @@ def latency_cdf(
                 hovertemplate=f"%{{x:.3f}} {unit}<br>p=%{{y:.4f}}<extra>%{{fullData.name}}</extra>",
             )
         )
+    shown = curves["value"].to_numpy(dtype=float) * scale
+    shown = shown[np.isfinite(shown) & (shown > 0)]  # a log axis cannot place 0
+    ticks = log_ticks(float(shown.min()), float(shown.max()), unit) if shown.size else None
     fig.update_xaxes(title_text=f"{plotly_text(title)} ({unit}), log scale", type="log")
+    if ticks is not None and ticks.values:
+        fig.update_xaxes(tickmode="array", tickvals=list(ticks.values), ticktext=list(ticks.labels))
     fig.update_yaxes(title_text="fraction of samples <= x", range=[0, 1.02])
     return styled(fig, f"{title}: CDF per scenario")

@@ -13,7 +13,8 @@ routing (top-k computed once, outside the timed code):
 - ``per_token``: a Python loop over tokens and their top-k experts, vector-matrix products.
 
 All three do the same FLOPs; they differ in how many, and how large, the matmuls are.
-Needs ``torch`` (``pip install torch==2.13.0``, the CPU wheel); skipped without it.
+Needs ``torch`` (``pip install torch==2.13.0``; the CPU build from PyTorch's CPU index,
+README "Installing"); skipped without it.
 """
 
 from __future__ import annotations

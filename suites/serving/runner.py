@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import math
 import os
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,13 +31,22 @@ from suites.serving.embedded.reference import running_reference, with_reference_
 from suites.serving.load.arrivals import arrival_offsets_s, split_evenly, split_round_robin
 from suites.serving.load.plan import LevelPlan, WorkerConfig
 from suites.serving.load.pool import WorkerPool
-from suites.serving.load.validity import client_bottlenecks
+from suites.serving.load.validity import (
+    LevelVerdict,
+    client_bottlenecks,
+    error_counts_text,
+    judge_level,
+    measured_counts,
+    run_verdict,
+)
 from suites.serving.observe.ground_truth import (
     fetch_ground_truth,
     measurement_errors,
     summarize_errors,
 )
+from suites.serving.observe.level_counters import with_target_counters
 from suites.serving.observe.live import LiveObservers
+from suites.serving.preflight import check_target, served_model
 from suites.serving.workload.prompts import build_prompts
 from suites.serving.workload.sources import Prompt
 from suites.spec import ServingSpec
@@ -52,12 +58,17 @@ _STREAMS_PER_WORKER = 128
 _RATE_PER_WORKER = 100.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class LevelOutcome:
     scenario: str
     level: float
     reports: list[WorkerSummary]
-    invalid_reasons: list[str]
+    verdict: LevelVerdict
+
+    @property
+    def invalid_reasons(self) -> tuple[str, ...]:
+        """Why the client may have set this level's numbers (empty: it did not)."""
+        return self.verdict.client_bottleneck
 
 
 class Progress:
@@ -80,16 +91,6 @@ def worker_count(spec: ServingSpec) -> int:
     per_worker = _STREAMS_PER_WORKER if spec.load.mode == "concurrency" else _RATE_PER_WORKER
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(cores or 1, math.ceil(top / per_worker)))
-
-
-def discover_model(base_url: str) -> str | None:
-    """The first model the target lists at /v1/models, or None if it cannot say."""
-    try:
-        with urllib.request.urlopen(base_url.rstrip("/") + "/v1/models", timeout=10) as answer:
-            models = json.load(answer).get("data") or []
-    except (OSError, ValueError, urllib.error.URLError):
-        return None
-    return models[0].get("id") if models else None
 
 
 @contextmanager
@@ -117,7 +118,7 @@ def plan_level(
         scenario=scenario,
         mode=load.mode,
         start_ns=start_ns,
-        duration_s=load.duration_s,
+        duration_s=load.level_limit_s,
         warmup_s=load.warmup_s,
         cooldown_s=load.cooldown_s,
         drain_timeout_s=load.drain_timeout_s,
@@ -139,7 +140,7 @@ def plan_level(
         }
     offsets = arrival_offsets_s(
         level,
-        load.duration_s,
+        load.level_limit_s,
         burstiness=load.burstiness if load.mode == "gamma" else 1.0,
         max_requests=load.max_requests,
         seed=load.seed + index,
@@ -166,16 +167,24 @@ def run_serving(
     *,
     pushgateway_url: str | None = None,
     say: Callable[[str], None] = lambda _line: None,
+    warn_only: bool = False,
 ) -> str:
-    """Run every level of ``spec``; return the run id. The run is complete, invalid or aborted.
+    """Run every level of ``spec``; return the run id. The run ends complete, failed
+    (a level the target failed), invalid (a client-bound level) or aborted
+    (suites/serving/load/validity.py has the rule).
 
-    ``say`` receives lines for the user (the live metrics URL, warnings).
+    Before anything is stored or sent, the target must answer (suites/serving/preflight.py;
+    exit 2 if it does not). ``say`` receives lines for the user (the live metrics URL,
+    warnings). ``warn_only`` (``moeperf run --warn-only``) only adds a note that failed or
+    invalid levels do not fail the command; the statuses stay what they are.
     """
     progress = progress or Progress()
     spec = with_reference_defaults(spec)
     with target_url(spec) as (base_url, target):
-        model = spec.target.model or discover_model(base_url) or "default"
-        target = {**target, "model": model, "api": spec.target.api}
+        check = check_target(base_url)
+        model = served_model(spec.target.model, check, base_url)
+        source = "spec" if spec.target.model else f"target ({check.checked})"
+        target = {**target, "model": model, "model_source": source, "api": spec.target.api}
         prompts = asyncio.run(build_prompts(spec, base_url))
         run = store.create(
             "serving",
@@ -189,7 +198,7 @@ def run_serving(
         try:
             with run, interrupts_end_runs():
                 observers.start()
-                _run_levels(spec, run, base_url, model, prompts, progress, observers)
+                _run_levels(spec, run, base_url, model, prompts, progress, observers, warn_only)
         finally:
             observers.finish(run.manifest.status)
         return run.run_id
@@ -203,13 +212,10 @@ def _run_levels(
     prompts: list[Prompt],
     progress: Progress,
     observers: LiveObservers,
+    warn_only: bool,
 ) -> None:
     load = spec.load
-    run.add_note(
-        f"Each level ran {load.duration_s:g} s; requests intended in its first "
-        f"{load.warmup_s:g} s (warm-up) and last {load.cooldown_s:g} s (cool-down) are "
-        "stored but excluded from summaries."
-    )
+    run.add_note(_window_note(spec))
     if spec.target.kind == "synthetic":
         run.add_note(
             "Target: the synthetic ground-truth server; its latencies are configured "
@@ -250,7 +256,7 @@ def _run_levels(
             start_ns = time.monotonic_ns() + int(_LEVEL_START_DELAY_S * 1e9)
             plans = plan_level(spec, level, index, workers, start_ns, len(prompts))
             scenario = scenario_name(load.mode, level)
-            progress.level_started(scenario, load.duration_s)
+            progress.level_started(scenario, load.level_limit_s)
             observers.level_started(scenario, level)
             reports = pool.run_level(
                 plans, keep, progress.finished, progress.tick, observers.health
@@ -263,10 +269,12 @@ def _run_levels(
                 max_cpu_fraction=spec.harness.max_cpu_fraction,
                 min_achieved_rate_ratio=spec.harness.min_achieved_rate_ratio,
             )
-            outcome = LevelOutcome(scenario, level, reports, reasons)
+            verdict = judge_level(scenario, measured_counts(records.values(), scenario), reasons)
+            outcome = LevelOutcome(scenario, level, reports, verdict)
             outcomes.append(outcome)
+            _note_count_limit(run, spec, outcome)
             progress.level_done(outcome)
-            observers.level_done(scenario, client_bound=bool(reasons))
+            observers.level_done(scenario, client_bound=verdict.status == "invalid")
     except BaseException:
         pool.drain(keep)
         observers.stop_scraping()
@@ -277,9 +285,44 @@ def _run_levels(
     observers.stop_scraping()
     truth = _ground_truth(spec, base_url, list(records.values()))
     _write_summary(run, spec, list(records.values()), outcomes, truth)
-    invalid = [f"{o.scenario}: {r}" for o in outcomes for r in o.invalid_reasons]
-    if invalid:
-        run.invalidate("client was the bottleneck: " + "; ".join(invalid))
+    status, reason = run_verdict([o.verdict for o in outcomes])
+    if status != "complete" and warn_only:
+        run.add_note(
+            f"--warn-only: the run ended {status}, and the command exits 0 all the same; "
+            "only its ok levels are sound results"
+        )
+    if status == "failed":
+        run.fail(reason or "")
+    elif status == "invalid":
+        run.invalidate(reason or "")
+
+
+def _window_note(spec: ServingSpec) -> str:
+    load = spec.load
+    if load.count_bound:
+        return (
+            f"Each level ran until its {load.max_requests} requests were done (warm-up ones "
+            f"included), with a {load.level_limit_s:g} s safety limit; requests intended in "
+            f"its first {load.warmup_s:g} s (warm-up) are stored but excluded from summaries; "
+            "a level bounded by its count has no cool-down."
+        )
+    bound = f" or until {load.max_requests} requests were sent" if load.max_requests else ""
+    return (
+        f"Each level ran {load.level_limit_s:g} s{bound}; requests intended in its first "
+        f"{load.warmup_s:g} s (warm-up) and last {load.cooldown_s:g} s (cool-down) are "
+        "stored but excluded from summaries."
+    )
+
+
+def _note_count_limit(run: RunWriter, spec: ServingSpec, outcome: LevelOutcome) -> None:
+    """Say so when a count-bound level stopped at its safety limit before its count."""
+    budget = spec.load.max_requests
+    sent = sum(r.sent for r in outcome.reports)
+    if spec.load.count_bound and budget is not None and sent < budget:
+        run.add_note(
+            f"{outcome.scenario} stopped at the {spec.load.level_limit_s:g} s safety limit "
+            f"after {sent} of its {budget} requests (set load.duration_s to bound it by time)"
+        )
 
 
 def _ground_truth(
@@ -315,7 +358,17 @@ def _write_summary(
             scenarios.get(outcome.scenario) or empty_scenario(slo),
             level=outcome.level,
             harness=tuple(outcome.reports),
-            client_bottleneck=tuple(outcome.invalid_reasons),
+            client_bottleneck=outcome.verdict.client_bottleneck,
             harness_error_s=harness_error_s,
+            status=outcome.verdict.status,
+            status_reason=outcome.verdict.reason,
         )
+    judged = {o.scenario for o in outcomes}
+    for name, entry in scenarios.items():
+        if name not in judged:  # the level a stop interrupted: its numbers are partial
+            reason = "interrupted before the level ended"
+            if entry.error_types:
+                reason += f" (errors so far: {error_counts_text(entry.error_types)})"
+            scenarios[name] = dataclasses.replace(entry, status="invalid", status_reason=reason)
+    scenarios = with_target_counters(scenarios, run.directory)  # from the stored scrapes
     run.write_summary(dataclasses.replace(summary, scenarios=scenarios))

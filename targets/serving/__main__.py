@@ -5,7 +5,8 @@ process can start it with ``--port 0`` and read the port it got. A bad config or
 directory is a message on stderr and exit code 2; a port that cannot be bound, exit 1.
 
 Knobs come from ``--config`` (a JSON object of ``ReferenceTargetConfig`` fields), then the
-flags, which override it.
+flags, which override it. ``--help`` shows every knob's default, the engine's own; the
+default benchmark's spec sets some of them differently (it runs MTP with 2 drafts).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from targets.serving.errors import ReferenceConfigError
 
 EXIT_USAGE = 2
 EXIT_LISTEN = 1
+PROG = "python -m targets.serving"
 # Streams still open at shutdown get this long to finish before the engine aborts them.
 _GRACEFUL_S = 2
 
@@ -48,12 +50,45 @@ _KNOB_FLAGS: tuple[tuple[str, str, type, str], ...] = (
 )
 
 
-def _parser() -> argparse.ArgumentParser:
+class _DefaultsShown(argparse.RawDescriptionHelpFormatter):
+    """Appends "(default: X)" to flags with a default of their own. The knob flags default
+    to None (unset: ``--config`` or the engine decides), so their help states the
+    engine's default itself (``_knob_help``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in text:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _knob_help(field: str, text: str) -> str:
+    """``text`` with the engine's default of ``field`` (``ReferenceTargetConfig``)."""
+    default = ReferenceTargetConfig.model_fields[field].default
+    # argparse %-formats help strings: a literal % must be doubled.
+    return f"{text} (default: {default})".replace("%", "%%")
+
+
+_EPILOG = """\
+Defaults are the engine's own: MTP off (--mtp-tokens 0), prefix caching on. The default
+benchmark (`moeperf run default`) starts this server with the knobs of its spec's
+[target.reference] table (suites/specs/default.toml), MTP with 2 draft tokens among them:
+pass the same flags (--mtp-tokens 2 ...) to serve it the way the benchmark measures it."""
+
+
+def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m targets.serving",
+        prog=prog,
         description="The reference MoE serving engine behind an OpenAI-compatible API.",
+        epilog=_EPILOG,
+        formatter_class=_DefaultsShown,
     )
-    parser.add_argument("--model", default=None, metavar="DIR", help="model directory")
+    parser.add_argument(
+        "--model",
+        default=None,
+        metavar="DIR",
+        help="model directory (default: the shipped targets/model/default)",
+    )
     child_process.add_listen_flags(
         parser,
         host_help="address to bind",
@@ -63,13 +98,18 @@ def _parser() -> argparse.ArgumentParser:
     for flag, field, kind, help_text in _KNOB_FLAGS:
         metavar = "N" if kind is int else field.split("_")[-1].upper()
         parser.add_argument(
-            flag, dest=field, type=kind, default=None, metavar=metavar, help=help_text
+            flag,
+            dest=field,
+            type=kind,
+            default=None,
+            metavar=metavar,
+            help=_knob_help(field, help_text),
         )
     parser.add_argument(
         "--enable-prefix-caching",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="reuse the KV cache of shared prompt prefixes",
+        help=_knob_help("enable_prefix_caching", "reuse the KV cache of shared prompt prefixes"),
     )
     child_process.add_exit_with_parent_flag(parser)
     return parser
@@ -135,9 +175,10 @@ async def _serve(app: Any, sock: socket.socket, parent_pid: int | None) -> None:
         watcher.cancel()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the arguments, load the model, serve until signalled; the exit code."""
-    args = _parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Parse the arguments, load the model, serve until signalled; the exit code.
+    ``prog`` is the command named in usage and help (``moeperf target serve`` there)."""
+    args = _parser(prog).parse_args(argv)
     # Taken first: the parent may die while the model loads, and then getppid() is another.
     parent_pid = os.getppid() if args.exit_with_parent else None
     try:

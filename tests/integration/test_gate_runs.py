@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from collectors.store import RunStore
+from moeperf.cli import main
 from moeperf.gate_calibration import calibrate_command
 from moeperf.gate_runs import (
     block_order,
@@ -57,6 +59,54 @@ def test_paired_blocks_detect_a_20_percent_itl_regression(tmp_path):
     assert [len(body["runs"]["a"]), len(body["runs"]["b"])] == [2, 2]
     assert body["order"] == "abba"
     assert any("REGRESSION c=8/itl_s p50" in line for line in lines)
+
+
+# The nightly spec, shortened: one level of 8 streams, 2.5 s measured, 64 tokens per request
+# at 10 ms, and almost no TTFT, so that 10% slower tokens are about 10% less throughput.
+NIGHTLY_SHORT = [
+    "load.levels=[8]",
+    "load.duration_s=3.0",
+    "load.warmup_s=0.5",
+    "load.cooldown_s=0.0",
+    "target.synthetic.ttft_s=0.001",
+    "export.live_metrics=false",
+    "export.scrape_target=false",
+]
+
+
+def test_a_10_percent_throughput_drop_fails_the_gate(tmp_path, capsys):
+    # The issue: throughput could never fail the gate (4-5 one-second bins per nightly level,
+    # 8 needed); a real 15% drop stayed inconclusive. Same spec on both sides but the
+    # synthetic target's token pace (not a compared spec field): itl_s 10% higher.
+    runs, baselines = tmp_path / "runs", tmp_path / "baselines"
+    common = ["--runs-dir", str(runs)]
+    assert main([*common, "run", "nightly", *_sets(NIGHTLY_SHORT)]) == 0
+    (baseline_id,) = (r.run_id for r in RunStore(runs).list())
+    slower = [*NIGHTLY_SHORT, "target.synthetic.itl_s=0.011"]
+    assert main([*common, "run", "nightly", *_sets(slower)]) == 0
+    (candidate_id,) = (r.run_id for r in RunStore(runs).list() if r.run_id != baseline_id)
+    promote = ["baseline", "promote", baseline_id, "--name", "t", "--baselines-dir"]
+    assert main([*common, *promote, str(baselines)]) == 0
+    capsys.readouterr()
+    gate = ["gate", candidate_id, "--baseline", "t", "--baselines-dir", str(baselines)]
+    assert main([*common, *gate]) == 1
+    assert "FAIL:" in capsys.readouterr().out
+    body = json.loads((runs / candidate_id / "gate.json").read_text())
+    verdicts = {v["key"]: v for v in body["verdicts"]}
+    rate = verdicts["c=8/request_output_tok_s mean"]
+    assert rate["outcome"] == "regression"
+    assert rate["ratio"] == pytest.approx(0.91, abs=0.03)
+    # The headline is the run summary's number on both sides, shown and not tested.
+    headline = verdicts["c=8/output_tok_s tokens/window"]
+    assert headline["outcome"] == "reported"
+    for run_id, side in ((baseline_id, "baseline"), (candidate_id, "candidate")):
+        summary = json.loads((runs / run_id / "summary.json").read_text())
+        tok_s = summary["scenarios"]["c=8"]["output_throughput_tok_s"]
+        assert headline[side] == pytest.approx(tok_s, rel=1e-9)
+
+
+def _sets(overrides: list[str]) -> list[str]:
+    return [arg for o in overrides for arg in ("--set", o)]
 
 
 def test_a_over_a_flags_nothing(tmp_path):

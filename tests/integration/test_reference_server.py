@@ -24,7 +24,11 @@ from openai.types import Completion, CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.target_metrics import REFERENCE_CONTRACT, read_exposition
+from collectors.target_metrics import (
+    REFERENCE_CONTRACT,
+    TARGET_ACCEPTED_PER_POSITION,
+    read_exposition,
+)
 from targets.ready_line import ReadyChild, start_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -327,17 +331,19 @@ def test_metrics_export_the_reference_contract(server: ReadyChild) -> None:
     client(server).completions.create(model=MODEL, prompt=PROMPT, max_tokens=2)
     text = httpx.get(f"{server.url}/metrics").text
     families = {f.name: f for f in text_string_to_metric_families(text)}
+    # Accepted tokens per draft position: one series per position, none with MTP off.
+    per_position = "reference_spec_decode_accepted_tokens_per_position_total"
     for name, (kind, labels) in REFERENCE_CONTRACT.items():
         family = families[name.removesuffix("_total") if kind == "counter" else name]
         assert family.type == kind, name
         samples = [s for s in family.samples if s.name == name]
-        assert samples, name
+        assert samples or name == per_position, name
         assert all(set(s.labels) == set(labels) for s in samples), name
         assert family.documentation, name
     # The harness's own adapter recognizes the page and reads every canonical series.
     dialect, canonical = read_exposition(text)
     assert dialect == "reference"
-    assert len({s.name for s in canonical}) == len(REFERENCE_CONTRACT)
+    assert len({s.name for s in canonical}) == len(REFERENCE_CONTRACT) - 1
     for name in (
         "reference_time_to_first_token_seconds",
         "reference_inter_token_latency_seconds",
@@ -574,6 +580,10 @@ def test_mtp_steps_arrive_as_multi_token_chunks(small_server: ReadyChild) -> Non
     # step may accept drafts past max_tokens, which are counted but not sent).
     extra = sum(n - 1 for n in per_chunk)
     assert 0 < extra <= accepted <= extra + 2
+    # With MTP on, the page has a series per draft position, read by the harness's adapter.
+    _, canonical = read_exposition(httpx.get(f"{small_server.url}/metrics").text)
+    positions = {s.labels for s in canonical if s.name == TARGET_ACCEPTED_PER_POSITION.name}
+    assert positions == {(("position", "0"),), (("position", "1"),)}
 
 
 # -- the process ------------------------------------------------------------------------

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import threading
 from typing import Any
 
 import aiohttp
 import numpy as np
 import pytest
 
+from collectors.errors import MoeperfUsageError
 from collectors.latency import itl_samples_s, per_request
 from collectors.store import RunStore
 from suites.serving.embedded.process import running_target
+from suites.serving.preflight import TargetUnreachable
 from suites.serving.runner import run_serving
 from suites.spec import ServingSpec
 
@@ -121,7 +125,9 @@ def test_faults_become_failed_requests_and_the_run_goes_on(tmp_path):
         ),
     )
     entry = reader.summary().scenarios["c=8"]
-    assert reader.manifest.status in ("complete", "invalid")
+    # 65% of requests get a fault: more than half failed, so the level failed, types first.
+    assert entry.status == "failed"
+    assert reader.manifest.status == "failed"
     assert entry.ok > 0
     assert set(entry.error_types) >= {
         "http_5xx",
@@ -137,29 +143,123 @@ def test_faults_become_failed_requests_and_the_run_goes_on(tmp_path):
     assert entry.goodput_ratio <= entry.ok / entry.requests
 
 
-def test_unreachable_target_is_recorded_per_request(tmp_path, unused_tcp_port):
+def dataset_workload(tmp_path) -> dict[str, Any]:
+    """Prompts from a file and no tokenizer: nothing asks the target before the load."""
     dataset = tmp_path / "prompts.jsonl"
     dataset.write_text(
         "\n".join(json.dumps({"prompt": f"hello {i}", "output_tokens": 4}) for i in range(5))
     )
+    return {"kind": "dataset", "dataset_path": str(dataset), "tokenizer": "", "num_prompts": 5}
+
+
+NO_EXPORT = {"live_metrics": False, "scrape_target": False}
+
+
+def test_an_unreachable_target_is_refused_before_any_load(tmp_path, unused_tcp_port):
+    url = f"http://127.0.0.1:{unused_tcp_port}"
+    store = RunStore(tmp_path / "runs")
+    s = spec(target={"kind": "url", "url": url}, workload=dataset_workload(tmp_path))
+    with pytest.raises(TargetUnreachable) as refused:
+        run_serving(s, s.model_dump(mode="json"), store)
+    message = str(refused.value)
+    assert f"GET {url}/v1/models: connection refused" in message
+    assert isinstance(refused.value, MoeperfUsageError)  # exit 2
+    # Nothing was claimed: no run directory, so no run that looks measured.
+    assert store.run_ids() == []
+
+
+class AnswersOnce:
+    """Answers GET /v1/models once (the pre-flight), then closes its port: every later
+    connect is refused, as when a server dies as the load starts."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._answer_one, daemon=True)
+        self._thread.start()
+
+    def _answer_one(self) -> None:
+        connection, _ = self._listener.accept()
+        with connection:
+            connection.recv(65536)
+            body = json.dumps({"object": "list", "data": [{"id": "served-model"}]}).encode()
+            head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            connection.sendall(head.encode() + body)
+        self._listener.close()
+
+    def join(self) -> None:
+        self._thread.join(timeout=10)
+
+
+def test_a_target_that_refuses_connections_fails_its_level_and_is_backed_off(tmp_path):
+    target = AnswersOnce()
     reader = run(
         tmp_path,
         spec(
-            target={"kind": "url", "url": f"http://127.0.0.1:{unused_tcp_port}", "model": "m"},
-            workload={
-                "kind": "dataset",
-                "dataset_path": str(dataset),
-                "tokenizer": "",
-                "num_prompts": 5,
-            },
-            load={"levels": [2], "duration_s": 1.0, "warmup_s": 0.0, "max_requests": 6},
+            target={"kind": "url", "url": target.url},
+            workload=dataset_workload(tmp_path),
+            load={"levels": [8], "duration_s": 2.0, "warmup_s": 0.0, "workers": 1},
+            export=NO_EXPORT,
+        ),
+    )
+    target.join()
+    # The model is the one the target reported, not a placeholder.
+    assert reader.manifest.target["model"] == "served-model"
+    entry = reader.summary().scenarios["c=8"]
+    # The target's failure, error type first; not called client-bound.
+    assert entry.status == "failed"
+    assert entry.status_reason.startswith("connect_error ")
+    assert entry.client_bottleneck == ()
+    assert reader.manifest.status == "failed"
+    assert "levels failed: c=8 (connect_error" in reader.manifest.status_reason
+    # Bounded attempts: one per stream at the start, then one probe at a time after a
+    # wait doubling from 10 ms to 1 s (about 8 in 2 s). Spinning made thousands.
+    requests = reader.requests()
+    attempts = int((requests["error_type"] == "connect_error").sum())
+    assert 8 <= attempts <= 40, attempts
+    assert set(requests["status"]) <= {"error", "cancelled"}
+    # Requests held back keep their intended send time: the wait is queueing delay.
+    sent = requests[requests["error_type"] == "connect_error"]
+    assert (sent["send_ns"] >= sent["intended_send_ns"]).all()
+    assert (sent["send_ns"] - sent["intended_send_ns"]).max() > 50_000_000
+
+
+def test_a_level_whose_requests_all_fail_is_a_failed_level(tmp_path):
+    reader = run(
+        tmp_path,
+        spec(
+            target={"synthetic": {"error_rate": 1.0}},
+            load={"levels": [2], "duration_s": 1.5, "warmup_s": 0.2},
+            export=NO_EXPORT,
         ),
     )
     entry = reader.summary().scenarios["c=2"]
-    assert entry.requests == 6
-    assert entry.error_types == {"connect_error": 6}
-    assert entry.ok == 0 and entry.goodput_ratio == 0
-    assert entry.latency_s.ttft_s.count == 0
+    assert entry.ok == 0 and entry.errors == entry.requests > 0
+    assert entry.status == "failed"
+    assert entry.status_reason == (
+        f"http_5xx {entry.errors}: {entry.errors} of {entry.requests} measured requests failed"
+    )
+    assert reader.manifest.status == "failed"
+    assert reader.manifest.status_reason.startswith("levels failed: c=2 (http_5xx ")
+
+
+def test_max_requests_alone_bounds_a_level(tmp_path):
+    # No duration_s at all (spec() would give one).
+    data = spec().model_dump(mode="json", include={"name", "workload"})
+    s = ServingSpec.model_validate(
+        {**data, "load": {"levels": [1, 3], "max_requests": 7, "warmup_s": 0.0}}
+    )
+    assert s.load.duration_s is None and s.load.cooldown_s == 0
+    reader = run(tmp_path, s)
+    requests = reader.requests()
+    assert requests.groupby("scenario").size().to_dict() == {"c=1": 7, "c=3": 7}
+    assert set(requests["status"]) == {"ok"}
+    assert reader.manifest.status == "complete", reader.manifest.status_reason
+    assert reader.manifest.spec_resolved["load"]["duration_s"] is None
+    assert any("until its 7 requests were done" in note for note in reader.manifest.notes)
+    entry = reader.summary().scenarios["c=3"]
+    assert (entry.requests, entry.ok, entry.status) == (7, 7, "ok")
 
 
 def test_open_loop_poisson_keeps_its_schedule(tmp_path):

@@ -78,6 +78,8 @@ def write_run(runs: Path, scale: float = 1.0, end: str | None = "complete") -> R
         run.abort("interrupted by SIGINT")
     elif end == "invalid":
         run.invalidate("client bottleneck at c=4")
+    elif end == "failed":
+        run.fail("levels failed: c=4 (http 39: 39 of 39 measured requests failed)")
     return run
 
 
@@ -235,13 +237,15 @@ def test_commands(store, tmp_path, run):
 def test_a_running_run_is_refused_even_with_force(store, tmp_path):
     run = write_run(tmp_path / "runs", end=None)
     with pytest.raises(ReportUsageError, match="has not ended"):
-        store.promote(run.directory, "b", allow_status=("aborted", "invalid", "running"))
+        store.promote(run.directory, "b", force=True)
     run.complete()
     assert store.promote(run.directory, "b").version == 1
 
 
-@pytest.mark.parametrize("end", ["invalid", "aborted"])
-def test_an_invalid_or_aborted_run_needs_force_and_its_status_is_recorded(store, tmp_path, end):
+@pytest.mark.parametrize("end", ["invalid", "aborted", "failed"])
+def test_an_invalid_aborted_or_failed_run_needs_force_and_its_status_is_recorded(
+    store, tmp_path, end
+):
     run = write_run(tmp_path / "runs", end=end)
     with pytest.raises(ReportUsageError, match=f"ended {end}.*--force"):
         store.promote(run.directory, "b")

@@ -12,12 +12,14 @@ import pytest
 
 from collectors.records import RequestRecord, SampleRecord, StepRecord
 from collectors.store import RunStore
+from collectors.summary import summarize_requests
+from reports.comparability import check_fingerprints
 from reports.compare import compare_command, compare_runs
 from reports.errors import ReportUsageError
-from reports.gate import check_fingerprints, gate
+from reports.gate import gate
 from reports.gate_output import format_gate, gate_command
 from reports.runs import load_run
-from reports.samples import MetricSamples, pool_samples, run_samples, throughput_bins
+from reports.samples import MetricSamples, pool_samples, run_samples
 
 S = 1_000_000_000
 T = TypeVar("T")
@@ -34,7 +36,9 @@ def latency(name: str, values, statistic: str = "p50") -> MetricSamples:
 
 
 def throughput(values) -> MetricSamples:
-    return MetricSamples("c=1/output_tok_s", "mean", values, "higher", "throughput", "tok/s")
+    return MetricSamples(
+        "c=1/request_output_tok_s", "mean", values, "higher", "throughput", "tok/s"
+    )
 
 
 def sides(factor: float, seed: int, n: int = 2000):
@@ -79,12 +83,30 @@ def test_an_injected_tail_regression_is_detected():
     assert outcomes(strict)["c=1/itl_s p99"] == "regression"
 
 
-def test_a_regression_below_the_minimum_effect_does_not_fail():
+def test_a_significant_change_below_the_minimum_effect_says_so_and_does_not_fail():
     result = gate(*sides(1.02, seed=2, n=20_000))
     assert result.exit_code == 0
     p50 = result.verdicts[0]
     assert known(p50.q_value) < 0.05  # significant: the samples do differ
-    assert p50.outcome == "no change"  # but the interval excludes a 5% regression
+    assert known(p50.ci_high) < 1.05  # but the interval excludes a 5% regression
+    assert p50.outcome == "significant, below minimum effect"  # was "no change"
+    assert "within the 5% minimum effect" in p50.reason
+
+
+def test_a_16_percent_p99_rise_under_a_20_percent_minimum_effect_is_not_no_change():
+    # The case: ITL p99 +16%, CI about 1.14-1.18, q tiny, minimum effect 20%.
+    result = gate(*sides(1.16, seed=8, n=200_000))
+    p99 = next(v for v in result.verdicts if v.statistic == "p99")
+    assert p99.min_effect == 0.20
+    assert known(p99.ci_low) > 1.10 and known(p99.ci_high) < 1.20
+    assert known(p99.q_value) < 1e-6
+    assert p99.outcome == "significant, below minimum effect"
+    body = result.to_dict()
+    assert body["counts"]["significant, below minimum effect"] >= 1
+    assert {v["key"]: v["outcome"] for v in body["verdicts"]}["c=1/itl_s p99"] == p99.outcome
+    text = format_gate(result)
+    assert "significant, below minimum effect" in text
+    assert "significant, below minimum effect" in body["rule"]
 
 
 def test_improvement_is_not_a_failure():
@@ -112,10 +134,10 @@ def test_no_change_is_not_flagged_over_many_seeds():
         cand.append(throughput(tput_rng.normal(1000, 30, 30)))
         base.append(throughput(tput_rng.normal(1000, 30, 30)))
         result = gate(cand, base, alpha=alpha, seed=seed)
-        flagged += result.exit_code
+        flagged += bool(result.regressions)
         significant += any(known(v.q_value) < alpha for v in result.verdicts)
         no_floor = gate(cand, base, alpha=alpha, min_effects={"latency": 0, "throughput": 0})
-        flagged_without_min_effect += no_floor.exit_code
+        flagged_without_min_effect += bool(no_floor.regressions)
     tolerance = 3 * np.sqrt(alpha * (1 - alpha) / seeds)  # three standard errors: 0.046
     # With the minimum effect the rate is far below alpha (1 in 1000 seeds when measured).
     assert flagged / seeds <= 0.01
@@ -132,7 +154,11 @@ def test_too_few_samples_are_inconclusive_even_for_a_large_change():
     )
     assert outcomes(result) == {"x p99": "inconclusive", "y p50": "inconclusive"}
     assert "368 needed" in result.verdicts[0].reason
-    assert result.verdicts[0].p_value is None and result.exit_code == 0
+    assert result.verdicts[0].p_value is None
+    # Nothing judged: the gate cannot vouch for the run, so no PASS (exit 1).
+    assert result.status == "inconclusive" and result.exit_code == 1
+    text = format_gate(result)
+    assert "PASS" not in text and "INCONCLUSIVE: only 0 of 2 metrics judged" in text
 
 
 def test_a_wide_interval_past_the_minimum_effect_is_inconclusive_not_no_change():
@@ -160,16 +186,90 @@ def test_benjamini_hochberg_changes_the_decision():
     x = next(v for v in many.verdicts if v.name == "x")
     assert x.p_value == verdict.p_value
     assert known(x.q_value) > 0.05 and x.outcome == "inconclusive"
-    assert many.exit_code == 0
+    assert not many.regressions
 
 
-def test_metrics_on_one_side_are_missing():
+def test_a_metric_missing_from_the_candidate_fails_and_one_only_in_it_does_not():
     base = [latency("a", np.ones(50)), latency("b", np.ones(50))]
     cand = [latency("b", np.ones(50)), latency("c", np.ones(50))]
     result = gate(cand, base)
-    assert outcomes(result) == {"a p50": "missing", "b p50": "no change", "c p50": "missing"}
-    reasons = {v.key: v.reason for v in result.by_outcome("missing")}
-    assert reasons == {"a p50": "not in the candidate", "c p50": "not in the baseline"}
+    assert outcomes(result) == {
+        "a p50": "missing from candidate",
+        "b p50": "no change",
+        "c p50": "only in candidate",
+    }
+    assert result.by_outcome("missing from candidate")[0].reason == "not in the candidate"
+    assert result.exit_code == 1 and result.status == "fail"
+    assert "MISSING FROM CANDIDATE a p50" in format_gate(result)
+    # Only the candidate's extra metric: informational.
+    assert gate(cand, [latency("b", np.ones(50))]).exit_code == 0
+
+
+def test_no_pass_with_40_of_48_metrics_missing():
+    # The case: a run of another spec, forced past the spec check, lacked 40 of the
+    # baseline's 48 metrics and printed "PASS: no regression (exit 0)".
+    rng = np.random.default_rng(9)
+    names = ["ttft_s", "tpot_s", "itl_s", "e2e_s"]
+
+    def level(scenario: str) -> list[MetricSamples]:
+        return [
+            # No level= here: the same call runs on the gate before this change.
+            MetricSamples(f"{scenario}/{n}", s, rng.lognormal(0, 0.1, 400), "lower", "latency",
+                          "s")
+            for n in names
+            for s in ("p50", "p90")
+        ]  # fmt: skip
+
+    base = [m for c in (1, 2, 4, 8, 16, 32) for m in level(f"c={c}")]
+    cand = level("c=1")
+    assert (len(base), len(cand)) == (48, 8)
+    result = gate(cand, base)
+    assert len(result.by_outcome("missing from candidate")) == 40
+    assert result.exit_code == 1
+    text = format_gate(result)
+    assert "PASS" not in text
+    assert "FAIL: 40 metric(s) missing from candidate; 8 of 48 metrics judged (exit 1)" in text
+    assert "judged 8 of 48 required metrics" in text
+    assert result.to_dict()["judged"] == 8 and result.to_dict()["required"] == 48
+
+
+def test_a_level_without_samples_in_the_candidate_is_missing_not_inconclusive():
+    base = [latency("c=1/ttft_s", np.ones(50)), latency("c=8/ttft_s", np.ones(50))]
+    cand = [latency("c=1/ttft_s", np.ones(50)), latency("c=8/ttft_s", [])]
+    verdict = gate(cand, base).verdicts[1]
+    assert verdict.outcome == "missing from candidate"
+    assert verdict.reason == "no samples in the candidate"
+
+
+def test_an_optional_metric_may_be_missing():
+    def mfu(values) -> MetricSamples:
+        return MetricSamples("mfu", "mean", values, "higher", "training", "1", kind="optional")
+
+    step = [latency("step_time_s", np.ones(50), "median")]
+    result = gate(step, [*step, mfu(np.full(50, 0.4))])
+    assert outcomes(result)["mfu mean"] == "optional, missing from candidate"
+    assert result.exit_code == 0 and len(result.required) == 1
+
+
+def test_pass_needs_half_the_metrics_and_every_level_judged():
+    rng = np.random.default_rng(10)
+
+    def metric(scenario: str, name: str, n: int) -> MetricSamples:
+        values = rng.lognormal(0, 0.05, n)
+        return MetricSamples(f"{scenario}/{name}", "p50", values, "lower", "latency", "s",
+                             level=scenario)  # fmt: skip
+
+    # c=1 judged (400 samples), c=8 only 5 samples per metric: nothing judged there.
+    both = [metric("c=1", "a", 400), metric("c=1", "b", 400), metric("c=8", "a", 5)]
+    result = gate(both, both)
+    assert len(result.judged) == 2 and result.status == "inconclusive"
+    assert result.coverage_problem == "no metric judged at c=8"
+    assert result.exit_code == 1
+    # Every level judged, but only 2 of 5 metrics: below the 50% floor.
+    few = [metric("c=1", "a", 400), *(metric("c=1", n, 5) for n in "bcd"), metric("c=8", "a", 400)]
+    share = gate(few, few)
+    assert share.coverage_problem == "only 2 of 5 metrics judged (40% < 50%)"
+    assert "INCONCLUSIVE" in format_gate(share) and share.exit_code == 1
 
 
 def test_fingerprint_mismatch_is_refused_unless_forced():
@@ -183,6 +283,7 @@ def test_fingerprint_mismatch_is_refused_unless_forced():
     result = gate(*sides(1.0, seed=7), fingerprint=forced)
     assert any("FORCED" in note for note in result.notes)
     assert result.to_dict()["fingerprint"]["forced"] is True
+    assert result.to_dict()["forced"][0].startswith("host fingerprint: baseline ('X'")
 
 
 # --- runs in a store --------------------------------------------------------------------
@@ -229,29 +330,45 @@ def test_serving_samples_follow_the_metric_definitions(tmp_path):
         "rate=10/itl_s p50",
         "rate=10/itl_s p99",
         "rate=10/e2e_s p50",
-        "rate=10/output_tok_s mean",
+        "rate=10/request_output_tok_s mean",
+        "rate=10/output_tok_s tokens/window",
     ]
     measured_ok = 145 - 3  # 5 warm-up requests excluded, 3 errors (i = 7, 57, 107)
     assert metrics["rate=10/ttft_s p50"].n == measured_ok
     assert metrics["rate=10/itl_s p99"].n == measured_ok * 19
     assert np.median(metrics["rate=10/itl_s p50"].values) == pytest.approx(0.01, rel=0.05)
-    # A request every 0.1 s with 20 tokens: about 200 tokens per second, whole bins only.
-    tput = metrics["rate=10/output_tok_s mean"]
-    # Measured sends span 0.5 s to 14.9 s: 14 whole bins, the first dropped.
-    assert tput.direction == "higher" and tput.n == 13
-    assert tput.values.mean() == pytest.approx(200, rel=0.1)
+    # Per request: 20 tokens over send -> done (about 50 ms + 19 x 10 ms).
+    rate = metrics["rate=10/request_output_tok_s mean"]
+    assert rate.direction == "higher" and rate.n == measured_ok and rate.kind == "required"
+    assert rate.point == pytest.approx(20 / 0.24, rel=0.05)
+    # The headline: ok output tokens / measured window (first send -> last done), every
+    # measured request in the window and its count: 142 ok x 20 tokens.
+    headline = metrics["rate=10/output_tok_s tokens/window"]
+    measured = run.requests[run.requests["phase"] == "measure"]
+    window_s = (measured["done_ns"].max() - measured["send_ns"].min()) / S
+    assert headline.kind == "reported" and headline.n == 145
+    assert headline.window_s == pytest.approx(window_s)
+    assert headline.point == pytest.approx(measured_ok * 20 / window_s)
 
 
-def test_throughput_bins_drop_partial_and_first_bins():
-    frame = {
-        "send_ns": [0, int(3.5 * S)],
-        "chunk_ns": [[S // 2, int(1.5 * S), int(2.5 * S)], [int(3.6 * S)]],
-        "chunk_tokens": [[1, 2, 3], [4]],
-    }
-    import pandas as pd
-
-    bins = throughput_bins(pd.DataFrame(frame))
-    assert bins.tolist() == [2.0, 3.0]  # bins [1, 2) and [2, 3); [0, 1) and [3, 3.5) dropped
+def test_one_output_tokens_per_second_in_summary_compare_and_gate(tmp_path):
+    # Before: the gate and compare said the mean of 1 s bins (2995 tok/s where the summary
+    # said 2707.6). Now all three say ok output tokens / measured window.
+    store = RunStore(tmp_path)
+    a_id, b_id = write_serving_run(store, 0.010, seed=1), write_serving_run(store, 0.011, seed=2)
+    a, b = load_run(store, a_id), load_run(store, b_id)
+    summary = summarize_requests(a.requests).scenarios["rate=10"].output_throughput_tok_s
+    frame = compare_runs(a, b)
+    row = frame.set_index(frame["metric"] + " " + frame["statistic"]).loc[
+        "rate=10/output_tok_s tokens/window"
+    ]
+    verdict = next(v for v in gate(run_samples(b), run_samples(a)).verdicts if v.name.endswith(
+        "/output_tok_s"))  # fmt: skip
+    assert summary is not None
+    assert row["a"] == pytest.approx(summary, rel=1e-12)
+    assert verdict.baseline == pytest.approx(summary, rel=1e-12)
+    assert verdict.outcome == "reported" and verdict.p_value is None
+    assert np.isnan(row["p_value"])  # shown, not tested, in compare too
 
 
 def test_gate_command_prints_and_writes_its_verdict(tmp_path):
@@ -278,8 +395,11 @@ def test_gate_command_refuses_another_host_unless_forced(tmp_path):
     manifest.host["cpu_model"] = "some other CPU"
     elsewhere = dataclasses.replace(baseline, manifest=manifest)
     candidate_id = write_serving_run(store, 0.010, seed=2)
-    with pytest.raises(ReportUsageError, match="different hosts"):
+    with pytest.raises(ReportUsageError, match="different hosts") as refused:
         gate_command(candidate_id, elsewhere, tmp_path, out=lambda _: None)
+    # The exact command that records a baseline on this host (tox -e nightly shows it).
+    promote = f"moeperf --runs-dir {tmp_path} baseline promote {candidate_id} --name "
+    assert promote in str(refused.value)
     out_dir = tmp_path / "out"
     assert gate_command(candidate_id, elsewhere, tmp_path, out_dir, force=True, out=print) == 0
     body = json.loads((out_dir / "gate.json").read_text())

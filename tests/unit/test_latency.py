@@ -133,9 +133,12 @@ def test_token_count_discrepancy_compares_server_and_client_counts():
     chunks = dict(chunk_ns=[MS], chunk_tokens=[1], first_token_ns=MS, last_token_ns=MS)
     same = record(output_tokens=5, client_output_tokens=5, **chunks)
     more = record(request_id="r1", output_tokens=5, client_output_tokens=7, **chunks)
+    fewer = record(request_id="r3", output_tokens=5, client_output_tokens=4, **chunks)
     unknown = record(request_id="r2", output_tokens=5, **chunks)
-    discrepancy = summarize_scenario(frame(same, more, unknown)).output_token_discrepancy
-    assert discrepancy == TokenDiscrepancy(compared=2, differing=1, mean_client_minus_server=1.0)
+    discrepancy = summarize_scenario(frame(same, more, fewer, unknown)).output_token_discrepancy
+    assert discrepancy == TokenDiscrepancy(
+        compared=3, differing=2, mean_client_minus_server=1 / 3, client_fewer=1, client_more=1
+    )
 
 
 @pytest.mark.parametrize(

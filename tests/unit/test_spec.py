@@ -50,6 +50,21 @@ def test_cross_field_rules(tmp_path):
         load_spec(write(tmp_path, "[load]\nlevels = [1.5]\n"))
 
 
+def test_max_requests_alone_bounds_a_level_with_no_cool_down(tmp_path):
+    load = load_spec(write(tmp_path, "[load]\nmax_requests = 40\n")).serving.load
+    assert (load.duration_s, load.cooldown_s, load.count_bound) == (None, 0.0, True)
+    assert load.level_limit_s == 600.0  # the safety limit, stated in the run's notes
+    # Without either bound, or with both, a level is bounded by time as before.
+    plain = load_spec(write(tmp_path, "[load]\n")).serving.load
+    assert (plain.duration_s, plain.cooldown_s, plain.count_bound) == (10.0, 0.5, False)
+    both = load_spec(write(tmp_path, "[load]\nmax_requests = 40\nduration_s = 4\n")).serving
+    assert (both.load.duration_s, both.load.count_bound) == (4.0, False)
+    with pytest.raises(SpecError, match=r"load\.cooldown_s must be 0 when load\.max_requests"):
+        load_spec(write(tmp_path, "[load]\nmax_requests = 40\ncooldown_s = 1\n"))
+    with pytest.raises(SpecError, match=r"about 400 s of arrivals.*set load\.duration_s"):
+        load_spec(write(tmp_path, '[load]\nmode = "poisson"\nlevels = [0.5]\nmax_requests = 200\n'))
+
+
 def test_missing_name_and_bad_toml(tmp_path):
     path = tmp_path / "x.toml"
     path.write_text("[load]\n")

@@ -138,7 +138,7 @@ def test_minimum_samples_follow_the_order_statistic_interval():
 
 def test_minimum_effect_overrides_by_key_then_name_then_class():
     assert min_effect_for("c=1/ttft_s", "p50", "latency") == 0.05
-    assert min_effect_for("c=1/ttft_s", "p99", "latency") == 0.20  # tails: "latency p99"
+    assert min_effect_for("c=1/ttft_s", "p99", "latency") == 0.20  # tails: "latency_p99"
     assert min_effect_for("bench", "median", "micro") == 0.10
     overrides = {"c=1/ttft_s p99": 0.3, "c=1/ttft_s": 0.15, "latency": 0.01}
     assert min_effect_for("c=1/ttft_s", "p99", "latency", overrides) == 0.3
@@ -146,7 +146,7 @@ def test_minimum_effect_overrides_by_key_then_name_then_class():
     assert min_effect_for("c=1/itl_s", "p50", "latency", overrides) == 0.01
     # Any override that names the metric wins over every default, the tail's included.
     assert min_effect_for("c=1/itl_s", "p99", "latency", overrides) == 0.01
-    assert min_effect_for("c=1/itl_s", "p99", "latency", {"latency p99": 0.1}) == 0.1
+    assert min_effect_for("c=1/itl_s", "p99", "latency", {"latency_p99": 0.1}) == 0.1
     assert min_effect_for("x", "mean", "unknown-class") == stats.FALLBACK_MIN_EFFECT
 
 

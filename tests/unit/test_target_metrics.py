@@ -15,6 +15,10 @@ from collectors.metric_names import (
 )
 from collectors.target_metrics import (
     REFERENCE_CONTRACT,
+    TARGET_ACCEPTED_PER_POSITION,
+    TARGET_DRAFTS,
+    TARGET_ENGINE_STEPS,
+    TARGET_PREEMPTIONS,
     CounterWindow,
     ExpositionError,
     TargetSample,
@@ -24,6 +28,8 @@ from collectors.target_metrics import (
     parse_exposition,
     read_exposition,
 )
+from targets.serving.engine.api import EngineCounters, EngineStats
+from targets.serving.metrics import ReferenceMetrics
 from targets.synthetic.metrics import SyntheticMetrics
 
 # vLLM 0.10 (V1 engine, two data-parallel engines): old and new names side by side,
@@ -157,6 +163,10 @@ sglang:num_running_reqs{dp_rank="1",model_name="deepseek-ai/DeepSeek-V3",tp_rank
 # TYPE sglang:num_queue_reqs gauge
 sglang:num_queue_reqs{dp_rank="0",model_name="deepseek-ai/DeepSeek-V3",tp_rank="0"} 2826.0
 sglang:num_queue_reqs{dp_rank="1",model_name="deepseek-ai/DeepSeek-V3",tp_rank="0"} 4.0
+# HELP sglang:num_retracted_requests_total Requests retracted (preempted), in all.
+# TYPE sglang:num_retracted_requests_total counter
+sglang:num_retracted_requests_total{dp_rank="0",tp_rank="0"} 7.0
+sglang:num_retracted_requests_total{dp_rank="1",tp_rank="0"} 2.0
 # HELP sglang:gen_throughput The generation throughput (token/s).
 # TYPE sglang:gen_throughput gauge
 sglang:gen_throughput{dp_rank="0",model_name="deepseek-ai/DeepSeek-V3",tp_rank="0"} 86.5
@@ -187,6 +197,9 @@ def test_vllm_v1_page_reads_new_names_once_and_combines_engines():
         mn.TARGET_PREFIX_QUERIES.name: 1600.0,  # gpu_prefix_cache_queries not added again
         mn.TARGET_DRAFT_TOKENS.name: 1500.0,
         mn.TARGET_ACCEPTED_TOKENS.name: 900.0,
+        TARGET_DRAFTS.name: 500.0,
+        (TARGET_ACCEPTED_PER_POSITION.name, (("position", "0"),)): 450.0,
+        TARGET_PREEMPTIONS.name: 3.0,
         TARGET_PROMPT_TOKENS.name: 80000.0,
         TARGET_GENERATION_TOKENS.name: 20000.0,
         TARGET_FINISHED_REQUESTS.name: 80.0,  # every finished_reason, both engines
@@ -224,6 +237,7 @@ def test_sglang_page_maps_ratios_as_gauges_and_reads_one_tensor_rank():
         mn.TARGET_KV_USAGE.name: pytest.approx(0.32),
         TARGET_PREFIX_HIT_RATIO.name: pytest.approx(0.375),
         TARGET_ACCEPT_LENGTH.name: pytest.approx(3.0),
+        TARGET_PREEMPTIONS.name: 9.0,  # retracted, both dp ranks
         TARGET_PROMPT_TOKENS.name: 8128902.0,
         TARGET_GENERATION_TOKENS.name: 7557572.0,
         TARGET_FINISHED_REQUESTS.name: 11228.0,
@@ -259,6 +273,8 @@ def reference_exposition(expert_tokens: dict[tuple[int, int], int]) -> str:
                 counter.labels(layer=str(layer), expert=str(expert)).inc(n)
         elif labels == ("status",):
             Counter(name, name, labels, registry=registry).labels("ok").inc(7)
+        elif labels == ("position",):
+            Counter(name, name, labels, registry=registry).labels("0").inc(4)
         else:
             Counter(name, name, labels, registry=registry).inc(10)
     Histogram("reference_step_seconds", "ignored", registry=registry).observe(0.1)
@@ -278,6 +294,36 @@ def test_reference_contract_covers_every_target_metric():
     assert got[(experts, (("expert", "0"), ("layer", "1")))] == 8.0
     assert got[mn.TARGET_KV_USAGE.name] == 0.5
     assert got[TARGET_FINISHED_REQUESTS.name] == 7.0
+
+
+def test_reference_server_page_carries_drafts_positions_preemptions_and_steps():
+    """The reference server's own collector (targets.serving.metrics), MTP with 2 drafts."""
+    counters = EngineCounters(
+        steps=40,
+        generation_tokens=300,
+        preemptions=2,
+        spec_decode_drafts=100,
+        spec_decode_draft_tokens=200,
+        spec_decode_accepted_tokens=90,
+        spec_decode_accepted_per_position=[60, 30],
+        expert_tokens=[[1, 2]],
+    )
+    stats = EngineStats(
+        running=3, waiting=1, kv_blocks_used=16, kv_blocks_total=64, counters=counters
+    )
+    text = generate_latest(ReferenceMetrics(lambda: stats).registry).decode()
+    assert detect_dialect(parse_exposition(text)) == "reference"
+    got = values(text)
+    assert got[TARGET_DRAFTS.name] == 100.0
+    assert got[(TARGET_ACCEPTED_PER_POSITION.name, (("position", "0"),))] == 60.0
+    assert got[(TARGET_ACCEPTED_PER_POSITION.name, (("position", "1"),))] == 30.0
+    assert got[TARGET_PREEMPTIONS.name] == 2.0
+    assert got[TARGET_ENGINE_STEPS.name] == 40.0
+    assert got[mn.TARGET_KV_USAGE.name] == 0.25
+    # The contract names every series the adapter reads, with its labels.
+    contract = REFERENCE_CONTRACT["reference_spec_decode_accepted_tokens_per_position_total"]
+    assert contract == ("counter", ("position",))
+    assert REFERENCE_CONTRACT["reference_steps_total"] == ("counter", ())
 
 
 def test_unknown_and_invalid_pages():

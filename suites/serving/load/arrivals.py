@@ -26,6 +26,8 @@ def arrival_offsets_s(
         raise ValueError(f"burstiness must be > 0, got {burstiness}")
     rng = np.random.default_rng(seed)
     expected = rate_rps * duration_s
+    if max_requests is not None:  # a count-bound level's window is only a safety limit
+        expected = min(expected, max_requests)
     # Draw in batches until past the window; 4 sigma beyond the mean rarely needs a second.
     batch = int(expected + 4 * np.sqrt(expected / burstiness) + 16)
     offsets = np.empty(0)

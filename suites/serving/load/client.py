@@ -52,11 +52,13 @@ async def stream_request(
     record: RequestRecord,
     clock_ns: Callable[[], int],
     anchor_ns: int,
+    on_answer: Callable[[], None] = lambda: None,
 ) -> StreamResult:
     """Send one request and fill ``record`` (its ids, scenario and intended time are set).
 
     Never raises for a failed request: the failure is recorded with its error type.
     ``asyncio.CancelledError`` marks the record cancelled and is re-raised.
+    ``on_answer`` is called once the target has answered (its response headers arrived).
     """
     parser = SSEParser()
     texts: list[str] = []
@@ -67,6 +69,7 @@ async def stream_request(
     record.send_ns = clock_ns() - anchor_ns
     try:
         async with session.post(url, json=body) as response:
+            on_answer()
             record.http_status = response.status
             await _check_response(response)
             async for data in response.content.iter_any():

@@ -1,8 +1,106 @@
-"""Judging whether the client, not the target, set a level's numbers."""
+"""Judging a level, then a run: did the target fail it, did the client set its numbers?
+
+The rule (also in the README, "Runs"):
+- A level whose measured requests mostly did not end ok (more than ``FAILED_SHARE`` of
+  them errored, or were cancelled when the drain timeout ran out) is ``failed``: the
+  target's failure, reported with its error types and counts first. The client-bound
+  checks are not applied to it: a client that is failing is not busy measuring.
+- Otherwise a level over any ``[harness]`` limit is ``invalid`` (client-bound); otherwise
+  ``ok``.
+- A run with a failed level ends ``failed``; else with an invalid level ``invalid``; else
+  ``complete``. Its reason names every level that is not ok, and why. The ok levels'
+  results are kept whole either way.
+"""
 
 from __future__ import annotations
 
-from collectors.serving_records import WorkerSummary
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from collectors.manifest import RunStatus
+from collectors.records import RequestRecord
+from collectors.serving_records import LevelStatus, WorkerSummary
+
+# More than this share of a level's measured requests not ok: the level failed.
+FAILED_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class LevelCounts:
+    """How a level's measured requests ended."""
+
+    requests: int
+    ok: int
+    cancelled: int
+    error_types: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class LevelVerdict:
+    scenario: str
+    status: LevelStatus
+    reason: str | None = None
+    # Kept for the summary only when the level is judged client-bound.
+    client_bottleneck: tuple[str, ...] = ()
+
+
+def measured_counts(records: Iterable[RequestRecord], scenario: str) -> LevelCounts:
+    """How the measured requests of one level ended, from its records."""
+    measured = [r for r in records if r.scenario == scenario and r.phase == "measure"]
+    errors = Counter(r.error_type or "unknown" for r in measured if r.status == "error")
+    return LevelCounts(
+        requests=len(measured),
+        ok=sum(r.status == "ok" for r in measured),
+        cancelled=sum(r.status == "cancelled" for r in measured),
+        error_types=dict(errors),
+    )
+
+
+def error_counts_text(error_types: Mapping[str, int]) -> str:
+    """ "connect_error 58, http_5xx 2": most frequent first."""
+    ranked = sorted(error_types.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{name} {count}" for name, count in ranked)
+
+
+def target_failure(counts: LevelCounts) -> str | None:
+    """Why the level failed for the target's reasons, error types first; None if it did not."""
+    if counts.requests == 0:
+        return "no measured requests (every request fell in warm-up or cool-down, or none ran)"
+    failed = counts.requests - counts.ok
+    if failed <= FAILED_SHARE * counts.requests:
+        return None
+    parts = [error_counts_text(counts.error_types)] if counts.error_types else []
+    if counts.cancelled:
+        parts.append(f"cancelled {counts.cancelled} (not done when the level ended)")
+    return f"{'; '.join(parts)}: {failed} of {counts.requests} measured requests failed"
+
+
+def judge_level(scenario: str, counts: LevelCounts, client_reasons: Sequence[str]) -> LevelVerdict:
+    failure = target_failure(counts)
+    if failure is not None:
+        return LevelVerdict(scenario, "failed", failure)
+    if client_reasons:
+        reason = "client was the bottleneck: " + "; ".join(client_reasons)
+        return LevelVerdict(scenario, "invalid", reason, tuple(client_reasons))
+    return LevelVerdict(scenario, "ok")
+
+
+def run_verdict(levels: Sequence[LevelVerdict]) -> tuple[RunStatus, str | None]:
+    """The status a run that ran to its end gets from its levels, with the reason."""
+    failed = [v for v in levels if v.status == "failed"]
+    invalid = [v for v in levels if v.status == "invalid"]
+    parts = []
+    if failed:
+        parts.append("levels failed: " + "; ".join(f"{v.scenario} ({v.reason})" for v in failed))
+    if invalid:
+        parts.append("levels invalid: " + "; ".join(f"{v.scenario} ({v.reason})" for v in invalid))
+    reason = " | ".join(parts) or None
+    if failed:
+        return "failed", reason
+    if invalid:
+        return "invalid", reason
+    return "complete", None
 
 
 def client_bottlenecks(

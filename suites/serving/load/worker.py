@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import random
 import signal
 import time
 import traceback
@@ -26,6 +27,7 @@ import aiohttp
 
 from collectors.records import Phase, RequestRecord
 from collectors.serving_records import WorkerSummary
+from suites.serving.load.backoff import ConnectBackoff
 from suites.serving.load.client import StreamResult, set_token_times, stream_request
 from suites.serving.load.openai_api import ENDPOINTS, request_body
 from suites.serving.load.plan import LevelPlan, WorkerConfig
@@ -108,6 +110,9 @@ class _Level:
         # Client-side token counts need every chunk's text, and a tokenizer.
         self._keep_texts = bool(config.tokenizer)
         self._slots: list[asyncio.Task] = []
+        # Kept across levels: a target that is down stays backed off until it answers.
+        self._backoff = ConnectBackoff(random.Random(index))
+        self._held: set[asyncio.Task[None]] = set()  # waiting for their backoff turn, unsent
 
     async def run(self, plan: LevelPlan) -> WorkerSummary:
         self._prompts = itertools.islice(
@@ -133,6 +138,8 @@ class _Level:
             drain_s = 0.0
         else:
             drain_s = plan.drain_timeout_s
+        for task in list(self._held):  # the window is over and they were never sent
+            task.cancel()
         if in_flight:
             _, pending = await asyncio.wait(in_flight, timeout=drain_s)
             for task in pending:
@@ -229,16 +236,13 @@ class _Level:
         )
         self._sent += 1
         try:
-            result = await stream_request(
-                self.session,
-                self.url,
-                config.api,
-                body,
-                record,
-                time.monotonic_ns,
-                config.anchor_ns,
-            )
+            result = await self._send(body, record)
         except asyncio.CancelledError:
+            if record.send_ns == 0:  # cancelled while backing off: it never left
+                record.send_ns = record.done_ns = time.monotonic_ns() - config.anchor_ns
+                record.error_message = (
+                    "cancelled before sending, while backing off from connect errors"
+                )
             self.results.put(("finished", record.status))
             self.results.put(("record", record))
             raise
@@ -250,6 +254,74 @@ class _Level:
         self.results.put(("record", record))
         if self._keep_texts:
             self.deferred.append(result)
+
+    async def _send(self, body: dict[str, Any], record: RequestRecord) -> StreamResult:
+        backoff = self._backoff
+        # The healthy path takes no lock and waits for nothing.
+        probe = await self._probe_turn(body, record) if backoff.active else None
+        # Cancelling ``await probe`` cancels the probe too.
+        result = await (probe if probe is not None else self._stream(body, record))
+        backoff.observe(record.error_type == "connect_error", probe=probe is not None)
+        return result
+
+    async def _probe_turn(
+        self, body: dict[str, Any], record: RequestRecord
+    ) -> asyncio.Task[StreamResult] | None:
+        """Wait for this worker's one probe turn after connect errors, then send the probe;
+        None when the target answered another probe meanwhile (send as usual).
+
+        The turn passes to the next waiting request as soon as the probe has an answer or
+        has failed, so a target that is back is not held up by a probe's whole stream.
+        Until it is sent the request is in ``_held``: at the level's end it is cancelled
+        (it was never sent), not drained.
+        """
+        backoff = self._backoff
+        held = asyncio.current_task()
+        assert held is not None  # always called from the request's own task
+        self._held.add(held)
+        try:
+            async with backoff.turn:
+                if not backoff.active:
+                    return None
+                await backoff.pause()
+                self._held.discard(held)
+                return await self._send_probe(body, record)
+        finally:
+            self._held.discard(held)
+
+    async def _send_probe(
+        self, body: dict[str, Any], record: RequestRecord
+    ) -> asyncio.Task[StreamResult]:
+        """Start the probe; return once the target answered it or it failed."""
+        answered = asyncio.Event()
+        probe = asyncio.create_task(self._stream(body, record, answered.set))
+        waiter = asyncio.create_task(answered.wait())
+        try:
+            await asyncio.wait({probe, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            probe.cancel()
+            await asyncio.gather(probe, return_exceptions=True)
+            raise
+        finally:
+            waiter.cancel()
+        return probe
+
+    async def _stream(
+        self,
+        body: dict[str, Any],
+        record: RequestRecord,
+        on_answer: Callable[[], None] = lambda: None,
+    ) -> StreamResult:
+        return await stream_request(
+            self.session,
+            self.url,
+            self.config.api,
+            body,
+            record,
+            time.monotonic_ns,
+            self.config.anchor_ns,
+            on_answer,
+        )
 
 
 async def _sleep_until(deadline_ns: int) -> None:

@@ -1,0 +1,37 @@
+"""The gate's metric classes and their default minimum effects.
+
+They live in the bottom layer because two packages that may not import each other read
+them: the serving spec's ``[gate]`` table (suites/spec.py validates its keys against
+``MIN_EFFECT_KEYS`` before any load is sent) and the gate itself (reports/stats.py).
+
+A metric's class decides its minimum effect: the smallest relative change the gate calls
+material, whatever its significance. A key is a class ("latency") or a class and the
+statistic it is compared by, joined by "_" ("latency_p99"); the longer key wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# "latency": TTFT, TPOT, ITL, E2E; "throughput": output tokens/s; "micro": micro-benchmark
+# medians; "training": step time, tokens/s, MFU.
+METRIC_CLASSES = ("latency", "throughput", "micro", "training")
+
+# Latency and throughput: 5%, about the run-to-run spread of medians in short serving runs;
+# micro-benchmarks are noisier (caches, turbo, scheduling): 10%. Tail percentiles vary far
+# more from run to run than within a run, which no test on one run's samples can see: A/A
+# runs on the 2-core development host (moeperf.gate_calibration, 12 pairs at 4 and 16
+# streams, both orders) flagged ITL p99 in 5 of 24 comparisons with a 5% minimum effect, 1 of
+# 24 with 20%. Calibrate on your own host (``moeperf gate calibrate`` suggests a minimum
+# effect per metric) and set the largest for each class in the spec's [gate] table.
+DEFAULT_MIN_EFFECTS: Mapping[str, float] = {
+    "latency": 0.05,
+    "latency_p99": 0.20,
+    "throughput": 0.05,
+    "micro": 0.10,
+    "training": 0.05,
+}
+
+# The keys a spec's ``[gate] min_effects`` may set: every class, and latency by the two
+# percentiles the serving gate compares (p50 and p99).
+MIN_EFFECT_KEYS = ("latency", "latency_p50", "latency_p99", "throughput", "micro", "training")

@@ -1,0 +1,153 @@
+"""The target's own counters over each load level, from the scrapes a run stored.
+
+The run's scraper (``suites.serving.observe.scraper``) writes every scrape of the target's
+/metrics to ``server_metrics.jsonl``, read through the dialect adapters of
+``collectors.target_metrics``: canonical series, counters with ``window_value`` (their
+increase since the window, the load level, began). ``level_target_counters`` turns one
+run's scrapes into one ``TargetCounters`` per level:
+
+- counters (drafts, accepted tokens, preemptions, prefix-cache hits) are the increase over
+  the level: the ``window_value`` of the level's last scrape, taken when the next level
+  starts or the run ends, so the whole level is inside it. The target cannot tell warm-up
+  and cool-down requests from measured ones: they are in these counts;
+- gauges (KV-cache usage, and SGLang's hit rate and accept length) are the mean and max of
+  the scrapes taken while the level ran (every ``export.scrape_interval_s``); the closing
+  scrape, taken after the level drained, is left out, unless it is the level's only one
+  (a level shorter than the interval): then ``gauge_scrapes`` is 0 and the gauges are that
+  scrape's, the target's state right after the level.
+
+Every field is None when the target does not export what it needs ("not available from
+this target"); a count of 0 is a count (MTP off: no drafts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from collectors import metric_names as mn
+from collectors import target_metrics as tm
+
+NOT_AVAILABLE = "not available from this target"
+
+Key = tuple[str, tuple[tuple[str, str], ...]]  # (canonical name, sorted labels)
+
+
+@dataclass(frozen=True, slots=True)
+class TargetCounters:
+    """What the target itself counted over one load level (None: it does not export it)."""
+
+    dialect: str  # the /metrics dialect the scrapes were read in (reference, vllm, ...)
+    # Scrapes taken while the level ran, the gauges' samples (0: only the closing one).
+    gauge_scrapes: int
+    # Speculative decoding (MTP). A draft is one request's speculative step.
+    spec_drafts: float | None = None
+    spec_draft_tokens: float | None = None
+    spec_accepted_tokens: float | None = None
+    spec_acceptance_ratio: float | None = None  # accepted draft tokens / draft tokens
+    # Position i (first = 0): drafts whose i-th token was accepted / drafts.
+    spec_acceptance_by_position: tuple[float, ...] | None = None
+    # Tokens one request commits per verify step: 1 + accepted / drafts (SGLang: the mean
+    # of its spec_accept_length gauge).
+    spec_tokens_per_step: float | None = None
+    # Engine steps (the reference engine's only) and generated tokens per step: the batch
+    # the engine kept running, times what MTP adds.
+    engine_steps: float | None = None
+    generation_tokens: float | None = None
+    generation_tokens_per_engine_step: float | None = None
+    kv_usage_mean_ratio: float | None = None  # KV-cache blocks in use / total, 0 to 1
+    kv_usage_max_ratio: float | None = None
+    preemptions: float | None = None  # requests preempted (SGLang: retracted)
+    # In the target's unit (vLLM and reference: prompt tokens).
+    prefix_cache_queries: float | None = None
+    prefix_cache_hits: float | None = None
+    # hits / queries; SGLang and vLLM v0: the mean of their hit-rate gauge.
+    prefix_cache_hit_ratio: float | None = None
+
+
+def level_target_counters(scrapes: Iterable[Mapping[str, Any]]) -> dict[str, TargetCounters]:
+    """One ``TargetCounters`` per window (load level) of a run's stored scrapes.
+
+    ``scrapes`` are the records of server_metrics.jsonl, in any order; records of a target
+    that could not be scraped, and the run's baseline scrape (no window), are skipped.
+    """
+    by_window: dict[str, list[Mapping[str, Any]]] = {}
+    for scrape in scrapes:
+        window = scrape.get("window")
+        if scrape.get("available") and isinstance(window, str):
+            by_window.setdefault(window, []).append(scrape)
+    return {
+        window: _level(sorted(records, key=lambda r: r.get("t_ns", 0)))
+        for window, records in by_window.items()
+    }
+
+
+def _series(scrape: Mapping[str, Any]) -> dict[Key, Mapping[str, Any]]:
+    return {
+        (s["name"], tuple(sorted((str(k), str(v)) for k, v in s.get("labels", {}).items()))): s
+        for s in scrape.get("series", [])
+    }
+
+
+def _ratio(part: float | None, whole: float | None) -> float | None:
+    return part / whole if part is not None and whole else None
+
+
+def _level(records: Sequence[Mapping[str, Any]]) -> TargetCounters:
+    closing = _series(records[-1])
+    during = [_series(r) for r in records[:-1]]
+    gauge_scrapes = len(during)
+    if not during:
+        during = [closing]
+
+    def count(metric: mn.Metric) -> float | None:
+        found = closing.get((metric.name, ()))
+        return float(found["window_value"]) if found is not None else None
+
+    def gauge(metric: mn.Metric) -> list[float]:
+        key = (metric.name, ())
+        return [float(s[key]["value"]) for s in during if key in s]
+
+    def mean(values: list[float]) -> float | None:
+        return sum(values) / len(values) if values else None
+
+    drafts, draft_tokens = count(tm.TARGET_DRAFTS), count(mn.TARGET_DRAFT_TOKENS)
+    accepted = count(mn.TARGET_ACCEPTED_TOKENS)
+    per_position = sorted(
+        (int(dict(labels)["position"]), float(s["window_value"]))
+        for (name, labels), s in closing.items()
+        if name == tm.TARGET_ACCEPTED_PER_POSITION.name
+        and dict(labels).get("position", "x").isdigit()
+    )
+    by_position = None
+    if per_position and drafts:
+        by_position = tuple(n / drafts for _, n in per_position)
+    tokens_per_step = 1 + accepted / drafts if drafts and accepted is not None else None
+    if tokens_per_step is None:
+        tokens_per_step = mean(gauge(mn.TARGET_ACCEPT_LENGTH))
+    steps, generated = count(tm.TARGET_ENGINE_STEPS), count(mn.TARGET_GENERATION_TOKENS)
+    kv = gauge(mn.TARGET_KV_USAGE)
+    queries, hits = count(mn.TARGET_PREFIX_QUERIES), count(mn.TARGET_PREFIX_HITS)
+    hit_ratio = _ratio(hits, queries)
+    if queries is None:
+        hit_ratio = mean(gauge(mn.TARGET_PREFIX_HIT_RATIO))
+    return TargetCounters(
+        dialect=str(records[-1].get("dialect", "unknown")),
+        gauge_scrapes=gauge_scrapes,
+        spec_drafts=drafts,
+        spec_draft_tokens=draft_tokens,
+        spec_accepted_tokens=accepted,
+        spec_acceptance_ratio=_ratio(accepted, draft_tokens),
+        spec_acceptance_by_position=by_position,
+        spec_tokens_per_step=tokens_per_step,
+        engine_steps=steps,
+        generation_tokens=generated,
+        generation_tokens_per_engine_step=_ratio(generated, steps),
+        kv_usage_mean_ratio=mean(kv),
+        kv_usage_max_ratio=max(kv) if kv else None,
+        preemptions=count(tm.TARGET_PREEMPTIONS),
+        prefix_cache_queries=queries,
+        prefix_cache_hits=hits,
+        prefix_cache_hit_ratio=hit_ratio,
+    )

@@ -1,0 +1,113 @@
+"""Before any load: does the target answer, and which model does it serve?
+
+GET /v1/models, falling back to GET /health when the models endpoint does not answer
+with a list; each within ``PREFLIGHT_TIMEOUT_S``. A target that answers neither is refused
+(``TargetUnreachable``, exit 2) with the URL and what happened, before a run is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from suites.errors import UsageError
+
+PREFLIGHT_TIMEOUT_S = 5.0
+
+
+class TargetUnreachable(UsageError):
+    """The target did not answer the pre-flight check: nothing was sent, no run stored."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One GET: its HTTP status and body, or what went wrong instead (``problem``)."""
+
+    status: int | None
+    body: bytes = b""
+    problem: str | None = None
+    # True when no HTTP answer came at all (refused, timed out, no such host).
+    unreachable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TargetCheck:
+    """What the pre-flight found: the models the target lists (may be empty)."""
+
+    models: tuple[str, ...]
+    checked: str  # the endpoint that answered, for the record
+
+
+Getter = Callable[[str, float], Answer]
+
+
+def http_get(url: str, timeout_s: float) -> Answer:
+    """One GET with urllib; every failure becomes an ``Answer`` naming it."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return Answer(response.status, response.read())
+    except urllib.error.HTTPError as exc:
+        return Answer(exc.code, b"", f"HTTP {exc.code} {exc.reason}")
+    except urllib.error.URLError as exc:
+        return Answer(None, b"", _describe(exc.reason, timeout_s), unreachable=True)
+    except (TimeoutError, OSError) as exc:  # a timeout while reading the answer
+        return Answer(None, b"", _describe(exc, timeout_s), unreachable=True)
+
+
+def _describe(reason: object, timeout_s: float) -> str:
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused (nothing listens on that port?)"
+    if isinstance(reason, TimeoutError | socket.timeout):
+        return f"no answer within {timeout_s:g} s (timeout)"
+    if isinstance(reason, socket.gaierror):
+        return f"host name not resolved ({reason})"
+    return str(reason)
+
+
+def _models(body: bytes) -> tuple[str, ...] | None:
+    """Model ids of an OpenAI /v1/models body; None when the body is not one."""
+    try:
+        data = json.loads(body).get("data")
+        return tuple(str(m["id"]) for m in data)
+    except (ValueError, AttributeError, TypeError, KeyError):
+        return None
+
+
+def check_target(
+    base_url: str, get: Getter = http_get, timeout_s: float = PREFLIGHT_TIMEOUT_S
+) -> TargetCheck:
+    """The target's models if it answers; raise ``TargetUnreachable`` if it does not."""
+    base = base_url.rstrip("/")
+    models_url, health_url = base + "/v1/models", base + "/health"
+    answer = get(models_url, timeout_s)
+    if answer.status == 200:
+        models = _models(answer.body)
+        if models is not None:
+            return TargetCheck(models, models_url)
+        answer = Answer(200, answer.body, "HTTP 200 but not a model list")
+    seen = [f"GET {models_url}: {answer.problem or f'HTTP {answer.status}'}"]
+    if not answer.unreachable:  # it answers HTTP: its health endpoint may say more
+        health = get(health_url, timeout_s)
+        if health.status is not None and 200 <= health.status < 300:
+            return TargetCheck((), health_url)
+        seen.append(f"GET {health_url}: {health.problem or f'HTTP {health.status}'}")
+    raise TargetUnreachable(
+        f"target {base_url} does not answer: {'; '.join(seen)}. Start the server or fix "
+        "target.url; nothing was sent and no run was stored"
+    )
+
+
+def served_model(spec_model: str, check: TargetCheck, base_url: str) -> str:
+    """The model to ask for: the spec's, else the first the target lists; never a guess."""
+    if spec_model:
+        return spec_model
+    if check.models:
+        return check.models[0]
+    raise UsageError(
+        f"target {base_url} answers {check.checked} but lists no model at /v1/models: "
+        "set target.model (e.g. --set target.model=NAME)"
+    )

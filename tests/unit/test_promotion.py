@@ -1,0 +1,134 @@
+"""What `baseline promote` refuses without --force (reports/promotion.py): a level that is
+not ok, a failed gate verdict stored with the run. Run status refusals are in
+test_baselines.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from collectors.records import RequestRecord
+from collectors.serving_records import ServingSummary
+from collectors.store import RunReader, RunStore, RunWriter
+from collectors.summary import summarize_requests
+from collectors.tables import records_frame
+from reports.baseline_commands import promote_command
+from reports.baselines import BaselineStore
+from reports.errors import ReportUsageError
+
+MS = 1_000_000
+
+
+def request(i: int, scenario: str) -> RequestRecord:
+    start = i * 50 * MS
+    chunks = [start + 20 * MS, start + 25 * MS]
+    return RequestRecord(
+        request_id=f"{scenario}-{i}",
+        scenario=scenario,
+        phase="measure",
+        worker=0,
+        intended_send_ns=start,
+        send_ns=start,
+        done_ns=start + 30 * MS,
+        status="ok",
+        chunk_ns=chunks,
+        chunk_tokens=[1, 1],
+        chunk_tokens_source="usage_stats",
+        first_token_ns=chunks[0],
+        last_token_ns=chunks[-1],
+        output_tokens=2,
+    )
+
+
+def write_run(runs: Path, end: str | None = "complete") -> RunWriter:
+    """A small real serving run: two levels of ok requests, stored and summarized."""
+    run = RunStore(runs).create("serving")
+    records = [request(i, scenario) for scenario in ("c=1", "c=4") for i in range(10)]
+    for record in records:
+        run.append_request(record)
+    run.write_summary(summarize_requests(records_frame(records)))
+    if end == "complete":
+        run.complete()
+    return run
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> BaselineStore:
+    return BaselineStore(tmp_path / "baselines")
+
+
+def test_a_level_that_is_not_ok_needs_force(store, tmp_path):
+    # A run whose summary has a failed level, whatever its manifest says.
+    run = write_run(tmp_path / "runs", end=None)
+    summary = RunReader(run.directory).summary()
+    assert isinstance(summary, ServingSummary)
+    entry = dataclasses.replace(
+        summary.scenarios["c=4"], status="failed", status_reason="http_5xx 9: 9 of 10 failed"
+    )
+    run.write_summary(dataclasses.replace(summary, scenarios={**summary.scenarios, "c=4": entry}))
+    run.complete()
+    with pytest.raises(ReportUsageError, match=r"level c=4 is failed \(http_5xx 9.*--force"):
+        store.promote(run.directory, "b")
+    assert store.promote(run.directory, "b", force=True).version == 1
+
+
+def write_gate_json(run: RunWriter, exit_code: int) -> None:
+    """gate.json as reports/gate_output.py write_gate leaves it in the candidate's directory."""
+    verdicts = [
+        {"key": "itl_s p50 @c=4", "outcome": "regression" if exit_code else "no change"},
+        {"key": "ttft_s p50 @c=4", "outcome": "no change"},
+        {
+            "key": "e2e_s p99 @c=4",
+            "outcome": "missing from candidate" if exit_code else "no change",
+        },
+    ]
+    body = {
+        "baseline": "nightly@3",
+        "candidate": run.run_id,
+        "status": "fail" if exit_code else "pass",
+        "exit_code": exit_code,
+    }
+    (run.directory / "gate.json").write_text(json.dumps({**body, "verdicts": verdicts}))
+
+
+def test_a_run_that_failed_the_gate_needs_force(store, tmp_path):
+    run = write_run(tmp_path / "runs")
+    write_gate_json(run, exit_code=1)
+    runs, root = str(tmp_path / "runs"), str(store.root)
+    with pytest.raises(ReportUsageError) as refused:
+        promote_command(run.run_id, "b", None, runs, root, False)
+    message = str(refused.value)
+    assert "failed the gate against nightly@3 (gate.json: exit 1; fail; " in message
+    assert "itl_s p50 @c=4 regression, e2e_s p99 @c=4 missing from candidate" in message
+    assert "ttft_s" not in message
+    assert "--force" in message
+    assert store.versions("b") == []
+    out: list[str] = []
+    assert promote_command(run.run_id, "b", None, runs, root, True, out.append) == 0
+    assert store.versions("b") == [1]
+    assert any("--force although it failed the gate" in line for line in out)
+
+
+def test_an_inconclusive_gate_verdict_needs_force(store, tmp_path):
+    run = write_run(tmp_path / "runs")
+    body = {"baseline": "nightly@3", "status": "inconclusive", "exit_code": 1, "verdicts": []}
+    body["coverage_problem"] = "only 8 of 48 metrics judged (17% < 90%)"
+    (run.directory / "gate.json").write_text(json.dumps(body))
+    with pytest.raises(ReportUsageError, match=r"inconclusive; only 8 of 48 metrics judged"):
+        store.promote(run.directory, "b")
+
+
+def test_a_run_that_passed_the_gate_is_promoted(store, tmp_path):
+    run = write_run(tmp_path / "runs")
+    write_gate_json(run, exit_code=0)
+    assert store.promote(run.directory, "b").version == 1
+
+
+def test_an_unreadable_gate_verdict_needs_force(store, tmp_path):
+    run = write_run(tmp_path / "runs")
+    (run.directory / "gate.json").write_text("{not json")
+    with pytest.raises(ReportUsageError, match=r"gate verdict .* cannot be read"):
+        store.promote(run.directory, "b")

@@ -1,0 +1,143 @@
+"""Where report pages go, and that they never replace a file unless asked (issue 11, item 8).
+
+Through ``moeperf.cli.main`` in-process, so the exit codes and messages are the CLI's own.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from collectors.records import RequestRecord
+from collectors.store import RunStore
+from collectors.summary import summarize_requests
+from collectors.tables import records_frame
+from moeperf.cli import main
+from reports.appendix import CHART_KINDS, appendix_html
+from reports.baselines import BaselineStore
+from reports.page_path import MAX_NAMED_RUNS, several_runs_name
+from reports.render import Chart, Section
+from reports.report import build_report
+from reports.runs import load_run
+
+MS = 1_000_000
+
+
+def make_run(store: RunStore, *, errors: int = 0) -> str:
+    """A complete serving run of 12 ok requests (and ``errors`` failed ones)."""
+    run = store.create("serving", spec_given={"name": "pages"})
+    records = []
+    for i in range(12 + errors):
+        t0 = i * 100 * MS
+        ok = i < 12
+        chunks = [t0 + 20 * MS + k * 10 * MS for k in range(4)] if ok else []
+        record = RequestRecord(
+            request_id=f"r{i}", scenario="c=2", phase="measure", worker=0,
+            intended_send_ns=t0, send_ns=t0, done_ns=t0 + 60 * MS,
+            status="ok" if ok else "error", error_type=None if ok else "http_5xx",
+            http_status=None if ok else 500, chunk_ns=chunks, chunk_tokens=[1] * len(chunks),
+            first_token_ns=chunks[0] if ok else None, last_token_ns=chunks[-1] if ok else None,
+            output_tokens=4 if ok else None,
+        )  # fmt: skip
+        records.append(record)
+        run.append_request(record)
+    run.write_summary(summarize_requests(records_frame(records)))
+    run.complete()
+    return run.run_id
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> RunStore:
+    return RunStore(tmp_path / "runs")
+
+
+def cli(runs: RunStore, *args: str) -> int:
+    return main(["--runs-dir", str(runs.root), *args])
+
+
+def test_a_second_report_of_a_run_is_refused_then_forced(runs, capsys):
+    run_id = make_run(runs)
+    page = runs.root / run_id / "report.html"
+    assert cli(runs, "report", run_id) == 0
+    assert capsys.readouterr().out.strip() == str(page)
+    page.write_text("the page a user kept", encoding="utf-8")
+    # Exit 2, naming the file and the flag; the file is untouched.
+    assert cli(runs, "report", run_id) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert str(page) in err and "--force" in err and "--out" in err
+    assert page.read_text(encoding="utf-8") == "the page a user kept"
+    assert cli(runs, "report", run_id, "--force") == 0
+    assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+def test_an_explicit_out_is_permission_to_replace_that_file(runs, tmp_path):
+    # tox -e nightly writes --out runs/nightly-report.html every night: re-runs must work.
+    first, second = make_run(runs), make_run(runs)
+    out = tmp_path / "nightly-report.html"
+    assert cli(runs, "report", first, "--out", str(out)) == 0
+    assert first in out.read_text(encoding="utf-8")
+    assert cli(runs, "report", "latest", "--out", str(out)) == 0
+    page = out.read_text(encoding="utf-8")
+    assert second in page and first not in page
+
+
+def test_a_report_of_two_runs_gets_its_own_name_in_the_runs_directory(runs, capsys):
+    a, b = make_run(runs), make_run(runs)
+    assert cli(runs, "report", a) == 0
+    single = runs.root / a / "report.html"
+    kept = single.read_bytes()
+    capsys.readouterr()
+    assert cli(runs, "report", a, b) == 0
+    both = runs.root / f"report-{a}-vs-{b}.html"
+    assert capsys.readouterr().out.strip() == str(both)
+    assert single.read_bytes() == kept  # the first run's own report is not replaced
+    assert a in both.read_text(encoding="utf-8") and b in both.read_text(encoding="utf-8")
+    assert cli(runs, "report", a, b) == 2  # and that name is not replaced either
+
+
+def test_many_runs_get_a_short_name():
+    ids = [f"20260101-000000-00000{i}-serving-abc12{i}" for i in range(MAX_NAMED_RUNS + 2)]
+    name = several_runs_name(ids)
+    assert name.startswith(f"report-{ids[0]}-and-{len(ids) - 1}-more-") and len(name) < 120
+    assert name != several_runs_name(list(reversed(ids)))
+
+
+def test_the_baseline_report_goes_under_the_runs_directory(runs, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the old default wrote into the current directory
+    baselines = BaselineStore(tmp_path / "baselines")
+    baselines.promote(runs.root / make_run(runs), "demo")
+    args = ("--baselines-dir", str(baselines.root))
+    assert cli(runs, "baseline", "report", "demo", *args) == 0
+    page = runs.root / "baseline-demo-v1-report.html"
+    assert page.exists() and not list(tmp_path.glob("*.html"))
+    assert cli(runs, "baseline", "report", "demo@1", *args) == 2  # exists: refused
+    assert cli(runs, "baseline", "report", "demo@1", "--force", *args) == 0
+    # A new version is a new page, not a refusal.
+    baselines.promote(runs.root / make_run(runs), "demo")
+    assert cli(runs, "baseline", "report", "demo", *args) == 0
+    assert (runs.root / "baseline-demo-v2-report.html").exists()
+
+
+def explained(page: str) -> set[str]:
+    return set(re.findall(r"<h4><code>reports\.figures\.(\w+)</code></h4>", page))
+
+
+def test_the_appendix_explains_only_the_chart_kinds_on_the_page(runs):
+    clean = build_report([load_run(runs, make_run(runs))], "clean")
+    # A serving run without errors: no error chart, and no training, micro, forest or
+    # baseline-trend chart, so none of them is explained.
+    assert explained(clean) == {"concurrency", "percentiles", "cdf", "timeline", "prefill"}
+    failing = build_report([load_run(runs, make_run(runs, errors=2))], "with errors")
+    assert explained(failing) == explained(clean) | {"errors"}
+    assert "How the charts are drawn" not in appendix_html([Section("empty", "empty")])
+
+
+def test_a_chart_kind_the_appendix_does_not_know_is_an_error():
+    import plotly.graph_objects as go
+
+    section = Section("s", "s", blocks=[Chart(go.Figure(), drawn_by=("cdff",))])
+    with pytest.raises(ValueError, match="cdff"):
+        appendix_html([section])
+    assert "cdf" in CHART_KINDS
