@@ -21,6 +21,9 @@ Phase = Literal["warmup", "measure", "cooldown"]
 ChunkTokensSource = Literal[
     "usage_stats", "logprobs", "tokenizer", "server_tokenize", "assumed_one"
 ]
+# How a stream that ended without error ended: "done" (data: [DONE] seen) or
+# "finish_reason" (closed after a choice with a finish_reason, no [DONE]).
+StreamEnd = Literal["done", "finish_reason"]
 
 
 @dataclass(slots=True)
@@ -53,6 +56,8 @@ class RequestRecord:
     error_message: str | None = None
     http_status: int | None = None
     server_request_id: str | None = None
+    # None for a request that failed, or one stored before the field existed.
+    stream_end: StreamEnd | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:

@@ -49,6 +49,8 @@ REQUEST_SCHEMA = _schema(
         ("error_message", _STR),
         ("http_status", _INT),
         ("server_request_id", _STR),
+        # Added after schema version 1 shipped (_ADDED_COLUMNS): older runs read nulls.
+        ("stream_end", _STR),
         ("schema_version", _INT),
     ]
 )
@@ -86,6 +88,8 @@ SAMPLE_SCHEMA = _schema(
 )
 
 _JSON_COLUMNS = {"steps": ("policy_decisions", "events")}
+# Optional columns added after schema version 1 shipped: older files lack them.
+_ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"requests": ("stream_end",)}
 SCHEMAS = {"requests": REQUEST_SCHEMA, "steps": STEP_SCHEMA, "samples": SAMPLE_SCHEMA}
 
 
@@ -133,7 +137,15 @@ def read_parquet_frame(kind: str, path: Path) -> pd.DataFrame:
             table = pq.read_table(path, columns=[name])
             columns[name] = table.column(0).to_pandas()
             del table
-        frame = pd.DataFrame(columns, columns=names)
+        # A file written before an optional column was added reads it as nulls, so that
+        # every run has the columns of the current schema.
+        schema = SCHEMAS[kind]
+        rows = pq.read_metadata(path).num_rows
+        for name in _ADDED_COLUMNS.get(kind, ()):
+            if name not in columns:
+                columns[name] = pa.nulls(rows, schema.field(name).type).to_pandas()
+        order = [n for n in schema.names if n in columns]
+        frame = pd.DataFrame(columns, columns=order + [n for n in names if n not in order])
     finally:
         pa.set_memory_pool(previous_pool)
     for column in _JSON_COLUMNS.get(kind, ()):

@@ -154,9 +154,9 @@ def add_gate_commands(
     parser.add_argument(
         "--min-effect",
         action="append",
-        metavar="CLASS=FRACTION",
-        help="minimum effect for a metric class, e.g. latency_p99=0.3 (repeatable; wins over "
-        "the spec's [gate] min_effects)",
+        metavar="KEY=FRACTION",
+        help="minimum effect for a metric class or a metric, e.g. latency_p99=0.3 or "
+        "ttft_s_p99=0.1 (repeatable; wins over the spec's [gate] min_effects)",
     )
     parser.add_argument("--out-dir", help="where gate.json and gate.txt go (default: the run)")
     parser.add_argument("--paired", metavar="SPEC", help="run --a and --b interleaved in one job")

@@ -24,6 +24,7 @@ from suites.errors import UsageError
 
 _INSTALL = spec.REFERENCE_INSTALL
 SERVE_PROG = "moeperf target serve"
+TRAIN_PROG = "moeperf target train"
 
 
 def _entry_point(module: str) -> Callable[..., int | None]:
@@ -52,7 +53,7 @@ def serve_command(args: argparse.Namespace, _console: Console) -> int:
 
 
 def train_command(args: argparse.Namespace, _console: Console) -> int:
-    return _delegate("targets.model.train", list(args.target_args))
+    return _delegate("targets.model.train", list(args.target_args), prog=TRAIN_PROG)
 
 
 def _passthrough(

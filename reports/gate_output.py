@@ -15,7 +15,7 @@ from reports.comparability import check_fingerprints, check_specs
 from reports.errors import ReportUsageError
 from reports.gate import gate
 from reports.runs import RunData, load_run
-from reports.samples import run_samples
+from reports.samples import MetricSamples, run_samples
 from reports.stats import MIN_EFFECT_KEYS
 from reports.verdicts import COVERAGE_RULE, FAILING, OUTCOMES, RULE, GateResult, Verdict, jsonable
 
@@ -154,29 +154,56 @@ def gate_command(
     candidate = load_run(store, run_ref)
     directory = Path(out_dir) if out_dir else store.open(candidate.run_id).directory
     label = baseline_label or baseline_data.run_id
-    hint = promote_hint(candidate.run_id, label, runs_dir)
-    fingerprint = check_fingerprints(
-        baseline_data.manifest.host, candidate.manifest.host, force, promote_hint=hint
+    result = judge_runs(
+        candidate,
+        baseline_data,
+        force,
+        baseline_label=label,
+        alpha=alpha,
+        min_effects=min_effects,
+        promote_hint=promote_hint(candidate.run_id, label, runs_dir),
     )
-    spec = check_specs(baseline_data.manifest, candidate.manifest, force, promote_hint=hint)
+    out(format_gate(result))
+    path = write_gate(result, directory)
+    out(f"written: {path} and gate.txt")
+    return result.exit_code
+
+
+def judge_runs(
+    candidate: RunData,
+    baseline_data: RunData,
+    force: bool = False,
+    *,
+    baseline_label: str,
+    alpha: float = 0.05,
+    min_effects: Mapping[str, float] | None = None,
+    promote_hint: str = "",
+    baseline_samples: Sequence[MetricSamples] | None = None,
+) -> GateResult:
+    """The gate's verdict on ``candidate`` against ``baseline_data``, exactly as
+    ``moeperf gate RUN --baseline`` reaches it: the host and spec checks (a mismatch raises
+    ReportUsageError unless ``force``), the candidate spec's minimum effects under
+    ``min_effects``, and a note for a run that did not end complete. ``baseline_samples``
+    replace the baseline run's own (e.g. several runs pooled, ``pool_samples``)."""
+    fingerprint = check_fingerprints(
+        baseline_data.manifest.host, candidate.manifest.host, force, promote_hint=promote_hint
+    )
+    spec = check_specs(baseline_data.manifest, candidate.manifest, force, promote_hint=promote_hint)
     result = gate(
         run_samples(candidate),
-        run_samples(baseline_data),
+        run_samples(baseline_data) if baseline_samples is None else baseline_samples,
         alpha=alpha,
         min_effects={**spec_min_effects(candidate.manifest.spec_resolved), **(min_effects or {})},
         fingerprint=fingerprint,
         spec=spec,
-        baseline_label=label,
+        baseline_label=baseline_label,
         candidate_label=candidate.run_id,
     )
     for run, side in ((candidate, "candidate"), (baseline_data, "baseline")):
         if run.manifest.status != "complete":
             reason = f" ({run.manifest.status_reason})" if run.manifest.status_reason else ""
             result.notes.append(f"the {side} run is {run.manifest.status}{reason}")
-    out(format_gate(result))
-    path = write_gate(result, directory)
-    out(f"written: {path} and gate.txt")
-    return result.exit_code
+    return result
 
 
 def promote_hint(run_id: str, baseline_label: str, runs_dir: str | Path = "runs") -> str:
@@ -196,15 +223,16 @@ def spec_min_effects(spec_resolved: Mapping[str, Any]) -> dict[str, float]:
 
 
 def parse_min_effects(texts: Sequence[str]) -> dict[str, float]:
-    """``--min-effect CLASS=FRACTION`` flags as a table; ReportUsageError (exit 2) naming
-    the valid classes for an unknown one, or a fraction outside [0, 1)."""
+    """``--min-effect KEY=FRACTION`` flags (a class or a metric, ``MIN_EFFECT_KEYS``) as a
+    table; ReportUsageError (exit 2) naming the valid keys for an unknown one, or a
+    fraction outside [0, 1)."""
     effects: dict[str, float] = {}
     for text in texts:
         key, sep, raw = text.partition("=")
         key = key.strip()
         if not sep or key not in MIN_EFFECT_KEYS:
             raise ReportUsageError(
-                f"--min-effect {text}: expected CLASS=FRACTION with CLASS one of "
+                f"--min-effect {text}: expected KEY=FRACTION with KEY one of "
                 f"{', '.join(MIN_EFFECT_KEYS)}"
             )
         try:

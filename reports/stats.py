@@ -116,10 +116,18 @@ def min_samples(statistic: str) -> int:
 def min_effect_for(
     name: str, statistic: str, metric_class: str, overrides: Mapping[str, float] | None = None
 ) -> float:
-    """The minimum effect: the first of "name statistic", "name", "class_statistic" and
-    "class" found in ``overrides``, else in ``DEFAULT_MIN_EFFECTS`` (so an override of a
-    class applies to its tail percentiles too)."""
-    keys = (f"{name} {statistic}", name, f"{metric_class}_{statistic}", metric_class)
+    """The minimum effect: the first of "name statistic", "name", "metric_statistic" (the
+    name without its level, "c=32/ttft_s" -> "ttft_s_p99"), "class_statistic" and "class"
+    found in ``overrides``, else in ``DEFAULT_MIN_EFFECTS`` (so an override of a class
+    applies to its tail percentiles too)."""
+    metric = name.rpartition("/")[2]
+    keys = (
+        f"{name} {statistic}",
+        name,
+        f"{metric}_{statistic}",
+        f"{metric_class}_{statistic}",
+        metric_class,
+    )
     for table in (overrides or {}, DEFAULT_MIN_EFFECTS):
         for key in keys:
             if key in table:

@@ -36,6 +36,7 @@ from pydantic import (
 
 from collectors.min_effects import MIN_EFFECT_KEYS
 from suites.errors import SpecError
+from suites.serving.load.openai_api import MaxTokensField
 from suites.spec_errors import problems_of, spec_error, unknown_field
 from suites.spec_overrides import apply_overrides, blame
 from targets.synthetic.config import SyntheticConfig
@@ -83,8 +84,28 @@ class TargetSpec(_Strict):
     # Ask for vLLM's per-chunk usage (exact tokens per chunk). Turn off for servers that
     # reject unknown stream_options.
     continuous_usage: bool = True
+    # Ask for usage at all (stream_options.include_usage). False sends no stream_options,
+    # for servers that reject the field; output tokens then come from the tokenizer.
+    include_usage: bool = True
     ignore_eos: bool = True
+    # The name the target takes the output cap under (OpenAI's newer name, or the old one).
+    max_tokens_field: MaxTokensField = "max_tokens"
+    # vLLM / SGLang: generate at least this many tokens (None: not sent).
+    min_tokens: Annotated[int, Field(ge=0)] | None = None
     extra_body: dict[str, Any] = {}
+
+    @field_validator("extra_body")
+    @classmethod
+    def _one_choice(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # Every timestamp and token count is of choices[0]: other choices would be
+        # generated, load the target, and go unmeasured.
+        n = value.get("n", 1)
+        if n != 1:
+            raise ValueError(
+                f"n = {n!r}: the harness measures one choice per request (its timestamps "
+                "and token counts are of choices[0]); remove n or set it to 1"
+            )
+        return value
 
     @model_validator(mode="after")
     def _url_needed(self) -> TargetSpec:
@@ -238,9 +259,9 @@ class GateSpec(_Strict):
     """The regression gate's settings for runs of this spec (``moeperf gate`` reads them
     from the candidate's resolved spec; its command-line flags win)."""
 
-    # Minimum effects (the smallest change the gate fails on, a fraction) by metric class,
-    # e.g. { latency_p50 = 0.05, latency_p99 = 0.20, throughput = 0.05 }; classes not set
-    # keep the gate's defaults (collectors/min_effects.py, listed in the README).
+    # Minimum effects (the smallest change the gate fails on, a fraction) by metric class
+    # or by metric, e.g. { latency_p99 = 0.20, ttft_s_p99 = 0.08, throughput = 0.05 };
+    # keys not set keep the gate's defaults (collectors/min_effects.py, in the README).
     min_effects: dict[str, Annotated[float, Field(ge=0, lt=1)]] = {}
 
     @field_validator("min_effects")

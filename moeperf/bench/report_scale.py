@@ -145,6 +145,7 @@ def _level_table(
         "error_message": pa.array(error_message, pa.string()),
         "http_status": pa.array(http_status),
         "server_request_id": pa.nulls(n, pa.string()),
+        "stream_end": pa.array(np.full(n, "done", dtype=object), pa.string(), mask=~good),
         "schema_version": pa.array(np.full(n, SCHEMA_VERSION, dtype=np.int64)),
     }
     return pa.table(columns, schema=REQUEST_SCHEMA), level_end

@@ -222,9 +222,12 @@ def _run_levels(
             "(simulated), not a model's."
         )
     if spec.target.kind == "reference":
+        described = run.manifest.target
+        threads = described["config"]["threads"]
         run.add_note(
             "Target: the reference engine serving the tiny MoE on this host, started by "
-            "moeperf; it shares the host's cores with the load workers."
+            f"moeperf with {threads} torch thread(s) ({described['threads_rule']}); it shares "
+            "the host's cores with the load workers."
         )
     workers = worker_count(spec)
     config = WorkerConfig(
@@ -239,6 +242,9 @@ def _run_levels(
         ignore_eos=spec.target.ignore_eos,
         tokenizer=spec.workload.tokenizer,
         extra_body=dict(spec.target.extra_body),
+        include_usage=spec.target.include_usage,
+        max_tokens_field=spec.target.max_tokens_field,
+        min_tokens=spec.target.min_tokens,
     )
     pool = WorkerPool(workers, config)
     # By request id: a record amended after its level replaces the first version.

@@ -5,7 +5,7 @@ decay, gradient clipping, a held-out evaluation every few steps. The main model 
 module train together (DeepSeek-V3: loss + lambda * mtp_loss, lambda = 0.3 early in training),
 with the Switch Transformer load-balancing loss keeping the experts in use.
 
-    python -m targets.model.train --out DIR [--steps N] [--quick]
+    moeperf target train --out DIR [--steps N] [--quick]
 """
 
 from __future__ import annotations
@@ -321,8 +321,11 @@ CLI_OVERRIDES = ("steps", "batch_size", "seq_len", "lr", "warmup_steps", "eval_e
                  "seed")  # fmt: skip
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m targets.model.train", description=__doc__)
+PROG = "python -m targets.model.train"
+
+
+def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("--out", type=Path, required=True, help="model directory to write")
     parser.add_argument("--quick", action="store_true", help="a tiny model for a smoke test")
     parser.add_argument("--steps", type=int, help="optimizer steps")
@@ -336,9 +339,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(args_list)
+    args = parse_args(args_list, prog)
     base = QUICK_RECIPE if args.quick else TrainRecipe()
     overrides = {
         name: value for name in CLI_OVERRIDES if (value := getattr(args, name)) is not None

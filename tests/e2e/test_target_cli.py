@@ -94,6 +94,13 @@ def test_moeperf_run_of_kind_reference_stores_a_complete_run(tmp_path):
     assert manifest.status == "complete"
     target = manifest.target
     assert target["kind"] == "reference" and target["config"]["mtp_tokens"] == 1
+    # No thread count in the spec: half the usable cores, and the manifest says so.
+    cores = len(os.sched_getaffinity(0))
+    assert target["config"]["threads"] == max(1, cores // 2)
+    assert (
+        target["threads_rule"]
+        == f"half of the {cores} usable cores, at least 1; the harness shares them"
+    )
     assert Path(target["model_dir"]).is_dir() and len(target["recipe_sha256"]) == 64
     # The tokenizer of exact prompt lengths is the model's own.
     assert manifest.spec_resolved["workload"]["tokenizer"] == target["model_dir"]

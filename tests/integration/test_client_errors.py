@@ -8,6 +8,7 @@ import time
 import aiohttp
 import pytest
 from aiohttp import web
+from loopback import serving
 
 from collectors.records import RequestRecord
 from suites.serving.load.client import stream_request
@@ -45,15 +46,8 @@ async def _answer(request: web.Request) -> web.StreamResponse:
 
 @pytest.fixture
 async def base_url():
-    app = web.Application()
-    app.router.add_post("/v1/completions", _answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with serving({"/v1/completions": _answer}) as url:
+        yield url
 
 
 async def send(url: str, kind: str, read_timeout_s: float = 10) -> RequestRecord:

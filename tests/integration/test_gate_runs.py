@@ -7,6 +7,7 @@ import json
 import pytest
 
 from collectors.store import RunStore
+from moeperf.bench import gate_power
 from moeperf.cli import main
 from moeperf.gate_calibration import calibrate_command
 from moeperf.gate_runs import (
@@ -103,6 +104,46 @@ def test_a_10_percent_throughput_drop_fails_the_gate(tmp_path, capsys):
         summary = json.loads((runs / run_id / "summary.json").read_text())
         tok_s = summary["scenarios"]["c=8"]["output_throughput_tok_s"]
         assert headline[side] == pytest.approx(tok_s, rel=1e-9)
+
+
+def test_the_power_study_runs_every_condition_and_sees_the_large_ones(tmp_path, capsys):
+    # One trial per condition of the study behind the README's power table, on the
+    # shortened nightly spec (the table itself is `tox -e gate-power`, about an hour).
+    short = [o for o in NIGHTLY_SHORT if not o.startswith("target.synthetic.ttft_s")]
+    code = gate_power.main(
+        ["--trials", "1", "--baselines", "1", "--runs-dir", str(tmp_path / "runs"),
+         "--json", str(tmp_path / "trials.json"), *_sets(short)]
+    )  # fmt: skip
+    assert code == 0
+    trials = {t["condition"]: t for t in json.loads((tmp_path / "trials.json").read_text())}
+    assert list(trials) == [c.label for c in gate_power.CONDITIONS]
+    # 10% slower per request and 10% slower tokens: far outside their minimum effects.
+    for label in ("throughput -10%", "TPOT p50 +10%"):
+        assert trials[label]["detected"] is True and trials[label]["status"] == "fail", label
+    assert trials["A/A"]["detected"] is None
+    assert "c=8/request_output_tok_s mean" in trials["throughput -10%"]["regressions"]
+    # Every candidate was gated against the one baseline, and the table has every row.
+    assert {t["baseline_run"] for t in trials.values()} == {trials["A/A"]["baseline_run"]}
+    out = capsys.readouterr().out
+    for label in trials:
+        assert label in out
+    # The same runs judged again, with a minimum effect no 10% drop can pass: not flagged.
+    again = tmp_path / "again.json"
+    regate = ["--regate", str(tmp_path / "trials.json"), "--runs-dir", str(tmp_path / "runs"),
+              "--min-effect", "throughput=0.5", "--json", str(again)]  # fmt: skip
+    assert gate_power.main(regate) == 0
+    judged = {t["condition"]: t for t in json.loads(again.read_text())}
+    assert judged["throughput -10%"]["candidate_run"] == trials["throughput -10%"]["candidate_run"]
+    assert judged["throughput -10%"]["detected"] is False
+    assert "minimum effects throughput=0.5" in capsys.readouterr().out
+
+
+def test_the_power_study_refuses_a_spec_without_a_synthetic_target(tmp_path, capsys):
+    code = gate_power.main(["--runs-dir", str(tmp_path), "--set", "target.kind=url",
+                            "--set", "target.url=http://127.0.0.1:9"])  # fmt: skip
+    assert code == 2
+    assert "injects its regressions into the synthetic target" in capsys.readouterr().out
+    assert not any(tmp_path.iterdir())
 
 
 def _sets(overrides: list[str]) -> list[str]:

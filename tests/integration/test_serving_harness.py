@@ -262,6 +262,31 @@ def test_max_requests_alone_bounds_a_level(tmp_path):
     assert (entry.requests, entry.ok, entry.status) == (7, 7, "ok")
 
 
+def test_a_level_goes_on_through_the_prompts_where_the_last_one_stopped(tmp_path):
+    # A level that replayed the prompts its predecessor had just sent would be served from
+    # a prefix cache. Prompts of random lengths: the server's prompt_tokens tell them apart.
+    s = ServingSpec.model_validate(
+        {
+            "name": "test",
+            "workload": {
+                "input_tokens": {"dist": "uniform", "mean": 64, "spread": 48},
+                "output_tokens": {"mean": 4},
+                "num_prompts": 64,
+            },
+            "load": {"levels": [1, 2], "max_requests": 12, "warmup_s": 0.0},
+        }
+    )
+    requests = run(tmp_path, s).requests().sort_values("send_ns")
+    first = requests[requests["scenario"] == "c=1"]
+    second = requests[
+        (requests["scenario"] == "c=2") & (requests["worker"] == first["worker"].iloc[0])
+    ]
+    lengths = [list(level["prompt_tokens"]) for level in (first, second)]
+    assert len(lengths[0]) == 12 and len(lengths[1]) >= 4
+    # The same worker's next level starts after its last prompt, not at its first.
+    assert lengths[1][:4] != lengths[0][:4], lengths
+
+
 def test_open_loop_poisson_keeps_its_schedule(tmp_path):
     reader = run(
         tmp_path,

@@ -47,6 +47,13 @@ def test_target_serve_help_names_itself_and_shows_every_default(capsys):
     assert "(default: 8000)" in text and "(default: 127.0.0.1)" in text
 
 
+def test_target_train_help_names_itself(capsys):
+    text = help_of(capsys, "target", "train")
+    assert text.startswith("usage: moeperf target train ")
+    assert "python -m targets.model.train" not in text
+    assert "--out OUT" in text and "--steps STEPS" in text
+
+
 def test_target_serve_help_says_the_default_bench_runs_mtp_and_serve_does_not(capsys):
     text = help_of(capsys, "target", "serve")
     bench = tomllib.loads((SPEC_DIR / "default.toml").read_text(encoding="utf-8"))

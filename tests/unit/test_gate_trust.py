@@ -117,11 +117,15 @@ def test_durations_and_seeds_may_differ(tmp_path):
 def test_the_gate_table_validates_its_keys():
     spec = load_spec("nightly", ["gate.min_effects={latency_p99 = 0.3, throughput = 0.1}"])
     assert spec.serving.gate.min_effects == {"latency_p99": 0.3, "throughput": 0.1}
+    # A metric by its statistic, at every level.
+    spec = load_spec("nightly", ["gate.min_effects={ttft_s_p99 = 0.1}"])
+    assert spec.serving.gate.min_effects == {"ttft_s_p99": 0.1}
     with pytest.raises(SpecError) as error:
         validate_spec({"name": "x", "gate": {"min_effects": {"ttft": 0.1}}}, "x.toml")
     message = str(error.value)
     assert "gate.min_effects: unknown key(s) 'ttft'" in message
-    assert "valid keys: latency, latency_p50, latency_p99, throughput, micro, training" in message
+    assert "valid keys: latency, latency_p50, latency_p99, throughput, micro, training, " in message
+    assert "ttft_s_p99" in message
     with pytest.raises(SpecError, match="less than 1"):
         validate_spec({"name": "x", "gate": {"min_effects": {"latency": 1.5}}}, "x.toml")
 
@@ -158,7 +162,8 @@ def test_min_effect_flags_are_validated():
         "latency_p99": 0.25,
         "throughput": 0.0,
     }
-    with pytest.raises(ReportUsageError, match="CLASS one of latency, latency_p50"):
+    assert parse_min_effects(["ttft_s_p99=0.08"]) == {"ttft_s_p99": 0.08}
+    with pytest.raises(ReportUsageError, match="KEY one of latency, latency_p50"):
         parse_min_effects(["ttft=0.1"])
     with pytest.raises(ReportUsageError, match=r"in \[0, 1\)"):
         parse_min_effects(["latency=5"])

@@ -16,7 +16,10 @@ from suites.errors import SpecError
 from suites.serving.embedded.reference import (
     default_model_dir,
     describe,
+    host_threads,
     target_config,
+    threads_rule,
+    usable_cores,
     with_reference_defaults,
 )
 from suites.spec import load_spec, reference_config
@@ -137,3 +140,17 @@ def test_the_manifest_describes_the_knobs_the_model_dir_and_its_recipe(tmp_path)
     assert described["model_dir"] == str(model.resolve())
     assert len(described["recipe_sha256"]) == 64
     assert describe({**config, "model_dir": str(tmp_path)}, "u")["recipe_sha256"] is None
+
+
+def test_the_embedded_engine_takes_half_the_cores_unless_the_spec_sets_threads():
+    # Measured on the 2-core host: one torch thread beat torch's default of two, since the
+    # harness runs on the same cores (README "The default benchmark").
+    assert [host_threads(n) for n in (1, 2, 3, 16)] == [1, 1, 1, 8]
+    chosen_by_host = load_spec("default").serving
+    assert target_config(chosen_by_host)["threads"] == host_threads(usable_cores())
+    assert f"half of the {usable_cores()} usable cores" in threads_rule(chosen_by_host)
+    chosen = load_spec("default", ["target.reference.threads=3"]).serving
+    assert target_config(chosen)["threads"] == 3
+    assert threads_rule(chosen) == "set by the spec (target.reference.threads)"
+    described = describe(target_config(chosen), "http://127.0.0.1:1", threads_rule(chosen))
+    assert described["threads_rule"] == threads_rule(chosen)

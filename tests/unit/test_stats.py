@@ -150,6 +150,16 @@ def test_minimum_effect_overrides_by_key_then_name_then_class():
     assert min_effect_for("x", "mean", "unknown-class") == stats.FALLBACK_MIN_EFFECT
 
 
+def test_a_metric_key_sets_one_metric_at_every_level_and_beats_its_class():
+    effects = {"ttft_s_p99": 0.08, "latency_p99": 0.3, "latency": 0.02}
+    assert min_effect_for("c=32/ttft_s", "p99", "latency", effects) == 0.08
+    assert min_effect_for("c=1/ttft_s", "p99", "latency", effects) == 0.08
+    assert min_effect_for("c=32/itl_s", "p99", "latency", effects) == 0.3  # its class
+    assert min_effect_for("c=32/ttft_s", "p50", "latency", effects) == 0.02
+    # The level's own key is still the most specific.
+    assert min_effect_for("c=1/ttft_s", "p99", "latency", {**effects, "c=1/ttft_s": 0.5}) == 0.5
+
+
 def test_statistics_by_name():
     assert quantile_of("p99") == 0.99
     assert quantile_of("p99.9") == pytest.approx(0.999)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,19 +65,52 @@ def _sha256(path: Path) -> str | None:
         return None
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, which a container's CPU set
+    narrows), else the host's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def host_threads(cores: int) -> int:
+    """The embedded engine's torch threads when the spec does not set them: half of the
+    usable cores, at least one. The harness (its client and load workers) runs on the same
+    cores; measured on the 2-core development host (README "The default benchmark"), one
+    torch thread served 1.1 to 2.8 times the output tokens/s of torch's default (one thread
+    per core) at 1 to 32 streams, because the engine's threads then no longer fight the
+    harness for both cores."""
+    return max(1, cores // 2)
+
+
+def threads_rule(spec: ServingSpec) -> str:
+    """How the engine's thread count was chosen, for the manifest and the run's output."""
+    if "threads" in spec.target.reference:
+        return "set by the spec (target.reference.threads)"
+    cores = usable_cores()
+    return f"half of the {cores} usable cores, at least 1; the harness shares them"
+
+
 def target_config(spec: ServingSpec) -> dict[str, Any]:
-    """The JSON config the target is started with: every knob, the model dir resolved."""
+    """The JSON config the target is started with: every knob, the model dir resolved, and
+    the thread count of ``host_threads`` unless the spec set one."""
     config = reference_config(spec.target.reference)
-    return {**config.model_dump(mode="json"), "model_dir": str(model_dir(config))}
+    fields = config.model_dump(mode="json")
+    if "threads" not in spec.target.reference:
+        fields["threads"] = host_threads(usable_cores())
+    return {**fields, "model_dir": str(model_dir(config))}
 
 
-def describe(config: dict[str, Any], url: str) -> dict[str, Any]:
-    """The manifest's target entry: the knobs, the model directory, its recipe's hash."""
+def describe(config: dict[str, Any], url: str, rule: str = "") -> dict[str, Any]:
+    """The manifest's target entry: the knobs, the model directory, its recipe's hash, and
+    how its thread count was chosen."""
     directory = Path(config["model_dir"])
     return {
         "kind": "reference",
         "url": url,
         "config": config,
+        "threads_rule": rule,
         "model_dir": str(directory),
         "recipe_sha256": _sha256(directory / _RECIPE_FILE),
         "simulated": False,
@@ -88,4 +122,4 @@ def running_reference(spec: ServingSpec) -> Iterator[tuple[str, dict[str, Any]]]
     """Start the reference target of ``spec``; yield (its base URL, its description)."""
     config = target_config(spec)
     with running_target(MODULE, config, ready_timeout_s=READY_TIMEOUT_S) as url:
-        yield url, describe(config, url)
+        yield url, describe(config, url, threads_rule(spec))

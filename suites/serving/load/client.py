@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from collectors.records import ChunkTokensSource, RequestRecord
-from suites.serving.load.openai_api import Api, parse_chunk
+from collectors.records import ChunkTokensSource, RequestRecord, StreamEnd
+from suites.serving.load.openai_api import Api, parse_chunk, rejected_field_hint
 from suites.serving.load.sse import SSEParser
 
 _ERROR_BODY_LIMIT = 500
@@ -65,13 +65,18 @@ async def stream_request(
     unknown_counts = False
     source: ChunkTokensSource | None = None
     previous_usage = 0
+    # Usage gives tokens per chunk only while every token-carrying chunk has it (vLLM's
+    # continuous_usage_stats); usage on the last chunk alone is the whole response's.
+    usage_every_chunk = True
     done = False
+    # The last choice carried a finish_reason: some servers end the stream there.
+    finished = False
     record.send_ns = clock_ns() - anchor_ns
     try:
         async with session.post(url, json=body) as response:
             on_answer()
             record.http_status = response.status
-            await _check_response(response)
+            await _check_response(response, body)
             async for data in response.content.iter_any():
                 arrival_ns = clock_ns() - anchor_ns
                 for payload in parser.feed(data):
@@ -89,27 +94,32 @@ async def stream_request(
                         record.server_request_id = message.get("id")
                     if chunk.error is not None:
                         raise _RequestFailed("server_error_event", chunk.error)
+                    usage = chunk.usage_completion_tokens
                     if chunk.usage_prompt_tokens is not None:
                         record.prompt_tokens = chunk.usage_prompt_tokens
-                    if chunk.usage_completion_tokens is not None:
-                        record.output_tokens = chunk.usage_completion_tokens
-                    if chunk.has_choices and chunk.usage_completion_tokens is not None:
-                        tokens = chunk.usage_completion_tokens - previous_usage
-                        previous_usage = chunk.usage_completion_tokens
+                    if usage is not None:
+                        record.output_tokens = usage
+                    if chunk.has_choices:
+                        finished = chunk.finished
+                    if chunk.has_choices and usage is not None and usage_every_chunk:
+                        tokens = usage - previous_usage
+                        previous_usage = usage
                         source = source or "usage_stats"
-                    elif chunk.logprob_tokens is not None:
-                        tokens = chunk.logprob_tokens
-                        source = source or "logprobs"
-                    elif chunk.text:
-                        tokens = 1
-                        unknown_counts = True
                     else:
-                        tokens = 0
+                        if chunk.text and usage is None:
+                            usage_every_chunk = False
+                        if chunk.logprob_tokens is not None:
+                            tokens = chunk.logprob_tokens
+                            source = source or "logprobs"
+                        elif chunk.text:
+                            tokens = 1
+                            unknown_counts = True
+                        else:
+                            tokens = 0
                     record.chunk_ns.append(arrival_ns)
                     record.chunk_tokens.append(tokens)
                     texts.append(chunk.text)
-            if not done:
-                raise _RequestFailed("stream_truncated", "stream ended before data: [DONE]")
+            record.stream_end = _stream_end(done, finished)
         record.status = "ok"
     except _RequestFailed as exc:
         _fail(record, exc.error_type, str(exc), exc.http_status)
@@ -144,11 +154,28 @@ def _fail(record: RequestRecord, error_type: str, message: str, status: int | No
         record.http_status = status
 
 
-async def _check_response(response: aiohttp.ClientResponse) -> None:
+def _stream_end(done: bool, finished: bool) -> StreamEnd:
+    """How a stream that ended without error ended; one with neither end is truncated."""
+    if done:
+        return "done"
+    if finished:
+        # transformers serve and others close the stream after the finish_reason chunk.
+        return "finish_reason"
+    raise _RequestFailed(
+        "stream_truncated", "stream ended before data: [DONE] and without a finish_reason"
+    )
+
+
+async def _check_response(response: aiohttp.ClientResponse, sent: dict) -> None:
     if response.status >= 400:
         body = (await response.text(errors="replace"))[:_ERROR_BODY_LIMIT]
         kind = "http_4xx" if response.status < 500 else "http_5xx"
-        raise _RequestFailed(kind, f"HTTP {response.status}: {body}", response.status)
+        message = f"HTTP {response.status}: {body}"
+        if response.status in (400, 422):
+            # A server that rejects a field the harness sent: say which spec switch stops it.
+            hint = rejected_field_hint(sent, response.status, body)
+            message = f"{hint}; {message}" if hint else message
+        raise _RequestFailed(kind, message, response.status)
     content_type = response.headers.get("Content-Type", "")
     if "text/event-stream" not in content_type:
         body = (await response.text(errors="replace"))[:_ERROR_BODY_LIMIT]

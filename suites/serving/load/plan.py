@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from suites.serving.load.openai_api import Api
+from suites.serving.load.openai_api import Api, MaxTokensField
 from suites.serving.workload.sources import Prompt
 
 LoadMode = Literal["concurrency", "poisson", "gamma"]
@@ -27,6 +27,10 @@ class WorkerConfig:
     # "" (none), "server" (the target's /tokenize) or a local tokenizer directory.
     tokenizer: str = ""
     extra_body: dict[str, Any] = field(default_factory=dict)
+    # False: no stream_options at all (a server that rejects them).
+    include_usage: bool = True
+    max_tokens_field: MaxTokensField = "max_tokens"
+    min_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

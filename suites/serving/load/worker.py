@@ -20,7 +20,7 @@ import random
 import signal
 import time
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import aiohttp
@@ -32,6 +32,7 @@ from suites.serving.load.client import StreamResult, set_token_times, stream_req
 from suites.serving.load.openai_api import ENDPOINTS, request_body
 from suites.serving.load.plan import LevelPlan, WorkerConfig
 from suites.serving.load.selfwatch import SelfWatch
+from suites.serving.workload.sources import Prompt
 from suites.serving.workload.tokenizer import (
     ServerTokenizer,
     TargetTokenizer,
@@ -113,11 +114,16 @@ class _Level:
         # Kept across levels: a target that is down stays backed off until it answers.
         self._backoff = ConnectBackoff(random.Random(index))
         self._held: set[asyncio.Task[None]] = set()  # waiting for their backoff turn, unsent
+        self._prompts: Iterator[Prompt] | None = None  # kept across levels (see run)
 
     async def run(self, plan: LevelPlan) -> WorkerSummary:
-        self._prompts = itertools.islice(
-            itertools.cycle(self.config.prompts), plan.prompt_offset, None
-        )
+        # The worker's first level starts at its offset; later levels go on from where the
+        # last one stopped, so a level never replays the prompts the level before it just
+        # sent (a target with prefix caching would serve those from its cache).
+        if self._prompts is None:
+            self._prompts = itertools.islice(
+                itertools.cycle(self.config.prompts), plan.prompt_offset, None
+            )
         self._late = 0
         self._sent = 0
         watch = SelfWatch()
@@ -213,6 +219,7 @@ class _Level:
 
     async def _one(self, plan: LevelPlan, intended_abs_ns: int) -> None:
         config = self.config
+        assert self._prompts is not None  # set by run() before any request
         prompt = next(self._prompts)
         record = RequestRecord(
             request_id=f"w{self.index}-{next(self._sequence)}",
@@ -232,6 +239,9 @@ class _Level:
             prompt.output_tokens,
             continuous_usage=config.continuous_usage,
             ignore_eos=config.ignore_eos,
+            include_usage=config.include_usage,
+            max_tokens_field=config.max_tokens_field,
+            min_tokens=config.min_tokens,
             extra=config.extra_body,
         )
         self._sent += 1
