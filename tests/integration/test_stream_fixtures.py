@@ -63,8 +63,8 @@ CASES = [
         "assumed_one", 5, 1, "Hello! How can",
     ),
     Case(
-        "transformers_serve_chat", "chat", "ok", "finish_reason", [0, 1, 1, 1, 1, 0],
-        "assumed_one", None, 1, "Once upon a time",
+        "transformers_serve_chat", "chat", "ok", "finish_reason", [0, *[1] * 8, 0],
+        "assumed_one", 8, 1, ">>> turtle.is_t.s",
     ),
     Case(
         "truncated_no_done_no_finish", "chat", "error", None, [0, 1, 1, 1],
