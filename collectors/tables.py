@@ -131,7 +131,8 @@ def read_parquet_frame(kind: str, path: Path) -> pd.DataFrame:
     previous_pool = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:
-        names = pq.read_schema(path).names
+        metadata = pq.read_metadata(path)  # one read gives the column names and the rows
+        names = metadata.schema.to_arrow_schema().names
         columns = {}
         for name in names:
             table = pq.read_table(path, columns=[name])
@@ -140,10 +141,9 @@ def read_parquet_frame(kind: str, path: Path) -> pd.DataFrame:
         # A file written before an optional column was added reads it as nulls, so that
         # every run has the columns of the current schema.
         schema = SCHEMAS[kind]
-        rows = pq.read_metadata(path).num_rows
         for name in _ADDED_COLUMNS.get(kind, ()):
             if name not in columns:
-                columns[name] = pa.nulls(rows, schema.field(name).type).to_pandas()
+                columns[name] = pa.nulls(metadata.num_rows, schema.field(name).type).to_pandas()
         order = [n for n in schema.names if n in columns]
         frame = pd.DataFrame(columns, columns=order + [n for n in names if n not in order])
     finally:

@@ -72,13 +72,7 @@ def add_baseline_commands(
         "report", parents=[common], help="HTML: the trend across versions, then NAME[@V]"
     )
     page.add_argument("ref", metavar="NAME[@V]")
-    page.add_argument(
-        "--out",
-        metavar="FILE",
-        help="the HTML file, replaced if it exists "
-        "(default: RUNS_DIR/baseline-NAME-vV-report.html)",
-    )
-    page.add_argument("--force", action="store_true", help=FORCE_HELP)
+    _page_flags(page, "RUNS_DIR/baseline-NAME-vV-report.html")
     page.set_defaults(handler=baseline_report)
 
 
@@ -171,16 +165,22 @@ def add_gate_commands(
 
     page = commands.add_parser("report", help="one offline HTML page for one or more runs")
     page.add_argument("runs", nargs="+", metavar="RUN", help="run ids, prefixes, dirs or 'latest'")
-    page.add_argument(
-        "--out",
-        metavar="FILE",
-        help="the HTML file, replaced if it exists (default: report.html in the run's "
-        "directory; for several runs RUNS_DIR/report-A-vs-B.html)",
+    _page_flags(
+        page, "report.html in the run's directory; for several runs RUNS_DIR/report-A-vs-B.html"
     )
-    page.add_argument("--force", action="store_true", help=FORCE_HELP)
     page.set_defaults(handler=report)
 
     comparison = commands.add_parser("compare", help="two runs side by side, with CIs")
     comparison.add_argument("a", help="run A (reference)")
     comparison.add_argument("b", help="run B")
     comparison.set_defaults(handler=compare)
+
+
+def _page_flags(page: argparse.ArgumentParser, default_path: str) -> None:
+    """--out and --force of a command that writes an HTML page."""
+    page.add_argument(
+        "--out",
+        metavar="FILE",
+        help=f"the HTML file, replaced if it exists (default: {default_path})",
+    )
+    page.add_argument("--force", action="store_true", help=FORCE_HELP)
