@@ -66,6 +66,18 @@ class TargetCounters:
     prefix_cache_hit_ratio: float | None = None
 
 
+def metrics_unavailable(scrapes: Iterable[Mapping[str, Any]]) -> str | None:
+    """Why a run has no target counters at all: the reason the scraper gave up (e.g.
+    "HTTP 404 from URL": a server without /metrics), when not one scrape was readable.
+    None when some scrape was (or none was stored: scraping off)."""
+    reason = None
+    for scrape in scrapes:
+        if scrape.get("available"):
+            return None
+        reason = reason or scrape.get("reason")
+    return None if reason is None else str(reason)
+
+
 def level_target_counters(scrapes: Iterable[Mapping[str, Any]]) -> dict[str, TargetCounters]:
     """One ``TargetCounters`` per window (load level) of a run's stored scrapes.
 

@@ -13,6 +13,7 @@ from rich.console import Console
 from collectors.errors import MoeperfError
 from collectors.serving_records import ServingSummary
 from collectors.store import RunInterrupted, RunStore
+from collectors.target_counters import metrics_unavailable
 from collectors.training_summary import TrainingSummary
 from moeperf import report_commands, target_commands
 from moeperf.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_code
@@ -145,10 +146,12 @@ def _show(store: RunStore, run: str, console: Console) -> None:
         console.print(f"results: {reader.directory}")
         return
     if isinstance(summary, ServingSummary):
+        unavailable = metrics_unavailable(reader.server_metrics())
         for scenario, entry in summary.scenarios.items():
             console.print(latency_table(scenario, entry))
             console.print(throughput_line(scenario, entry))
-            console.print(target_counters_line(scenario, entry), markup=False, highlight=False)
+            line = target_counters_line(scenario, entry, unavailable)
+            console.print(line, markup=False, highlight=False)
     console.print(f"percentiles: {summary.percentile_estimator}; CI: {summary.confidence_interval}")
     console.print(f"results: {reader.directory}")
 

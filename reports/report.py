@@ -19,6 +19,7 @@ from collectors.latency import itl_samples_s, per_request
 from collectors.serving_records import NO_SLO, ScenarioSummary, ServingSummary, Slo
 from collectors.store import RunStore
 from collectors.summary import summarize_requests
+from collectors.target_counters import metrics_unavailable
 from reports.appendix import appendix_html
 from reports.errors import ReportUsageError
 from reports.figures.cdf import CURVE_COLUMNS, cdf_curves, curve_frame, latency_cdf
@@ -236,7 +237,7 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
             drawn_by=("percentiles",),
         )
     )
-    counters = target_counters_table(scenarios)
+    counters = target_counters_table(scenarios, metrics_unavailable(run.server_metrics))
     if counters is not None:
         blocks.append(counters)
     keep = (metrics["phase"] == "measure") & (metrics["status"] == "ok")

@@ -47,7 +47,10 @@ def _or_absent(value: float | None) -> Any:
     return NOT_AVAILABLE if value is None else value
 
 
-def _row(name: str, c: TargetCounters | None) -> dict[str, Any]:
+def _row(name: str, c: TargetCounters | None, unavailable: str | None) -> dict[str, Any]:
+    if c is None and unavailable is not None:
+        cells = {col: "not available" for col in _COLUMNS[1:]}
+        return {"scenario": name, **cells, "dialect": f"not available ({unavailable})"}
     if c is None:
         return {"scenario": name, **{col: NOT_SCRAPED for col in _COLUMNS[1:]}}
     no_drafts = "no drafts (MTP off)" if c.spec_drafts == 0 else None
@@ -74,9 +77,12 @@ def _row(name: str, c: TargetCounters | None) -> dict[str, Any]:
     }
 
 
-def target_counters_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
-    """One row per level; None for a run without levels."""
+def target_counters_table(
+    scenarios: Mapping[str, ScenarioSummary], unavailable: str | None = None
+) -> Table | None:
+    """One row per level; None for a run without levels. ``unavailable``: why the
+    target's /metrics could not be read at all (``collectors.target_counters``)."""
     if not scenarios:
         return None
-    rows = [_row(name, entry.target_counters) for name, entry in scenarios.items()]
+    rows = [_row(name, entry.target_counters, unavailable) for name, entry in scenarios.items()]
     return Table(pd.DataFrame(rows, columns=list(_COLUMNS)), CAPTION)
