@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from collectors.request_settings import RequestSettings
 from collectors.schema import SCHEMA_VERSION, check_schema_version
 
 # complete: every level ok. failed: it ran to its end, but some level's requests mostly
@@ -40,6 +41,9 @@ class RunManifest:
     hostname: str | None = None
     # Plain statements about how to read the results, e.g. what warm-up excluded.
     notes: list[str] = field(default_factory=list)
+    # What every request asked of the target (serving runs); None in runs stored before
+    # it was recorded: collectors.request_settings.run_request_settings derives theirs.
+    request_settings: RequestSettings | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -50,4 +54,9 @@ class RunManifest:
         check_schema_version(data.get("schema_version"), where)
         known = {f.name for f in dataclasses.fields(cls)}
         # Fields added by later minor versions are ignored rather than refused.
-        return cls(**{k: v for k, v in data.items() if k in known})
+        fields = {k: v for k, v in data.items() if k in known}
+        if fields.get("request_settings") is not None:
+            fields["request_settings"] = RequestSettings.from_dict(
+                fields["request_settings"], where
+            )
+        return cls(**fields)

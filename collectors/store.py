@@ -30,6 +30,7 @@ from collectors.errors import CollectorError, RunNotFoundError
 from collectors.fingerprint import host_fingerprint
 from collectors.manifest import RunManifest, RunStatus
 from collectors.records import RequestRecord, SampleRecord, StepRecord
+from collectors.request_settings import RequestSettings
 from collectors.schema import SCHEMA_VERSION, check_schema_version
 from collectors.summary_json import RunSummary, summary_from_json, summary_to_json
 from collectors.tables import SCHEMAS, read_parquet_frame, rows_to_table, table_to_frame
@@ -147,6 +148,11 @@ class RunWriter:
 
     def add_note(self, note: str) -> None:
         self.manifest.notes.append(note)
+        self._write_manifest()
+
+    def record_request_settings(self, settings: RequestSettings) -> None:
+        """Store what every request of the run asks of the target, before any is sent."""
+        self.manifest.request_settings = settings
         self._write_manifest()
 
     def write_summary(self, summary: RunSummary) -> None:

@@ -43,7 +43,7 @@ from collectors import metric_names as mn
 from collectors.errors import CollectorError
 from collectors.metric_names import Metric
 
-DialectName = Literal["vllm", "sglang", "reference", "synthetic", "unknown"]
+DialectName = Literal["vllm", "sglang", "tgi", "reference", "synthetic", "unknown"]
 SampleKind = Literal["gauge", "counter"]
 Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs
 
@@ -167,7 +167,14 @@ SYNTHETIC = Dialect("synthetic", "synthetic_", (
     _s("synthetic_generation_tokens", mn.TARGET_GENERATION_TOKENS),
     _s("synthetic_requests", mn.TARGET_FINISHED_REQUESTS, only=(("status", ("ok",)),)),
 ))  # fmt: skip
-DIALECTS = (VLLM, SGLANG, REFERENCE, SYNTHETIC)  # detection order
+# Hugging Face TGI (metrics-rs names): its batch and queue sizes and finished requests;
+# it exports no KV-cache, prefix-cache or speculation counters.
+TGI = Dialect("tgi", "tgi_", (
+    _s("tgi_batch_current_size", mn.TARGET_RUNNING),
+    _s("tgi_queue_size", mn.TARGET_WAITING),
+    _s("tgi_request_success", mn.TARGET_FINISHED_REQUESTS),
+))  # fmt: skip
+DIALECTS = (VLLM, SGLANG, TGI, REFERENCE, SYNTHETIC)  # detection order
 
 
 def _exposition_name(m: SeriesMap) -> str:

@@ -17,6 +17,8 @@ from collectors.target_counters import metrics_unavailable
 from collectors.training_summary import TrainingSummary
 from moeperf import report_commands, target_commands
 from moeperf.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_code
+from moeperf.probe_command import add_probe_command
+from reports.request_view import request_facts
 from suites.errors import UsageError
 from suites.present import (
     ProgressBar,
@@ -132,6 +134,8 @@ def _show(store: RunStore, run: str, console: Console) -> None:
         f"target: {target.get('kind', '?')} {target.get('url', '')} "
         f"model={target.get('model', '?')}"
     )
+    for label, text in request_facts(m):
+        console.print(f"{label}: {text}", markup=False, highlight=False)
     for note in m.notes:
         console.print(f"note: {note}")
     summary = reader.summary()
@@ -324,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     report_commands.add_baseline_commands(commands, reports_common)
     report_commands.add_gate_commands(commands, reports_common)
     target_commands.add_target_commands(commands)
+    add_probe_command(commands)
 
     dashboards = commands.add_parser("dashboards", help="Grafana dashboards")
     dashboards_commands = dashboards.add_subparsers(dest="dashboards_command", required=True)

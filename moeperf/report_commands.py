@@ -124,7 +124,9 @@ def report(args: argparse.Namespace, console: Console) -> int:
 def compare(args: argparse.Namespace, console: Console) -> int:
     from reports.compare import compare_command
 
-    return compare_command(args.a, args.b, args.runs_dir, out=plain_lines(console))
+    return compare_command(
+        args.a, args.b, args.runs_dir, out=plain_lines(console), force=args.force
+    )
 
 
 def add_gate_commands(
@@ -143,7 +145,8 @@ def add_gate_commands(
     parser.add_argument(
         "--force",
         action="store_true",
-        help="gate despite a host-fingerprint or spec mismatch (the verdict lists what was forced)",
+        help="gate despite a host-fingerprint, spec or request-settings mismatch (the verdict "
+        "lists what was forced)",
     )
     parser.add_argument(
         "--min-effect",
@@ -173,6 +176,12 @@ def add_gate_commands(
     comparison = commands.add_parser("compare", help="two runs side by side, with CIs")
     comparison.add_argument("a", help="run A (reference)")
     comparison.add_argument("b", help="run B")
+    comparison.add_argument(
+        "--force",
+        action="store_true",
+        help="compare runs whose requests differed (sampling, usage options, extra_body, "
+        "scrape interval); the differences are listed as forced",
+    )
     comparison.set_defaults(handler=compare)
 
 

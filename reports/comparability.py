@@ -3,11 +3,17 @@
 A candidate is judged against a baseline only when both were measured on hosts of the same
 fingerprint (``collectors.fingerprint.fingerprint_key``: CPU model, cores, GPUs) and ran
 the same resolved spec in everything that decides what the numbers mean (``COMPARED``):
-suite; target kind, model and API; workload kind, input and output lengths, shared prefix
-and dataset; load mode and levels; SLOs. Durations, seeds, harness limits and export
-settings may differ (they change how many samples there are, not what they measure). A
-mismatch is refused (exit 2) naming each differing field with both values, unless forced;
-a forced verdict says what was overridden, on the terminal and in gate.json.
+suite; target kind and model; workload kind, input and output lengths, shared prefix
+and dataset; load mode and levels; SLOs. And the runs must have asked the same of the
+target: every request setting (``collectors.request_settings``: the API, sampling as sent,
+usage options, ignore_eos, min_tokens, the output cap's name, extra_body, the scrape
+interval), compared as ``request.<name>``, as recorded or, for runs stored before they
+were, derived from the resolved spec. Sampling alone moved one engine's throughput by a
+third. Durations, seeds, harness limits and live-export settings may differ (they change
+how many samples there are, not what they measure). A mismatch is refused (exit 2) naming
+each differing field with both values, unless forced; a forced verdict says what was
+overridden, on the terminal and in gate.json. ``moeperf compare`` refuses differing
+request settings only (``check_requests``), and notes other spec differences.
 """
 
 from __future__ import annotations
@@ -19,16 +25,17 @@ from typing import Any
 
 from collectors.fingerprint import fingerprint_key
 from collectors.manifest import RunManifest
+from collectors.request_settings import run_request_settings, unset_meaning
 from reports.errors import ReportUsageError, SpecMismatchError
 
 # The resolved spec's fields (dotted paths into manifest.spec_resolved) that must match,
 # per suite. "target.model" is the model the target reported where the manifest has it.
+# The API is a request setting: compared as request.api, with the others.
 COMPARED: Mapping[str, tuple[str, ...]] = {
     "serving": (
         "suite",
         "target.kind",
         "target.model",
-        "target.api",
         "workload.kind",
         "workload.input_tokens",
         "workload.output_tokens",
@@ -41,6 +48,8 @@ COMPARED: Mapping[str, tuple[str, ...]] = {
     "training": ("suite", "kind", "trainer.model", "matrix"),
 }
 _ABSENT = object()
+# The field names of request-setting differences start with this.
+REQUEST_PREFIX = "request."
 
 
 @dataclass(frozen=True)
@@ -59,8 +68,19 @@ class SpecDifference:
     baseline: Any
     candidate: Any
 
+    @property
+    def request(self) -> bool:
+        """A request setting (``request.<name>``), not a field of the spec."""
+        return self.field.startswith(REQUEST_PREFIX)
+
     def describe(self) -> str:
-        return f"{self.field}: baseline {_show(self.baseline)}, candidate {_show(self.candidate)}"
+        unset = (
+            f"null ({unset_meaning(self.field.removeprefix(REQUEST_PREFIX))})"
+            if self.request
+            else "(absent)"
+        )
+        a, b = _show(self.baseline, unset), _show(self.candidate, unset)
+        return f"{self.field}: baseline {a}, candidate {b}"
 
 
 @dataclass(frozen=True)
@@ -113,6 +133,7 @@ def check_specs(
             differences.append(
                 SpecDifference(path, None if a is _ABSENT else a, None if b is _ABSENT else b)
             )
+    differences += request_differences(baseline, candidate)
     if differences and not force:
         lines = "\n".join(f"  {d.describe()}" for d in differences)
         remedy = (
@@ -120,13 +141,50 @@ def check_specs(
             if promote_hint
             else ("promote a baseline of this spec")
         )
+        note = _REQUEST_NOTE if any(d.request for d in differences) else ""
         raise SpecMismatchError(
             f"the runs ran different specs and are not comparable ({len(differences)} "
-            f"field(s) differ):\n{lines}\n"
+            f"field(s) differ):\n{lines}\n{note}"
             f"gate a run of the baseline's spec, {remedy}, or pass --force to gate anyway "
             "(the verdict then lists what was overridden)"
         )
     return SpecCheck(tuple(differences), forced=bool(differences))
+
+
+_REQUEST_NOTE = (
+    "request.* are what the harness asked of the target in every request (sampling and "
+    "usage options change its throughput)\n"
+)
+
+
+def request_differences(baseline: RunManifest, candidate: RunManifest) -> list[SpecDifference]:
+    """The request settings (``collectors.request_settings``) that differ, as
+    ``request.<name>`` with both values; none when either run sends no requests (a
+    training or micro run: its suite differs, or neither has any)."""
+    a, b = run_request_settings(baseline), run_request_settings(candidate)
+    if a is None or b is None:
+        return []
+    return [
+        SpecDifference(f"{REQUEST_PREFIX}{name}", x, y)
+        for (name, x), (_, y) in zip(a.items(), b.items(), strict=True)
+        if x != y
+    ]
+
+
+def check_requests(a: RunManifest, b: RunManifest, force: bool = False) -> list[SpecDifference]:
+    """``moeperf compare``'s check: refuse runs whose requests differed in any request
+    setting (SpecMismatchError, exit 2) unless forced; the differences either way."""
+    differences = request_differences(a, b)
+    if differences and not force:
+        lines = "\n".join(f"  {d.describe()}" for d in differences)
+        raise SpecMismatchError(
+            f"the runs asked different things of the target and are not comparable "
+            f"({len(differences)} request setting(s) differ; baseline = A, candidate = B):\n"
+            f"{lines}\n"
+            "sampling and usage options change a target's throughput (and, with speculative "
+            "decoding, its acceptance); pass --force to compare anyway"
+        )
+    return differences
 
 
 def _field(manifest: RunManifest, path: str) -> Any:
@@ -145,7 +203,7 @@ def _field(manifest: RunManifest, path: str) -> Any:
     return value
 
 
-def _show(value: Any) -> str:
+def _show(value: Any, unset: str = "(absent)") -> str:
     if value is None:
-        return "(absent)"
+        return unset
     return json.dumps(value, sort_keys=True, separators=(", ", ": "), default=str)

@@ -7,6 +7,10 @@ gate's: the headline output tokens/s ("output_tok_s tokens/window": output token
 ok requests / the measured window, the run summary's number) gets values and a ratio but,
 as in the gate, no interval or test. Metrics with fewer samples than the gate needs get
 values but no interval or p-value.
+
+Runs whose requests asked different things of the target (sampling, usage options, ...:
+``reports.comparability.check_requests``) are refused unless forced; other differences of
+host, kind or spec are only noted.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import pandas as pd
 
 from collectors.fingerprint import fingerprint_key
 from collectors.store import RunStore
-from reports.comparability import check_specs
+from reports.comparability import check_requests, check_specs
 from reports.gate_output import format_value, text_table
 from reports.runs import RunData, load_run
 from reports.samples import run_samples
@@ -109,12 +113,18 @@ def format_comparison(frame: pd.DataFrame, a_label: str, b_label: str) -> str:
 
 
 def compare_command(
-    a_ref: str, b_ref: str, runs_dir: str | Path = "runs", out: Callable[[str], Any] = print
+    a_ref: str,
+    b_ref: str,
+    runs_dir: str | Path = "runs",
+    out: Callable[[str], Any] = print,
+    force: bool = False,
 ) -> int:
     """Print runs A and B side by side. Always 0 (a comparison has no verdict); an
-    unknown run raises ReportUsageError (exit 2)."""
+    unknown run, or runs whose request settings differ without ``force``, raise
+    ReportUsageError (exit 2)."""
     store = RunStore(runs_dir)
     a, b = load_run(store, a_ref), load_run(store, b_ref)
+    forced = check_requests(a.manifest, b.manifest, force)
     frame = compare_runs(a, b)
     out(format_comparison(frame, a.run_id, b.run_id))
     if fingerprint_key(a.manifest.host) != fingerprint_key(b.manifest.host):
@@ -122,5 +132,8 @@ def compare_command(
     if a.kind != b.kind:
         out(f"note: the runs are of different kinds ({a.kind}, {b.kind})")
     for difference in check_specs(a.manifest, b.manifest, force=True).differences:
-        out(f"note: the specs differ: {difference.describe()} (baseline = A, candidate = B)")
+        if not difference.request:
+            out(f"note: the specs differ: {difference.describe()} (baseline = A, candidate = B)")
+    for difference in forced:
+        out(f"forced: the requests differ: {difference.describe()} (baseline = A, candidate = B)")
     return 0

@@ -36,6 +36,7 @@ from reports.figures.training_events import training_timeline
 from reports.figures.training_throughput import policy_throughput, policy_throughput_frame
 from reports.page_path import choose_page_path, several_runs_name
 from reports.render import Chart, Details, Section, Table, pretty_json, render_page, write_page
+from reports.request_view import request_facts
 from reports.runs import RunData, load_run
 from reports.target_counters import target_counters_table
 
@@ -91,6 +92,8 @@ def _facts(run: RunData) -> list[tuple[str, str]]:
     ):
         if value not in (None, ""):
             facts.append((label, str(value)))
+    # What every request asked of the target: sampling decides throughput.
+    facts += request_facts(m)
     return facts
 
 

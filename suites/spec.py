@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import difflib
 import importlib.util
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,19 +26,23 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PlainSerializer,
     PlainValidator,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from collectors.min_effects import MIN_EFFECT_KEYS
+from collectors.request_settings import SAMPLING_FIELDS, Sampling
 from suites.errors import SpecError
 from suites.serving.load.openai_api import MaxTokensField
-from suites.spec_errors import problems_of, spec_error, unknown_field
+from suites.spec_errors import NO_ECHO, problems_of, spec_error, unknown_field
 from suites.spec_overrides import apply_overrides, blame
 from targets.synthetic.config import SyntheticConfig
 
@@ -62,6 +67,55 @@ def _synthetic_config(value: Any) -> SyntheticConfig:
     if isinstance(value, SyntheticConfig):
         return value
     return SyntheticConfig.from_dict(value)
+
+
+# An environment variable's name as a shell exports it; an HTTP header's name (RFC 9110
+# token). The harness frames its requests itself, so it sends none of _FRAMING_HEADERS.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "host"})
+
+
+def _env_name(name: str, key: str) -> str:
+    if not _ENV_NAME.fullmatch(name):
+        # Not repeated in the error: what was written may be the secret itself.
+        raise PydanticCustomError(
+            NO_ECHO,
+            f"{key} must be the name of an environment variable (letters, digits and _, "
+            "not starting with a digit), not its value",
+        )
+    return name
+
+
+class HeaderFromEnv(_Strict):
+    """A header whose value is read from an environment variable when a run starts:
+    ``{ env = "NAME" }``. The value is never stored (README "Driving a real server")."""
+
+    env: str
+
+    @field_validator("env")
+    @classmethod
+    def _is_a_name(cls, value: str) -> str:
+        return _env_name(value, "env")
+
+
+def _header_value(value: Any) -> str | HeaderFromEnv:
+    # One validator for both forms, so that a wrong one gets one error naming both, and
+    # none that repeats the value (pydantic's union would show it, once per form).
+    if isinstance(value, HeaderFromEnv):
+        return value
+    if isinstance(value, str):
+        if any(c in value for c in "\r\n\0"):
+            raise PydanticCustomError(NO_ECHO, "a header value cannot hold a line break or NUL")
+        return value
+    if isinstance(value, Mapping) and set(value) == {"env"} and isinstance(value["env"], str):
+        return HeaderFromEnv(env=_env_name(value["env"], "env"))
+    raise PydanticCustomError(
+        NO_ECHO, 'a header value is a string, or { env = "NAME" } to read it from the environment'
+    )
+
+
+HeaderValue = Annotated[str | HeaderFromEnv, BeforeValidator(_header_value)]
 
 
 class TargetSpec(_Strict):
@@ -93,6 +147,42 @@ class TargetSpec(_Strict):
     # vLLM / SGLang: generate at least this many tokens (None: not sent).
     min_tokens: Annotated[int, Field(ge=0)] | None = None
     extra_body: dict[str, Any] = {}
+    # kind = "url": probe the target before the run (moeperf probe's requests) and send no
+    # field it refuses. False: send the spec's fields as written, unprobed.
+    probe: bool = True
+    # The name of an environment variable whose value is sent as "Authorization: Bearer
+    # <value>" with every request to the target (vLLM's --api-key); "" sends none.
+    api_key_env: str = ""
+    # Sent with every request to the target: a fixed value, or { env = "NAME" } read from
+    # the environment when the run starts. No value is stored (suites/serving/load/auth.py).
+    headers: dict[str, HeaderValue] = {}
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_env_is_a_name(cls, value: str) -> str:
+        return _env_name(value, "target.api_key_env") if value else value
+
+    @field_validator("headers")
+    @classmethod
+    def _header_names(cls, value: dict[str, str | HeaderFromEnv]) -> dict[str, str | HeaderFromEnv]:
+        seen: set[str] = set()
+        for name in value:
+            if not _HEADER_NAME.fullmatch(name):
+                raise PydanticCustomError(
+                    NO_ECHO, f"{name!r} is not a header name (letters, digits and !#$%&'*+.^_`|~-)"
+                )
+            if name.lower() in _FRAMING_HEADERS:
+                raise PydanticCustomError(
+                    NO_ECHO,
+                    f"{name!r}: the harness sets this header itself; valid: any header but "
+                    f"{', '.join(sorted(_FRAMING_HEADERS))}",
+                )
+            if name.lower() in seen:
+                raise PydanticCustomError(
+                    NO_ECHO, f"{name!r} is given twice (header names ignore case)"
+                )
+            seen.add(name.lower())
+        return value
 
     @field_validator("extra_body")
     @classmethod
@@ -107,10 +197,33 @@ class TargetSpec(_Strict):
             )
         return value
 
+    @field_validator("extra_body")
+    @classmethod
+    def _sampling_elsewhere(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # One place for sampling: [sampling] is what the manifest records as sent, and
+        # what compare and the gate check.
+        for name in SAMPLING_FIELDS:
+            if name in value:
+                raise ValueError(
+                    f"{name} is a sampling setting: set sampling.{name} (the [sampling] "
+                    f"section) instead, and remove {name} from target.extra_body"
+                )
+        return value
+
     @model_validator(mode="after")
     def _url_needed(self) -> TargetSpec:
         if self.kind == "url" and not self.url.startswith(("http://", "https://")):
             raise ValueError("target.url must be an http:// or https:// URL when kind = 'url'")
+        return self
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> TargetSpec:
+        if self.api_key_env and any(n.lower() == "authorization" for n in self.headers):
+            raise PydanticCustomError(
+                NO_ECHO,
+                "target.api_key_env sends the Authorization header, and target.headers sets "
+                "one too: keep one of them",
+            )
         return self
 
 
@@ -276,11 +389,81 @@ class GateSpec(_Strict):
         return value
 
 
+# A [sampling] key set to this is not sent (the target's default). TOML has no null, so
+# this is how a spec leaves out temperature, whose default (0.0, greedy) is sent.
+SERVER_DEFAULT = "server-default"
+_SEED_RANGE = (-(2**63), 2**63 - 1)  # int64, as servers take it
+
+
+class SamplingSpec(_Strict):
+    """``[sampling]``: the sampling fields of every request, sent only when set (None:
+    not sent, the target's own default). The default is greedy decoding, temperature 0.0
+    and nothing else, as moeperf always sent; ``seed`` is the same in every request."""
+
+    temperature: float | None = 0.0
+    top_p: float | None = None
+    # Not an OpenAI field (vLLM, SGLang and TGI take it).
+    top_k: int | None = None
+    seed: int | None = None
+
+    @field_validator("temperature", "top_p", "top_k", "seed", mode="before")
+    @classmethod
+    def _server_default(cls, value: Any, info: ValidationInfo) -> Any:
+        if value == SERVER_DEFAULT:
+            return None
+        if isinstance(value, str | bool):
+            kind = "a number" if info.field_name in ("temperature", "top_p") else "an integer"
+            raise ValueError(
+                f"{info.field_name} is {kind}, or {SERVER_DEFAULT!r} to send none (the "
+                "target's default)"
+            )
+        return value
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, value: float | None) -> float | None:
+        if value is not None and not 0 <= value <= 2:
+            raise ValueError(f"must be from 0 to 2 (0: greedy), or {SERVER_DEFAULT!r} to send none")
+        return value
+
+    @field_validator("top_p")
+    @classmethod
+    def _top_p(cls, value: float | None) -> float | None:
+        if value is not None and not 0 < value <= 1:
+            raise ValueError(
+                "must be above 0 and at most 1 (1: no nucleus cut-off); leave it out to send none"
+            )
+        return value
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k(cls, value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise ValueError(
+                "must be at least 1; leave it out to send none (servers differ in how "
+                "they spell 'no top-k': 0 or -1)"
+            )
+        return value
+
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, value: int | None) -> int | None:
+        low, high = _SEED_RANGE
+        if value is not None and not low <= value <= high:
+            raise ValueError(f"must be a 64-bit integer ({low} to {high})")
+        return value
+
+    def as_sent(self) -> Sampling:
+        """The record the request builder sends and the manifest stores."""
+        return Sampling(self.temperature, self.top_p, self.top_k, self.seed)
+
+
 class ServingSpec(_Strict):
     suite: Literal["serving"] = "serving"
     name: str
     description: str = ""
     target: TargetSpec = TargetSpec()
+    sampling: SamplingSpec = SamplingSpec()
     workload: WorkloadSpec = WorkloadSpec()
     load: LoadSpec = LoadSpec()
     slo: SloSpec = SloSpec()

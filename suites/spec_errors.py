@@ -20,6 +20,10 @@ from suites.errors import SpecError
 from suites.spec_overrides import SpecKey, blame
 from targets.synthetic.config import SyntheticConfig, SyntheticConfigError
 
+# The error type of a validator whose input may be a secret (an API key written where its
+# variable's name belongs, a header value): its message is shown without the input.
+NO_ECHO = "moeperf_no_echo"
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -84,6 +88,8 @@ def problems_of(
             problems.append(unknown_field(key, _nested_fields(root, location[:-1])))
         elif item["type"] == "missing":
             problems.append(Problem(_dotted(key), (key,), "required field is missing"))
+        elif item["type"] == NO_ECHO:  # the value may be a secret: not repeated
+            problems.append(Problem(_dotted(key), (key,), item["msg"]))
         else:
             message = item["msg"].removeprefix("Value error, ")
             got = f"{message} (got {item.get('input')!r})"

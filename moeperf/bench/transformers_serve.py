@@ -124,7 +124,7 @@ def running(server: TransformersServe, timeout_s: float = READY_TIMEOUT_S) -> It
             _stop(child)
 
 
-def _stop(child: subprocess.Popen[str]) -> None:
+def _stop(child: subprocess.Popen[bytes]) -> None:
     if child.poll() is not None:
         return
     os.killpg(child.pid, 15)

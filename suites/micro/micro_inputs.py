@@ -9,7 +9,7 @@ token, the usage-only chunk and ``data: [DONE]``.
 from __future__ import annotations
 
 from collectors.records import RequestRecord
-from targets.openai_wire import DONE_EVENT
+from targets.openai_wire import DONE_EVENT, WireVariant
 from targets.synthetic.openai_format import ChunkEncoder
 
 RESPONSE_TOKENS = 256
@@ -28,7 +28,7 @@ def response_events(tokens: int = RESPONSE_TOKENS) -> list[bytes]:
         model="deepseek-ai/DeepSeek-V3",
         prompt_tokens=PROMPT_TOKENS,
         logprobs=False,
-        continuous_usage=True,
+        shape=WireVariant().shape(chat=True, include_usage=True, continuous_usage=True),
     )
     events = [encoder.role()]
     events += [encoder.tokens(i, 1, last=i == tokens - 1) for i in range(tokens)]

@@ -2,7 +2,9 @@
 
 GET /v1/models, falling back to GET /health when the models endpoint does not answer
 with a list; each within ``PREFLIGHT_TIMEOUT_S``. A target that answers neither is refused
-(``TargetUnreachable``, exit 2) with the URL and what happened, before a run is stored.
+(``TargetUnreachable``, exit 2) with the URL and what happened, before a run is stored;
+one that answers 401 or 403 (``TargetUnauthorized``, exit 2) says how to send credentials.
+The GETs carry the run's headers (``suites/serving/load/auth.py``), bound into ``get``.
 """
 
 from __future__ import annotations
@@ -15,12 +17,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from suites.errors import UsageError
+from suites.serving.load.auth import NO_HEADERS, RequestHeaders
 
 PREFLIGHT_TIMEOUT_S = 5.0
 
 
 class TargetUnreachable(UsageError):
     """The target did not answer the pre-flight check: nothing was sent, no run stored."""
+
+
+class TargetUnauthorized(UsageError):
+    """The target answered the pre-flight with 401 or 403: every request would fail so."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,17 +52,20 @@ class TargetCheck:
 Getter = Callable[[str, float], Answer]
 
 
-def http_get(url: str, timeout_s: float) -> Answer:
-    """One GET with urllib; every failure becomes an ``Answer`` naming it."""
+def http_get(url: str, timeout_s: float, headers: RequestHeaders = NO_HEADERS) -> Answer:
+    """One GET with urllib, sending ``headers``; every failure becomes an ``Answer``
+    naming it (with the headers' secrets masked: a server may echo them)."""
+    request = urllib.request.Request(url, headers=dict(headers.values))
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return Answer(response.status, response.read())
     except urllib.error.HTTPError as exc:
-        return Answer(exc.code, b"", f"HTTP {exc.code} {exc.reason}")
+        return Answer(exc.code, b"", headers.redact(f"HTTP {exc.code} {exc.reason}"))
     except urllib.error.URLError as exc:
-        return Answer(None, b"", _describe(exc.reason, timeout_s), unreachable=True)
+        problem = _describe(exc.reason, timeout_s)
+        return Answer(None, b"", headers.redact(problem), unreachable=True)
     except (TimeoutError, OSError) as exc:  # a timeout while reading the answer
-        return Answer(None, b"", _describe(exc, timeout_s), unreachable=True)
+        return Answer(None, b"", headers.redact(_describe(exc, timeout_s)), unreachable=True)
 
 
 def _describe(reason: object, timeout_s: float) -> str:
@@ -84,6 +94,15 @@ def check_target(
     base = base_url.rstrip("/")
     models_url, health_url = base + "/v1/models", base + "/health"
     answer = get(models_url, timeout_s)
+    if answer.status in (401, 403):
+        # Its /health may well be open (vLLM's is): that would not make the load succeed.
+        raise TargetUnauthorized(
+            f"target {base_url} refused GET {models_url} ({answer.problem or answer.status}): "
+            "it wants credentials the harness did not send, or not the ones it sent; set "
+            "target.api_key_env to the name of an environment variable holding the API key "
+            "(and target.headers for any other header it needs); nothing was sent and no run "
+            "was stored"
+        )
     if answer.status == 200:
         models = _models(answer.body)
         if models is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import math
 import os
 import time
@@ -26,11 +27,19 @@ from collectors.serving_records import (
 from collectors.store import RunStore, RunWriter, interrupts_end_runs
 from collectors.summary import summarize_requests
 from collectors.tables import records_frame
+from suites.errors import UsageError
 from suites.serving.embedded.process import running_target
 from suites.serving.embedded.reference import running_reference, with_reference_defaults
 from suites.serving.load.arrivals import arrival_offsets_s, split_evenly, split_round_robin
+from suites.serving.load.auth import (
+    NO_HEADERS,
+    RequestHeaders,
+    request_headers,
+    without_header_values,
+)
 from suites.serving.load.plan import LevelPlan, WorkerConfig
 from suites.serving.load.pool import WorkerPool
+from suites.serving.load.request_settings import request_settings
 from suites.serving.load.validity import (
     LevelVerdict,
     client_bottlenecks,
@@ -46,7 +55,9 @@ from suites.serving.observe.ground_truth import (
 )
 from suites.serving.observe.level_counters import with_target_counters
 from suites.serving.observe.live import LiveObservers
-from suites.serving.preflight import check_target, served_model
+from suites.serving.preflight import TargetCheck, check_target, http_get, served_model
+from suites.serving.probe.adapt import adapt_target
+from suites.serving.probe.probe import probe_target
 from suites.serving.workload.prompts import build_prompts
 from suites.serving.workload.sources import Prompt
 from suites.spec import ServingSpec
@@ -180,28 +191,63 @@ def run_serving(
     """
     progress = progress or Progress()
     spec = with_reference_defaults(spec)
+    # Before a target starts or a byte is sent: an unset variable is an exit 2 here.
+    headers = request_headers(spec.target, os.environ)
     with target_url(spec) as (base_url, target):
-        check = check_target(base_url)
+        check = check_target(base_url, functools.partial(http_get, headers=headers))
         model = served_model(spec.target.model, check, base_url)
         source = "spec" if spec.target.model else f"target ({check.checked})"
         target = {**target, "model": model, "model_source": source, "api": spec.target.api}
-        prompts = asyncio.run(build_prompts(spec, base_url))
+        target["headers"] = headers.described()  # names and origins, never a value
+        probe_notes: tuple[str, ...] = ()
+        if spec.target.kind == "url" and spec.target.probe:
+            spec, target["probe"], probe_notes = _probed(spec, base_url, model, check, headers)
+        prompts = asyncio.run(build_prompts(spec, base_url, headers))
         run = store.create(
             "serving",
-            spec_given=spec_given,
-            spec_resolved=spec.model_dump(mode="json"),
+            spec_given=without_header_values(spec_given),
+            spec_resolved=without_header_values(spec.model_dump(mode="json")),
             target=target,
         )
+        for note in probe_notes:
+            run.add_note(note)
         on_started(run)
         target_name = "synthetic" if spec.target.kind == "synthetic" else model
-        observers = LiveObservers(spec, run, base_url, target_name, pushgateway_url, say)
+        observers = LiveObservers(
+            spec, run, base_url, target_name, pushgateway_url, say, headers=headers
+        )
         try:
             with run, interrupts_end_runs():
                 observers.start()
-                _run_levels(spec, run, base_url, model, prompts, progress, observers, warn_only)
+                _run_levels(
+                    spec, run, base_url, model, prompts, progress, observers, warn_only, headers
+                )
         finally:
             observers.finish(run.manifest.status)
         return run.run_id
+
+
+def _probed(
+    spec: ServingSpec,
+    base_url: str,
+    model: str,
+    check: TargetCheck,
+    headers: RequestHeaders,
+) -> tuple[ServingSpec, dict[str, Any], tuple[str, ...]]:
+    """Probe a url target before anything is stored (suites/serving/probe/): the spec the
+    run uses (never sending a field the target refused), the probe's result for the
+    manifest, and the notes saying what was changed. A target that does not stream as
+    an OpenAI server is refused here (``ProbeFailed``, exit 2)."""
+    result = asyncio.run(probe_target(base_url, spec.target.api, model, check.models, headers))
+    if spec.workload.tokenizer == "server" and not result.tokenize:
+        raise UsageError(
+            f"workload.tokenizer = 'server' but the target {base_url} has no /tokenize (the "
+            "probe's POST /tokenize got no token ids): set workload.tokenizer to the "
+            "directory of the model's tokenizer.json on this machine; nothing was sent at "
+            "load and no run was stored"
+        )
+    adapted = adapt_target(spec.target, result)
+    return spec.model_copy(update={"target": adapted.target}), result.to_dict(), adapted.notes
 
 
 def _run_levels(
@@ -213,6 +259,7 @@ def _run_levels(
     progress: Progress,
     observers: LiveObservers,
     warn_only: bool,
+    headers: RequestHeaders = NO_HEADERS,
 ) -> None:
     load = spec.load
     run.add_note(_window_note(spec))
@@ -245,7 +292,12 @@ def _run_levels(
         include_usage=spec.target.include_usage,
         max_tokens_field=spec.target.max_tokens_field,
         min_tokens=spec.target.min_tokens,
+        sampling=spec.sampling.as_sent(),
+        headers=headers,
     )
+    # From the config the workers get, after any change to it: what is sent is recorded.
+    scrape_interval_s = spec.export.scrape_interval_s if spec.export.scrape_target else None
+    run.record_request_settings(request_settings(config, scrape_interval_s))
     pool = WorkerPool(workers, config)
     # By request id: a record amended after its level replaces the first version.
     records: dict[str, RequestRecord] = {}

@@ -6,7 +6,9 @@ directory is a message on stderr and exit code 2; a port that cannot be bound, e
 
 Knobs come from ``--config`` (a JSON object of ``ReferenceTargetConfig`` fields), then the
 flags, which override it. ``--help`` shows every knob's default, the engine's own; the
-default benchmark's spec sets some of them differently (it runs MTP with 2 drafts).
+default benchmark's spec sets some of them differently (it runs MTP with 2 drafts). The
+wire-variant flags (``--no-done``, ``--usage``, ``--role-chunk``,
+``--reject-unknown-fields``) make it stream as other OpenAI-compatible servers do.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from typing import Any
 import uvicorn
 
 from targets import child_process
+from targets.openai_wire import USAGE_MODES
 from targets.ready_line import announce_ready, base_url
+from targets.serving import auth
 from targets.serving.config import ReferenceTargetConfig
 from targets.serving.errors import ReferenceConfigError
 
@@ -47,6 +51,16 @@ _KNOB_FLAGS: tuple[tuple[str, str, type, str], ...] = (
     ("--threads", "threads", int, "torch intra-op threads (0: torch's default)"),
     ("--served-model-name", "served_model_name", str, "the model name the API answers to"),
     ("--seed", "seed", int, "seed of unseeded sampled requests"),
+)
+
+
+# Flags of their own kind (on/off, a choice) that override a config field too.
+_SWITCH_FIELDS = (
+    "enable_prefix_caching",
+    "send_done",
+    "usage",
+    "role_chunk",
+    "reject_unknown_fields",
 )
 
 
@@ -111,8 +125,45 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
         default=None,
         help=_knob_help("enable_prefix_caching", "reuse the KV cache of shared prompt prefixes"),
     )
+    _add_wire_flags(parser.add_argument_group("wire variant (stream as other servers do)"))
+    auth.add_api_key_flag(parser)
     child_process.add_exit_with_parent_flag(parser)
     return parser
+
+
+def _add_wire_flags(group: argparse._ArgumentGroup) -> None:
+    # Unset (None) leaves the field to --config, as the knob flags do.
+    group.add_argument(
+        "--no-done",
+        dest="send_done",
+        action="store_const",
+        const=False,
+        default=None,
+        help="end a stream after its finish_reason chunk, without data: [DONE]",
+    )
+    group.add_argument(
+        "--usage",
+        choices=USAGE_MODES,
+        default=None,
+        help=_knob_help(
+            "usage",
+            "as_requested: honour stream_options; end_only: usage on the finish_reason "
+            "chunk only; never: no usage",
+        ),
+    )
+    group.add_argument(
+        "--role-chunk",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=_knob_help("role_chunk", "chat streams start with a role-only chunk"),
+    )
+    group.add_argument(
+        "--reject-unknown-fields",
+        action="store_const",
+        const=True,
+        default=None,
+        help="HTTP 422 for request fields OpenAI does not document (ignore_eos, top_k, ...)",
+    )
 
 
 def _config(args: argparse.Namespace) -> ReferenceTargetConfig:
@@ -121,7 +172,7 @@ def _config(args: argparse.Namespace) -> ReferenceTargetConfig:
         fields = ReferenceTargetConfig.from_json(args.config).model_dump(exclude_unset=True)
     if args.model is not None:
         fields["model_dir"] = args.model
-    for name in [field for _, field, _, _ in _KNOB_FLAGS] + ["enable_prefix_caching"]:
+    for name in [field for _, field, _, _ in _KNOB_FLAGS] + list(_SWITCH_FIELDS):
         value = getattr(args, name)
         if value is not None:
             fields[name] = value
@@ -183,12 +234,13 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     parent_pid = os.getppid() if args.exit_with_parent else None
     try:
         config = _config(args)
+        key = auth.api_key(args.api_key, os.environ)
         if (bad_port := child_process.port_error(args.port)) is not None:
             raise ReferenceConfigError(bad_port)
         # After the config: a typo in a knob is reported before the model loads.
         from targets.serving.factory import create_app
 
-        app = create_app(config)
+        app = create_app(config, api_key=key)
     except ReferenceConfigError as exc:
         print(f"reference target: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -3,7 +3,8 @@
 ``ReferenceTargetConfig`` is the JSON object of ``--config`` (and of an embedded target in a
 suite spec): which model to serve under which name, and every engine knob. Errors name the
 field and what it accepts; ``engine_config()`` hands the knobs to the engine as its own
-frozen record.
+frozen record, and ``wire_variant()`` hands the server the four switches of how its
+stream differs from vLLM's (``targets.openai_wire.WireVariant``).
 """
 
 from __future__ import annotations
@@ -14,17 +15,22 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from targets.openai_wire import UsageMode, WireVariant
 from targets.serving.engine.api import EngineConfig
 from targets.serving.errors import ReferenceConfigError
 
 _DEFAULTS = EngineConfig()
+_WIRE = WireVariant()
 
 
 class ReferenceTargetConfig(BaseModel):
-    """The reference serving target: model, served name, engine knobs, sampling seed.
+    """The reference serving target: model, served name, engine knobs, sampling seed, and
+    how its stream differs from vLLM's.
 
     Engine knobs keep vLLM's names (see ``EngineConfig`` for their meaning); their
-    defaults are the engine's own, so this class never disagrees with it.
+    defaults are the engine's own, so this class never disagrees with it. The wire
+    switches (``send_done``, ``usage``, ``role_chunk``, ``reject_unknown_fields``) default
+    to vLLM's behaviour; ``WireVariant`` says what each changes.
     """
 
     # Strict: "16" is not a block size, nor true a thread count.
@@ -48,6 +54,12 @@ class ReferenceTargetConfig(BaseModel):
     dtype: Literal["float32", "bfloat16"] = _DEFAULTS.dtype
     threads: int = Field(_DEFAULTS.threads, ge=0)
     seed: int = Field(0, ge=0, description="torch's global seed, for unseeded sampled requests")
+    send_done: bool = Field(_WIRE.send_done, description="end streams with data: [DONE]")
+    usage: UsageMode = Field(_WIRE.usage, description="as_requested, end_only or never")
+    role_chunk: bool = Field(_WIRE.role_chunk, description="chat: a role-only first chunk")
+    reject_unknown_fields: bool = Field(
+        _WIRE.reject_unknown_fields, description="HTTP 422 for fields OpenAI does not document"
+    )
 
     @model_validator(mode="after")
     def _engine_accepts(self) -> ReferenceTargetConfig:
@@ -71,6 +83,10 @@ class ReferenceTargetConfig(BaseModel):
             dtype=self.dtype,
             threads=self.threads,
         )
+
+    def wire_variant(self) -> WireVariant:
+        """How the server's stream differs from vLLM's, as the server's own record."""
+        return WireVariant.of(self)
 
     @classmethod
     def from_fields(cls, fields: dict[str, Any]) -> ReferenceTargetConfig:

@@ -48,7 +48,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        return error_response(exc.status, exc.message, exc.kind, exc.param)
+        # The error's own body: an OpenAI error object, or FastAPI's 422 detail of a strict
+        # server (openai_wire.UnknownFields).
+        from fastapi.responses import Response
+
+        return Response(exc.body(), status_code=exc.status, media_type="application/json")
 
     async def validation_error(request: Request, exc: Exception) -> Response:
         # FastAPI answers 422 in its own shape; OpenAI clients expect 400 and an error object.

@@ -19,8 +19,14 @@ if TYPE_CHECKING:  # both are imported where used: torch loads only when a targe
     from targets.serving.engine.engine import Engine
 
 
-def create_app(config: ReferenceTargetConfig, registry: CollectorRegistry | None = None) -> FastAPI:
-    """Load the model of ``config``, build its engine, and the API in front of it.
+def create_app(
+    config: ReferenceTargetConfig,
+    registry: CollectorRegistry | None = None,
+    *,
+    api_key: str | None = None,
+) -> FastAPI:
+    """Load the model of ``config``, build its engine, and the API in front of it (which
+    wants ``api_key`` on /v1/* if given; not a config field, since configs are stored).
 
     A model directory that is missing or broken, or knobs the model cannot serve, raise
     ``ReferenceConfigError``.
@@ -51,7 +57,9 @@ def create_app(config: ReferenceTargetConfig, registry: CollectorRegistry | None
         raise ReferenceConfigError(str(exc)) from None
     _warm_up(Engine(model, config.engine_config(), seed=config.seed))
     served = ServedModel(config.served_model_name, config.max_context_len, tokenizer)
-    return build_app(EngineLoop(engine), served, registry)
+    return build_app(
+        EngineLoop(engine), served, registry, wire=config.wire_variant(), api_key=api_key
+    )
 
 
 def _warm_up(throwaway: Engine) -> None:

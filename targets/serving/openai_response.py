@@ -152,8 +152,8 @@ class ResponseWriter:
         """``stream_options.include_usage``'s final chunk: no choices, the usage."""
         return sse({**self._head(), "choices": [], "usage": usage(last)})
 
-    def body(self, deltas: Sequence[Delta]) -> bytes:
-        """A non-streamed response holding every delta."""
+    def body(self, deltas: Sequence[Delta], with_usage: bool = True) -> bytes:
+        """A non-streamed response holding every delta (and its usage, ``with_usage``)."""
         last = deltas[-1]
         text = "".join(d.text for d in deltas)
         lps = [lp for d in deltas for lp in d.logprobs or ()] if self.logprobs else None
@@ -166,8 +166,10 @@ class ResponseWriter:
         choice["finish_reason"] = last.finish_reason
         choice["stop_reason"] = last.stop_reason
         kind = "chat.completion" if self.chat else "text_completion"
-        head = {**self._head(), "object": kind}
-        return _dumps({**head, "choices": [choice], "usage": usage(last)})
+        payload = {**self._head(), "object": kind, "choices": [choice]}
+        if with_usage:
+            payload["usage"] = usage(last)
+        return _dumps(payload)
 
     def _logprobs(self, lps: list[TokenLogprob] | None) -> dict[str, Any] | None:
         if not self.logprobs or lps is None:

@@ -2,13 +2,17 @@
 
 Endpoints: POST /v1/completions, POST /v1/chat/completions (both streamed as SSE or
 whole), GET /v1/models, GET /health, POST /tokenize, POST /detokenize, GET /metrics.
+Started with an API key, every /v1/* route answers 401 without it (``auth.py``).
 
 The engine runs in its own thread (``EngineLoop``); how its outputs become a response is
-``streaming.py``. ``add_request`` and ``abort_request`` are called on the event loop: the
-engine only takes its inbox lock for them, never waits for a step.
+``streaming.py``, in the shape the server's ``WireVariant`` gives each request.
+``add_request`` and ``abort_request`` are called on the event loop: the engine only takes
+its inbox lock for them, never waits for a step.
 
 Every refusal is an OpenAI error object with a 4xx status (``errors.py``); FastAPI's own
-422s and 404s are converted to that shape too.
+422s and 404s are converted to that shape too. The one exception is on purpose: with
+``reject_unknown_fields`` an unknown field is a 422 in FastAPI's own shape, as a strict
+server answers.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.background import BackgroundTask
 
-from targets.openai_wire import ApiError, BadRequest, models_list
+from targets.openai_wire import ApiError, BadRequest, WireVariant, json_or_none, models_list
+from targets.serving.auth import ApiKeyMiddleware
 from targets.serving.errors import install_error_handlers
 from targets.serving.metrics import ReferenceMetrics
 from targets.serving.openai_request import (
@@ -53,15 +58,23 @@ from targets.serving.streaming import (
 if TYPE_CHECKING:
     from targets.serving.engine.loop import EngineLoop
 
+_VLLM_WIRE = WireVariant()
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def build_app(
-    engine: EngineLoop, served: ServedModel, registry: CollectorRegistry | None = None
+    engine: EngineLoop,
+    served: ServedModel,
+    registry: CollectorRegistry | None = None,
+    wire: WireVariant = _VLLM_WIRE,
+    *,
+    api_key: str | None = None,
 ) -> FastAPI:
     """The API in front of ``engine``: started with the app, stopped at its shutdown.
+    With ``api_key``, every /v1/* route wants it as a bearer token (``auth.py``).
 
-    ``registry`` defaults to a fresh one per app, so several apps can share a process.
+    ``registry`` defaults to a fresh one per app, so several apps can share a process;
+    ``wire`` is how its streams differ from vLLM's (by default they do not).
     """
 
     @asynccontextmanager
@@ -74,8 +87,11 @@ def build_app(
             await asyncio.to_thread(engine.stop)
 
     app = FastAPI(title="moeperf reference target", lifespan=lifespan, docs_url=None)
-    app.state.serving = ServingState(engine, served, ReferenceMetrics(engine.stats, registry))
+    metrics = ReferenceMetrics(engine.stats, registry)
+    app.state.serving = ServingState(engine, served, metrics, wire)
     install_error_handlers(app)
+    if api_key is not None:
+        app.add_middleware(ApiKeyMiddleware, api_key=api_key)
     app.add_api_route("/v1/completions", _completions, methods=["POST"])
     app.add_api_route("/v1/chat/completions", _chat_completions, methods=["POST"])
     app.add_api_route("/v1/models", _models, methods=["GET"])
@@ -94,20 +110,23 @@ def _state(request: Request) -> ServingState:
 
 
 async def _completions(request: Request) -> Response:
-    return await _generate(request, completion_job)
+    return await _generate(request, completion_job, chat=False)
 
 
 async def _chat_completions(request: Request) -> Response:
-    return await _generate(request, chat_job)
+    return await _generate(request, chat_job, chat=True)
 
 
 async def _generate(
-    request: Request, parse: Callable[[ServedModel, bytes], GenerationJob]
+    request: Request, parse: Callable[[ServedModel, bytes], GenerationJob], *, chat: bool
 ) -> Response:
     received = time.monotonic()
     state = _state(request)
     try:
-        job = parse(state.served, await request.body())
+        raw = await request.body()
+        if state.wire.reject_unknown_fields:  # the body is parsed twice only then
+            state.wire.check_fields(json_or_none(raw), chat=chat)
+        job = parse(state.served, raw)
         request_id = f"{'chatcmpl' if job.chat else 'cmpl'}-{uuid.uuid4().hex}"
         stream = EngineStream(request_id)
         submit(state, job, stream)
@@ -126,16 +145,19 @@ async def _generate(
     deltas = engine_deltas(state, job, stream, received)
     headers = {"X-Request-Id": request_id}
     outcome = Outcome(state, stream)
+    shape = state.wire.shape(
+        chat=job.chat, include_usage=job.include_usage, continuous_usage=job.continuous_usage
+    )
     if job.stream:
         return StreamingResponse(
-            stream_events(job, writer, deltas, outcome),
+            stream_events(shape, job, writer, deltas, outcome),
             media_type="text/event-stream",
             headers={**_SSE_HEADERS, **headers},
             # Runs even when the client left before the first chunk, which cancels the
             # body before it starts (so its own cleanup never runs).
             background=BackgroundTask(outcome.close, "abort"),
         )
-    return await whole(request, writer, deltas, outcome, headers)
+    return await whole(shape, request, writer, deltas, outcome, headers)
 
 
 # -- the other endpoints ------------------------------------------------------------------

@@ -3,7 +3,9 @@ body of a whole one, and the request's end (aborted in the engine, counted in me
 
 The engine calls back from its own thread with each step's new tokens; ``EngineStream``
 hands them to the event loop. Each engine output becomes exactly one chunk, so a
-multi-token MTP step is visible as one chunk of several tokens.
+multi-token MTP step is visible as one chunk of several tokens. What a stream sends
+besides its tokens (role chunk, where usage goes, ``[DONE]``) is the request's
+``StreamShape``, decided by the server's ``WireVariant`` (``targets/openai_wire.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ from typing import TYPE_CHECKING
 from fastapi import Request
 from fastapi.responses import Response
 
-from targets.openai_wire import DONE_EVENT, BadRequest, error_body, sse_event
+from targets.openai_wire import (
+    DONE_EVENT,
+    BadRequest,
+    StreamShape,
+    WireVariant,
+    error_body,
+    sse_event,
+)
 from targets.serving.engine.api import InvalidRequestError, QueueFullError, RequestOutput
 from targets.serving.errors import Overloaded, error_response
 from targets.serving.metrics import ReferenceMetrics
@@ -31,11 +40,13 @@ if TYPE_CHECKING:
 
 @dataclass
 class ServingState:
-    """What every request of one app shares: the engine, the model, the metrics."""
+    """What every request of one app shares: the engine, the model, the metrics, and how
+    its stream differs from vLLM's."""
 
     engine: EngineLoop
     served: ServedModel
     metrics: ReferenceMetrics
+    wire: WireVariant
 
 
 class EngineFailed(Exception):
@@ -146,33 +157,40 @@ def _status(finish_reason: str | None) -> str:
 
 
 async def stream_events(
-    job: GenerationJob, writer: ResponseWriter, deltas: AsyncIterator[Delta], outcome: Outcome
+    shape: StreamShape,
+    job: GenerationJob,
+    writer: ResponseWriter,
+    deltas: AsyncIterator[Delta],
+    outcome: Outcome,
 ) -> AsyncIterator[bytes]:
-    """A streamed response's SSE events, ``[DONE]`` last."""
+    """A streamed response's SSE events, in ``shape`` (``[DONE]`` last, if it has one)."""
     # Starlette cancels this generator when the client disconnects (CancelledError at an
     # await): the finally block then aborts the engine request.
     status = "abort"
     last: Delta | None = None
     try:
-        if job.chat:
+        if shape.role_chunk:
             zero = Delta("", None, None, len(job.prompt_ids), 0, 0)
-            yield writer.role_chunk(zero if job.continuous_usage else None)
+            yield writer.role_chunk(zero if shape.usage_every_chunk else None)
         async for delta in deltas:
             last = delta
-            yield writer.chunk(delta, job.continuous_usage)
+            yield writer.chunk(delta, shape.usage_on(finished=delta.finish_reason is not None))
         status = _status(last.finish_reason if last else None)
-        if job.include_usage and last is not None:
+        if shape.usage_chunk and last is not None:
             yield writer.usage_chunk(last)
-        yield DONE_EVENT
+        if shape.done:
+            yield DONE_EVENT
     except EngineFailed as exc:
         status = "error"
         yield sse_event(error_body(str(exc), kind="server_error", code=500))
-        yield DONE_EVENT
+        if shape.done:
+            yield DONE_EVENT
     finally:
         outcome.close(status)
 
 
 async def whole(
+    shape: StreamShape,
     request: Request,
     writer: ResponseWriter,
     deltas: AsyncIterator[Delta],
@@ -199,7 +217,8 @@ async def whole(
             status = "error"
             return error_response(500, str(exc), "server_error")
         status = _status(collected[-1].finish_reason)
-        return Response(writer.body(collected), media_type="application/json", headers=headers)
+        body = writer.body(collected, with_usage=shape.usage_in_body)
+        return Response(body, media_type="application/json", headers=headers)
     finally:
         collecting.cancel()
         watching.cancel()

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from targets.openai_wire import USAGE_MODES, UsageMode, WireVariant
+
 JITTER_KINDS = ("none", "uniform", "normal", "lognormal", "exponential")
 FAULT_RATE_FIELDS = ("error_rate", "stall_rate", "malformed_rate", "truncate_rate")
 
@@ -50,6 +52,10 @@ class SyntheticConfig:
 
     Faults: each request gets at most one, chosen by the same seeded draw, so each rate is
     exactly the expected fraction of requests with that fault (hence their sum is <= 1).
+
+    Wire variant (``send_done``, ``usage``, ``role_chunk``, ``reject_unknown_fields``): how
+    the stream differs from vLLM's, as other servers' do; ``targets.openai_wire.WireVariant``
+    says what each means. They change no draw, so the same seed keeps the same faults.
     """
 
     ttft_s: float = 0.05
@@ -66,6 +72,10 @@ class SyntheticConfig:
     truncate_rate: float = 0.0
     model: str = "synthetic"
     max_records: int = 100_000
+    send_done: bool = True
+    usage: UsageMode = "as_requested"
+    role_chunk: bool = True
+    reject_unknown_fields: bool = False
 
     def __post_init__(self) -> None:
         for name in ("ttft_s", "itl_s", "jitter_scale", "stall_s"):
@@ -94,6 +104,14 @@ class SyntheticConfig:
             )
         if not isinstance(self.model, str) or not self.model:
             raise SyntheticConfigError(["model"], f"must be a non-empty string; got {self.model!r}")
+        for name in ("send_done", "role_chunk", "reject_unknown_fields"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise SyntheticConfigError([name], f"must be true or false; got {value!r}")
+        if self.usage not in USAGE_MODES:
+            raise SyntheticConfigError(
+                ["usage"], f"must be one of {', '.join(USAGE_MODES)}; got {self.usage!r}"
+            )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SyntheticConfig:
@@ -112,6 +130,10 @@ class SyntheticConfig:
                 unknown=True,
             )
         return cls(**data)
+
+    def wire_variant(self) -> WireVariant:
+        """How this server's stream differs from vLLM's (the four wire switches)."""
+        return WireVariant.of(self)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as a JSON-ready dict (``from_dict`` of it gives an equal config)."""

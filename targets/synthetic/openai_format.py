@@ -2,8 +2,9 @@
 
 Streaming is the measured path, so ``ChunkEncoder`` builds every constant byte string once
 per request and each chunk only joins precomputed per-token fragments, plus the usage
-numbers when asked for. Generated token texts contain no JSON-escapable characters, which
-is what makes splicing them in as raw bytes safe.
+numbers where the response's ``StreamShape`` (``targets.openai_wire``) puts them.
+Generated token texts contain no JSON-escapable characters, which is what makes splicing
+them in as raw bytes safe.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from targets.openai_wire import sse_event, usage_json
+from targets.openai_wire import StreamShape, sse_event, usage_json
 from targets.synthetic.tokenizer import GENERATED_CYCLE, GENERATED_TOKENS
 
 # The "malformed" fault: a body, or an SSE event, that is not JSON.
@@ -49,8 +50,8 @@ class ChunkEncoder:
     """The SSE events (``data: <json>\\n\\n``) of one streamed response, or its whole body.
 
     ``chat`` selects ``chat.completion.chunk`` (``choices[0].delta``) over
-    ``text_completion`` (``choices[0].text``). ``continuous_usage`` (vLLM's extension)
-    puts the cumulative usage on every chunk.
+    ``text_completion`` (``choices[0].text``). ``shape`` says which chunks carry the
+    cumulative usage (every one, the last one, none) and whether a whole body does.
     """
 
     def __init__(
@@ -62,7 +63,7 @@ class ChunkEncoder:
         model: str,
         prompt_tokens: int,
         logprobs: bool,
-        continuous_usage: bool,
+        shape: StreamShape,
     ) -> None:
         obj = "chat.completion.chunk" if chat else "text_completion"
         head = (
@@ -75,7 +76,10 @@ class ChunkEncoder:
         self._model = model
         self._prompt_tokens = prompt_tokens
         self._logprobs = logprobs
-        self._continuous = continuous_usage
+        # Decided once per response: the per-chunk path only reads two booleans.
+        self._usage_every = shape.usage_every_chunk
+        self._usage_last = shape.usage_on(finished=True)
+        self._usage_in_body = shape.usage_in_body
         self._head = head
         if chat:
             self._open = head + b'{"index":0,"delta":{"content":"'
@@ -94,7 +98,7 @@ class ChunkEncoder:
 
     def role(self) -> bytes:
         """Chat's first chunk: the assistant role and no tokens (vLLM sends it at once)."""
-        usage = self._usage(0) if self._continuous else b""
+        usage = self._usage(0) if self._usage_every else b""
         return (
             self._head
             + b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
@@ -115,7 +119,7 @@ class ChunkEncoder:
         else:
             parts.append(b"null")
         parts.append(b',"finish_reason":"length"}]' if last else b',"finish_reason":null}]')
-        if self._continuous:
+        if self._usage_last if last else self._usage_every:
             parts.append(self._usage(start + count))
         parts.append(b"}\n\n")
         return b"".join(parts)
@@ -150,14 +154,15 @@ class ChunkEncoder:
                 else None
             )
         choice["finish_reason"] = "length"
-        body = {
+        body: dict[str, Any] = {
             "id": self._response_id,
             "object": "chat.completion" if chat else "text_completion",
             "created": self._created,
             "model": self._model,
             "choices": [choice],
-            "usage": usage_json(self._prompt_tokens, completion_tokens),
         }
+        if self._usage_in_body:
+            body["usage"] = usage_json(self._prompt_tokens, completion_tokens)
         return _dumps(body)
 
     def _logprobs_json(self, start: int, count: int) -> bytes:

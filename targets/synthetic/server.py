@@ -6,6 +6,10 @@ written at an absolute deadline, ``received + ttft + inter-chunk delays``, so a 
 each write hands the bytes to the socket and kept per response id (``ground_truth.py``)
 for clients to compare with.
 
+Where the stream differs from vLLM's (role chunk, usage, ``[DONE]``, strict fields) is the
+config's ``WireVariant``; its ``shape`` of each response is followed here and in
+``openai_format.py``. The role chunk carries no token, so it is not in the ground truth.
+
 Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
 POST /tokenize, GET /metrics, GET /ground_truth/{id}, POST /ground_truth/query.
 """
@@ -21,7 +25,15 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from targets.openai_wire import DONE_EVENT, ApiError, BadRequest, error_body, models_list
+from targets.openai_wire import (
+    DONE_EVENT,
+    ApiError,
+    BadRequest,
+    StreamShape,
+    WireVariant,
+    error_body,
+    models_list,
+)
 from targets.synthetic.config import SyntheticConfig
 from targets.synthetic.ground_truth import GroundTruthRecord, GroundTruthStore
 from targets.synthetic.metrics import SyntheticMetrics
@@ -48,6 +60,7 @@ _SPIN_NS = 1_000_000
 @dataclass
 class _State:
     config: SyntheticConfig
+    wire: WireVariant
     clock_ns: ClockNs
     store: GroundTruthStore
     metrics: SyntheticMetrics
@@ -72,6 +85,7 @@ def build_app(
     app = web.Application(client_max_size=_MAX_BODY_BYTES)
     app[_STATE] = _State(
         config=config,
+        wire=config.wire_variant(),
         clock_ns=clock_ns,
         store=GroundTruthStore(config.max_records),
         metrics=SyntheticMetrics(registry if registry is not None else CollectorRegistry()),
@@ -104,6 +118,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
     try:
         try:
             body = parse_json_object(await request.read())
+            state.wire.check_fields(body, chat=chat)
             gen = parse_generation(
                 body,
                 chat=chat,
@@ -132,7 +147,10 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
             response = _error(500, "synthetic fault: injected server error", kind="server_error")
             response.headers["X-Request-Id"] = record.id
             return response
-        job = _Job(gen, plan, record)
+        shape = state.wire.shape(
+            chat=chat, include_usage=gen.include_usage, continuous_usage=gen.continuous_usage
+        )
+        job = _Job(gen, plan, record, shape)
         if gen.stream:
             return await _stream(request, state, job)
         return await _whole(request, state, job)
@@ -154,10 +172,11 @@ class _Job:
     gen: GenerationRequest
     plan: RequestPlan
     record: GroundTruthRecord
+    shape: StreamShape
 
 
 async def _stream(request: web.Request, state: _State, job: _Job) -> web.StreamResponse:
-    gen, plan, record = job.gen, job.plan, job.record
+    plan, record, shape = job.plan, job.record, job.shape
     clock_ns = state.clock_ns
     encoder = _encoder(state, job)
     response = web.StreamResponse(headers={**_SSE_HEADERS, "X-Request-Id": record.id})
@@ -171,7 +190,7 @@ async def _stream(request: web.Request, state: _State, job: _Job) -> web.StreamR
     start = 0
     try:
         await response.prepare(request)
-        if gen.chat:
+        if shape.role_chunk:
             await write(encoder.role())
         for i, (tokens, due_ns) in enumerate(zip(plan.chunk_tokens, plan.due_ns, strict=True)):
             if i == plan.fault_chunk:
@@ -193,9 +212,10 @@ async def _stream(request: web.Request, state: _State, job: _Job) -> web.StreamR
             record.max_lag_ns = max(record.max_lag_ns, written_ns - due_ns)
             count_tokens(tokens)
             start += tokens
-        if gen.include_usage:
+        if shape.usage_chunk:
             await write(encoder.usage(start))
-        await write(DONE_EVENT)
+        if shape.done:
+            await write(DONE_EVENT)
         record.done_ns = clock_ns()
         record.status = "ok"
     except ConnectionError:
@@ -248,7 +268,7 @@ def _encoder(state: _State, job: _Job) -> ChunkEncoder:
         model=state.config.model,
         prompt_tokens=gen.prompt_tokens,
         logprobs=gen.logprobs,
-        continuous_usage=gen.continuous_usage,
+        shape=job.shape,
     )
 
 

@@ -10,6 +10,7 @@ finish_reason chunk whatever stream_options asked, and no ``data: [DONE]``; it h
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +22,8 @@ import pytest
 from collectors.serving_records import ServingSummary
 from collectors.store import RunStore
 from moeperf.bench.transformers_serve import TransformersServe, running
+from moeperf.cli import main
+from suites.serving.probe.result import ProbeResult
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_DIR = REPO_ROOT / "targets" / "model" / "default"
@@ -36,7 +39,8 @@ def transformers_url() -> Iterator[str]:
 
 
 def spec_text(url: str) -> str:
-    # ignore_eos off: transformers serve answers 422 to it. Its tokenizer is the model
+    # ignore_eos as the spec default has it (on): the run's probe finds that transformers
+    # serve answers 422 to it, and the run does not send it. Its tokenizer is the model
     # directory's own (it has no /tokenize).
     return f"""
 suite = "serving"
@@ -45,7 +49,6 @@ name = "transformers-serve"
 kind = "url"
 url = "{url}"
 api = "chat"
-ignore_eos = false
 [workload]
 tokenizer = "{MODEL_DIR}"
 num_prompts = 32
@@ -81,23 +84,28 @@ def test_a_sweep_against_transformers_serve_completes_with_exact_tokens(transfor
 
     reader = RunStore(runs).open("latest")
     assert reader.manifest.status == "complete"
+    probe = ProbeResult.from_dict(reader.manifest.target["probe"])
+    assert probe.rejected_fields == ("ignore_eos", "min_tokens")
+    assert reader.manifest.spec_resolved["target"]["ignore_eos"] is False
+    assert any("refuses ignore_eos (HTTP 422)" in note for note in reader.manifest.notes)
     frame = reader.requests()
     assert len(frame) == 2 * REQUESTS_PER_LEVEL
     assert (frame["status"] == "ok").all(), frame[["status", "error_message"]]
     # It closes each stream after the finish_reason chunk, without [DONE].
     assert (frame["stream_end"] == "finish_reason").all()
-    for record in frame.itertuples():
+    for record in frame.to_dict("records"):
+        output, chunks = int(record["output_tokens"]), record["chunk_tokens"]
         # output_tokens is the server's usage. The server sends one chunk per token
         # between the role chunk and the finish_reason chunk (a token whose text is still
         # incomplete comes as empty content), so the chunks the harness timestamped
         # confirm the count independently.
-        assert record.output_tokens is not None and 1 <= record.output_tokens <= OUTPUT_TOKENS
-        assert len(record.chunk_ns) == record.output_tokens + 2
-        assert record.output_tokens - 2 <= sum(record.chunk_tokens) <= record.output_tokens
-        assert record.prompt_tokens is not None and record.prompt_tokens > 0
+        assert 1 <= output <= OUTPUT_TOKENS
+        assert len(record["chunk_ns"]) == output + 2
+        assert output - 2 <= sum(chunks) <= output
+        assert record["prompt_tokens"] > 0
         # The role-only first chunk is no token: the first token came after it.
-        assert record.chunk_tokens[0] == 0
-        assert record.first_token_ns > record.chunk_ns[0]
+        assert chunks[0] == 0
+        assert record["first_token_ns"] > record["chunk_ns"][0]
 
     summary = reader.summary()
     assert isinstance(summary, ServingSummary)
@@ -112,3 +120,23 @@ def test_a_sweep_against_transformers_serve_completes_with_exact_tokens(transfor
         # second to the first token, and a few ms to a few hundred per token.
         assert 0 < ttft_p50 < 5.0, ttft_p50
         assert 0.001 < tpot_p50 < 1.0, tpot_p50
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_moeperf_probe_tells_how_transformers_serve_streams(transformers_url, tmp_path, capsys):
+    out = tmp_path / "probe.json"
+    assert main(["probe", transformers_url, "--json", str(out)]) == 0
+    result = ProbeResult.from_dict(json.loads(out.read_text(encoding="utf-8")))
+    assert result.models == (str(MODEL_DIR),)
+    assert (result.sends_done, result.role_first_chunk, result.usage_unasked) == (
+        False,
+        True,
+        True,
+    )
+    assert result.usage_placement == "finish_chunk"
+    assert result.continuous_usage == "ignored"
+    assert result.rejected_fields == ("ignore_eos", "min_tokens")
+    assert not result.tokenize and not result.metrics.available
+    printed = capsys.readouterr().out
+    assert "ignore_eos = false  # rejected" in printed

@@ -197,7 +197,8 @@ def test_a_target_that_refuses_connections_fails_its_level_and_is_backed_off(tmp
     reader = run(
         tmp_path,
         spec(
-            target={"kind": "url", "url": target.url},
+            # Unprobed: the target is gone before a probe could ask it anything.
+            target={"kind": "url", "url": target.url, "probe": False},
             workload=dataset_workload(tmp_path),
             load={"levels": [8], "duration_s": 2.0, "warmup_s": 0.0, "workers": 1},
             export=NO_EXPORT,

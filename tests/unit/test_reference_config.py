@@ -7,6 +7,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from targets.openai_wire import WireVariant
 from targets.serving.__main__ import _config, _parser, main
 from targets.serving.config import ReferenceTargetConfig
 from targets.serving.engine.api import EngineConfig
@@ -116,3 +117,46 @@ def test_main_exits_2_on_a_bad_config(
     captured = capsys.readouterr()
     assert message in captured.err
     assert captured.out == ""
+
+
+# --- the wire switches (targets.openai_wire.WireVariant) ---------------------------------
+
+
+def test_wire_switches_default_to_vllms_stream() -> None:
+    assert ReferenceTargetConfig().wire_variant() == WireVariant()
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"usage": "last"}, "usage: Input should be 'as_requested', 'end_only' or 'never'"),
+        ({"send_done": "false"}, "send_done: Input should be a valid boolean"),
+        ({"role_chunk": 1}, "role_chunk: Input should be a valid boolean"),
+        ({"reject_unknown_fields": None}, "reject_unknown_fields: Input should be a valid"),
+    ],
+)
+def test_bad_wire_switches_are_named_with_what_is_valid(fields: dict, named: str) -> None:
+    with pytest.raises(ReferenceConfigError, match=named):
+        ReferenceTargetConfig.from_fields(fields)
+
+
+def test_wire_flags_override_the_config_json() -> None:
+    config_json = '{"usage": "never", "role_chunk": false, "send_done": true}'
+    flags = ["--no-done", "--usage", "end_only", "--role-chunk", "--reject-unknown-fields"]
+    config = _config(_parser().parse_args(["--config", config_json, *flags]))
+    assert config.wire_variant() == WireVariant(
+        send_done=False, usage="end_only", role_chunk=True, reject_unknown_fields=True
+    )
+    # Without the flags, the JSON stays; and it round-trips as the harness passes it.
+    config = _config(_parser().parse_args(["--config", config_json, "--no-role-chunk"]))
+    assert (config.usage, config.role_chunk, config.send_done) == ("never", False, True)
+    assert ReferenceTargetConfig.from_json(json.dumps(config.model_dump(mode="json"))) == config
+
+
+def test_a_bad_usage_flag_exits_2_listing_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        _parser().parse_args(["--usage", "last"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --usage: invalid choice: 'last'" in err
+    assert all(choice in err for choice in ("as_requested", "end_only", "never"))

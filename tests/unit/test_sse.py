@@ -132,6 +132,12 @@ SENT = request_body(
             "the target rejected 'continuous_usage_stats' (HTTP 422); "
             "set target.continuous_usage = false",
         ),
+        # Several rejected: the first named wins, nested or not (the container never does).
+        (
+            '{"detail":[{"type":"extra_forbidden","loc":["body","ignore_eos"]},'
+            '{"type":"extra_forbidden","loc":["body","stream_options","continuous_usage_stats"]}]}',
+            "the target rejected 'ignore_eos' (HTTP 422); set target.ignore_eos = false",
+        ),
         (
             "stream_options is not supported",
             "the target rejected 'stream_options' (HTTP 422); set target.include_usage = false",

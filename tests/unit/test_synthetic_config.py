@@ -1,9 +1,11 @@
-"""SyntheticConfig validation, the seeded request plan, and the synthetic tokenizer."""
+"""SyntheticConfig validation (its wire switches too), the seeded request plan, and the
+synthetic tokenizer."""
 
 from __future__ import annotations
 
 import pytest
 
+from targets.openai_wire import WireVariant
 from targets.synthetic.config import JITTER_KINDS, SyntheticConfig, SyntheticConfigError
 from targets.synthetic.plan import NS_PER_S, plan_request
 from targets.synthetic.tokenizer import (
@@ -137,3 +139,44 @@ def test_encode_is_stable_and_in_vocabulary():
     assert ids[0] == 1011183078 % VOCAB_SIZE
     assert token_strs(" a  b ") == ["a", "b"]
     assert count_tokens("") == 0
+
+
+# --- the wire switches (targets.openai_wire.WireVariant) ---------------------------------
+
+
+def test_wire_switches_default_to_vllms_stream_and_round_trip():
+    assert SyntheticConfig().wire_variant() == WireVariant()
+    config = SyntheticConfig(
+        send_done=False, usage="end_only", role_chunk=False, reject_unknown_fields=True
+    )
+    assert SyntheticConfig.from_dict(config.to_dict()) == config
+    assert config.wire_variant() == WireVariant(
+        send_done=False, usage="end_only", role_chunk=False, reject_unknown_fields=True
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("send_done", "false", "send_done must be true or false; got 'false'"),
+        ("role_chunk", 1, "role_chunk must be true or false; got 1"),
+        ("reject_unknown_fields", None, "reject_unknown_fields must be true or false"),
+        ("usage", "last", "usage must be one of as_requested, end_only, never; got 'last'"),
+        ("usage", True, "usage must be one of as_requested, end_only, never"),
+    ],
+)
+def test_bad_wire_switches_name_the_field_and_what_is_valid(field, value, expected):
+    with pytest.raises(SyntheticConfigError) as info:
+        SyntheticConfig.from_dict({field: value})
+    assert str(info.value) == expected or str(info.value).startswith(expected)
+    assert info.value.fields == (field,)
+
+
+def test_wire_switches_change_no_seeded_draw():
+    # Fault counts of existing runs depend on the per-request draws staying the same.
+    base = SyntheticConfig(error_rate=0.2, stall_rate=0.2, jitter="uniform", jitter_scale=0.3)
+    varied = SyntheticConfig(
+        **{**base.to_dict(), "send_done": False, "usage": "never", "role_chunk": False}
+    )
+    for index in range(1, 50):
+        assert plan_request(varied, index, 17) == plan_request(base, index, 17)

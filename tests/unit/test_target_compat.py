@@ -30,8 +30,8 @@ def test_more_than_one_choice_per_request_is_refused():
     assert "one choice per request" in message
     with pytest.raises(SpecError, match="one choice per request"):
         validate_spec({"name": "t"}, "spec.toml", ["target.extra_body={n = 3}"])
-    one = validate_spec(target(extra_body={"n": 1, "top_k": 1}), "spec.toml")
-    assert one.serving.target.extra_body == {"n": 1, "top_k": 1}
+    one = validate_spec(target(extra_body={"n": 1, "min_p": 0.1}), "spec.toml")
+    assert one.serving.target.extra_body == {"n": 1, "min_p": 0.1}
 
 
 def test_switches_for_fields_some_servers_reject():

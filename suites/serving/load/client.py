@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from collectors.records import ChunkTokensSource, RequestRecord, StreamEnd
+from suites.serving.load.auth import redact
 from suites.serving.load.openai_api import Api, parse_chunk, rejected_field_hint
 from suites.serving.load.sse import SSEParser
 
@@ -53,12 +54,16 @@ async def stream_request(
     clock_ns: Callable[[], int],
     anchor_ns: int,
     on_answer: Callable[[], None] = lambda: None,
+    *,
+    secrets: tuple[str, ...] = (),
 ) -> StreamResult:
     """Send one request and fill ``record`` (its ids, scenario and intended time are set).
 
     Never raises for a failed request: the failure is recorded with its error type.
     ``asyncio.CancelledError`` marks the record cancelled and is re-raised.
     ``on_answer`` is called once the target has answered (its response headers arrived).
+    ``secrets`` (the values of the headers the session sends) are masked in the error
+    message: a server may echo them.
     """
     parser = SSEParser()
     texts: list[str] = []
@@ -76,7 +81,7 @@ async def stream_request(
         async with session.post(url, json=body) as response:
             on_answer()
             record.http_status = response.status
-            await _check_response(response, body)
+            await _check_response(response, body, secrets)
             async for data in response.content.iter_any():
                 arrival_ns = clock_ns() - anchor_ns
                 for payload in parser.feed(data):
@@ -87,9 +92,8 @@ async def stream_request(
                         message = json.loads(payload)
                         chunk = parse_chunk(api, message)
                     except (ValueError, AttributeError, TypeError) as exc:
-                        raise _RequestFailed(
-                            "malformed_chunk", f"{exc}: {payload[:80]!r}"
-                        ) from None
+                        shown = _redacted(payload, secrets)[:80]
+                        raise _RequestFailed("malformed_chunk", f"{exc}: {shown!r}") from None
                     if record.server_request_id is None:
                         record.server_request_id = message.get("id")
                     if chunk.error is not None:
@@ -138,6 +142,9 @@ async def stream_request(
         record.done_ns = clock_ns() - anchor_ns
         set_token_times(record)
         raise
+    if record.error_message is not None:
+        # Masked before it is cut: a cut could leave part of a secret that no longer matches.
+        record.error_message = redact(record.error_message, secrets)[:_ERROR_BODY_LIMIT]
     record.done_ns = clock_ns() - anchor_ns
     if unknown_counts:
         source = "assumed_one"
@@ -149,7 +156,7 @@ async def stream_request(
 def _fail(record: RequestRecord, error_type: str, message: str, status: int | None = None) -> None:
     record.status = "error"
     record.error_type = error_type
-    record.error_message = message[:_ERROR_BODY_LIMIT]
+    record.error_message = message  # masked and cut to _ERROR_BODY_LIMIT by stream_request
     if status is not None:
         record.http_status = status
 
@@ -166,9 +173,17 @@ def _stream_end(done: bool, finished: bool) -> StreamEnd:
     )
 
 
-async def _check_response(response: aiohttp.ClientResponse, sent: dict) -> None:
+def _redacted(payload: bytes, secrets: tuple[str, ...]) -> bytes:
+    if not secrets:
+        return payload
+    return redact(payload.decode("utf-8", errors="replace"), secrets).encode()
+
+
+async def _check_response(
+    response: aiohttp.ClientResponse, sent: dict, secrets: tuple[str, ...] = ()
+) -> None:
     if response.status >= 400:
-        body = (await response.text(errors="replace"))[:_ERROR_BODY_LIMIT]
+        body = redact(await response.text(errors="replace"), secrets)[:_ERROR_BODY_LIMIT]
         kind = "http_4xx" if response.status < 500 else "http_5xx"
         message = f"HTTP {response.status}: {body}"
         if response.status in (400, 422):
@@ -178,6 +193,6 @@ async def _check_response(response: aiohttp.ClientResponse, sent: dict) -> None:
         raise _RequestFailed(kind, message, response.status)
     content_type = response.headers.get("Content-Type", "")
     if "text/event-stream" not in content_type:
-        body = (await response.text(errors="replace"))[:_ERROR_BODY_LIMIT]
+        body = redact(await response.text(errors="replace"), secrets)[:_ERROR_BODY_LIMIT]
         kind = "not_streaming" if "json" in content_type else "invalid_response"
         raise _RequestFailed(kind, f"expected text/event-stream, got {content_type!r}: {body}")

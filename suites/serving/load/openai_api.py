@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from collectors.request_settings import GREEDY, Sampling
+
 Api = Literal["chat", "completions"]
 # OpenAI's newer name for the output cap; some servers accept only one of the two.
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
@@ -24,9 +26,11 @@ def request_body(
     max_tokens_field: MaxTokensField = "max_tokens",
     min_tokens: int | None = None,
     extra: dict[str, Any] | None = None,
+    sampling: Sampling = GREEDY,
 ) -> dict[str, Any]:
     """A streaming request, asking for usage unless ``include_usage`` is off (then no
-    ``stream_options`` at all, for servers that reject the field); ``extra`` fields are
+    ``stream_options`` at all, for servers that reject the field); of ``sampling``, only
+    the fields that are set (the others are the server's default); ``extra`` fields are
     merged in last."""
     body: dict[str, Any] = {"model": model, "stream": True}
     if include_usage:
@@ -36,7 +40,7 @@ def request_body(
             stream_options["continuous_usage_stats"] = True
         body["stream_options"] = stream_options
     body[max_tokens_field] = max_tokens
-    body["temperature"] = 0.0
+    body.update(sampling.sent())
     if ignore_eos:
         # vLLM / SGLang: generate exactly max_tokens so output lengths are controlled.
         body["ignore_eos"] = True
@@ -60,10 +64,16 @@ _SWITCHES: dict[str, str] = {
     "ignore_eos": "set target.ignore_eos = false",
     "max_completion_tokens": 'set target.max_tokens_field = "max_tokens"',
     "min_tokens": "remove target.min_tokens",
+    "temperature": 'set sampling.temperature = "server-default"',
+    "top_p": "remove sampling.top_p",
+    # Not an OpenAI field: servers that follow OpenAI strictly refuse it.
+    "top_k": "remove sampling.top_k",
+    "seed": "remove sampling.seed",
 }
 _BUILT_FIELDS = frozenset(
     {"model", "stream", "stream_options", "max_tokens", "max_completion_tokens"}
-    | {"temperature", "ignore_eos", "min_tokens", "messages", "prompt"}
+    | {"temperature", "top_p", "top_k", "seed", "ignore_eos", "min_tokens", "messages"}
+    | {"prompt"}
 )
 
 
@@ -87,8 +97,11 @@ def rejected_field_hint(body: dict[str, Any], status: int, error_text: str) -> s
             named[name] = found.start()
     if not named:
         return None
-    nested = [name for name in ("continuous_usage_stats", "include_usage") if name in named]
-    field = nested[0] if nested else min(named, key=named.__getitem__)
+    if "continuous_usage_stats" in named or "include_usage" in named:
+        # stream_options is then named only as the location of what is inside it; neither
+        # may win over a field named before them (a strict server listing several).
+        named.pop("stream_options", None)
+    field = min(named, key=named.__getitem__)
     switch = f"remove {field!r} from target.extra_body" if field in extra else _SWITCHES[field]
     return f"the target rejected {field!r} (HTTP {status}); {switch}"
 

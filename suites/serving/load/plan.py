@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from collectors.request_settings import GREEDY, Sampling
+from suites.serving.load.auth import NO_HEADERS, RequestHeaders
 from suites.serving.load.openai_api import Api, MaxTokensField
 from suites.serving.workload.sources import Prompt
 
@@ -31,6 +33,11 @@ class WorkerConfig:
     include_usage: bool = True
     max_tokens_field: MaxTokensField = "max_tokens"
     min_tokens: int | None = None
+    # Sent with every request (an API key among them); pickled to the workers, never
+    # written to disk; its repr shows no value.
+    headers: RequestHeaders = NO_HEADERS
+    # Sent as set; a None field is not sent (the server's default).
+    sampling: Sampling = GREEDY
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,7 +63,8 @@ def worker_main(index: int, config: WorkerConfig, commands: Any, results: Any, s
     try:
         runner(_serve(index, config, commands, results, stop))
     except Exception:
-        results.put(("failed", index, traceback.format_exc()))
+        # Shown to the user: an exception's text may hold what a server echoed.
+        results.put(("failed", index, config.headers.redact(traceback.format_exc())))
 
 
 async def _serve(index: int, config: WorkerConfig, commands: Any, results: Any, stop: Any) -> None:
@@ -73,7 +74,11 @@ async def _serve(index: int, config: WorkerConfig, commands: Any, results: Any, 
     )
     # No pool limit: the load model, not the connector, decides how many are in flight.
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    # The spec's headers (an API key among them) go with every request of the session,
+    # the tokenizer's /tokenize calls included.
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, headers=config.headers.values
+    ) as session:
         tokenizer = resolve_tokenizer(config.tokenizer, config.base_url, session)
         level = _Level(index, config, session, results, stop)
         results.put(("ready", index))
@@ -243,6 +248,7 @@ class _Level:
             max_tokens_field=config.max_tokens_field,
             min_tokens=config.min_tokens,
             extra=config.extra_body,
+            sampling=config.sampling,
         )
         self._sent += 1
         try:
@@ -331,6 +337,7 @@ class _Level:
             time.monotonic_ns,
             self.config.anchor_ns,
             on_answer,
+            secrets=self.config.headers.secrets,
         )
 
 

@@ -11,6 +11,7 @@ from collectors.push import push_run
 from collectors.records import RequestRecord
 from collectors.store import RunWriter
 from collectors.summary import Slo
+from suites.serving.load.auth import NO_HEADERS, RequestHeaders
 from suites.serving.load.pool import WorkerHealth
 from suites.spec import ServingSpec
 
@@ -26,6 +27,7 @@ class LiveObservers:
         target_name: str,
         pushgateway_url: str | None,
         say: Callable[[str], None] = lambda _line: None,
+        headers: RequestHeaders = NO_HEADERS,
     ):
         self._spec = spec
         self._run = run
@@ -47,6 +49,7 @@ class LiveObservers:
                 self._scraped,
                 # Scrape times on the records' time base: ns from the run's anchor.
                 clock_ns=lambda: time.monotonic_ns() - anchor_ns,
+                headers=headers,  # a target behind a key guards its /metrics too
             )
         self._in_flight: dict[int, int] = {}
 

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from collectors.target_metrics import CounterWindow, ExpositionError, read_exposition
+from suites.serving.load.auth import NO_HEADERS, RequestHeaders
 
 OnSample = Callable[[dict[str, Any]], None]
 ClockNs = Callable[[], int]
@@ -44,6 +45,8 @@ class TargetScraper:
     ``start_window(name)`` scrapes (closing the old window exactly) and opens a new one;
     ``stop()`` takes a final scrape so counters cover the whole window. ``clock_ns``
     stamps ``t_ns``; pass one measured from the run's anchor to match the request records.
+    Every GET carries ``headers`` (the run's API key and spec headers); their secrets are
+    masked in the reasons it records.
     """
 
     def __init__(
@@ -57,10 +60,15 @@ class TargetScraper:
         max_failures: int = 3,
         window: str | None = None,
         clock_ns: ClockNs = time.monotonic_ns,
+        headers: RequestHeaders = NO_HEADERS,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0; got {interval_s}")
         self.url = base_url.rstrip("/") + "/metrics"
+        self._auth = headers
+        # The spec's headers, and ours for the format (instead of one of theirs, any case).
+        self._headers = {n: v for n, v in headers.values if n.lower() != "accept"}
+        self._headers["Accept"] = _ACCEPT
         self.interval_s = interval_s
         self.window = window
         self._on_sample = on_sample
@@ -142,7 +150,7 @@ class TargetScraper:
         t_ns = self._clock_ns()
         try:
             async with self._session.get(
-                self.url, timeout=self._timeout, headers={"Accept": _ACCEPT}
+                self.url, timeout=self._timeout, headers=self._headers
             ) as response:
                 if response.status != 200:
                     final = 400 <= response.status < 500
@@ -153,7 +161,7 @@ class TargetScraper:
         try:
             dialect, samples = read_exposition(text)
         except ExpositionError as exc:
-            return self._failed(t_ns, str(exc)[:300], True)
+            return self._failed(t_ns, self._auth.redact(str(exc))[:300], True)
         if dialect == "unknown":
             return self._failed(t_ns, "no known dialect (vllm:, sglang:, reference_, ...)", True)
         self._failures = 0
@@ -176,6 +184,7 @@ class TargetScraper:
         if not final and self._failures < self._max_failures:
             return None
         self._gave_up = True
+        reason = self._auth.redact(reason)  # stored: a server may echo what it was sent
         record = {"t_ns": t_ns, "available": False, "reason": reason, "url": self.url}
         self._on_sample(record)
         return record
@@ -197,6 +206,7 @@ class ThreadedScraper:
         max_failures: int = 3,
         window: str | None = None,
         clock_ns: ClockNs = time.monotonic_ns,
+        headers: RequestHeaders = NO_HEADERS,
     ) -> None:
         self._make_scraper = functools.partial(
             TargetScraper,
@@ -207,6 +217,7 @@ class ThreadedScraper:
             max_failures=max_failures,
             window=window,
             clock_ns=clock_ns,
+            headers=headers,
         )
         # Waits for a scrape: its HTTP timeout plus slack for the loop's own work.
         self._wait_s = timeout_s + 10.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from suites.errors import UsageError
+from suites.serving.load.auth import NO_HEADERS, RequestHeaders
 from suites.serving.workload.sources import (
     LengthDist,
     Prompt,
@@ -20,15 +21,18 @@ def length_dist(spec: LengthSpec) -> LengthDist:
     )
 
 
-async def build_prompts(spec: ServingSpec, base_url: str) -> list[Prompt]:
-    """Prompts with exact token lengths (random) or from a dataset file.
+async def build_prompts(
+    spec: ServingSpec, base_url: str, headers: RequestHeaders = NO_HEADERS
+) -> list[Prompt]:
+    """Prompts with exact token lengths (random) or from a dataset file; a tokenizer of
+    the target's /tokenize is sent ``headers``.
 
     Failures here happen before any load is sent and are the user's to fix (exit 2).
     """
     workload = spec.workload
     tokenizer = None
     try:
-        tokenizer = resolve_tokenizer(workload.tokenizer, base_url)
+        tokenizer = resolve_tokenizer(workload.tokenizer, base_url, headers=headers)
         if workload.kind == "random":
             if tokenizer is None:
                 raise UsageError(

@@ -25,6 +25,7 @@ import aiohttp
 from tokenizers import Tokenizer
 
 from suites.errors import SuiteError
+from suites.serving.load.auth import NO_HEADERS, RequestHeaders
 
 
 class TokenizerError(SuiteError):
@@ -239,7 +240,8 @@ class ServerTokenizer:
     tokenize each chunk separately, so a token the model merges across a chunk boundary is
     counted in both chunks: totals can exceed the count of the whole text. Use a local
     HFTokenizer where exact per-chunk counts matter. An instance belongs to the event loop it is
-    first used in (its session and semaphore bind to it).
+    first used in (its session and semaphore bind to it). Every POST carries `headers` (the run's
+    API key and spec headers), whose secrets are masked in every error it raises.
     """
 
     def __init__(
@@ -249,8 +251,10 @@ class ServerTokenizer:
         *,
         timeout_s: float = 30.0,
         max_in_flight: int = 16,
+        headers: RequestHeaders = NO_HEADERS,
     ) -> None:
         self.url = base_url.rstrip("/") + "/tokenize"
+        self._headers = headers
         self._session = session
         self._owns_session = session is None
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -267,7 +271,8 @@ class ServerTokenizer:
         tokens = body.get("tokens")
         if isinstance(tokens, list):
             return len(tokens)
-        raise TokenizerError(f"{self.url} answered without 'count' or 'tokens': {str(body)[:200]}")
+        shown = self._headers.redact(str(body))[:200]
+        raise TokenizerError(f"{self.url} answered without 'count' or 'tokens': {shown}")
 
     async def acount_many(self, texts: list[str]) -> list[int]:
         return list(await asyncio.gather(*(self.acount(t) for t in texts)))
@@ -326,10 +331,12 @@ class ServerTokenizer:
         try:
             async with (
                 self._in_flight,
-                self._session.post(self.url, json=payload, timeout=self._timeout) as resp,
+                self._session.post(
+                    self.url, json=payload, timeout=self._timeout, headers=self._headers.values
+                ) as resp,
             ):
                 if resp.status != 200:
-                    detail = (await resp.text())[:200]
+                    detail = self._headers.redact(await resp.text())[:200]
                     raise TokenizerError(
                         f"POST {self.url} returned HTTP {resp.status}: {detail}; the target must "
                         "serve vLLM's /tokenize endpoint, or give a local tokenizer directory"
@@ -341,9 +348,12 @@ class ServerTokenizer:
                 "target running? Or give workload.tokenizer a local tokenizer directory"
             ) from exc
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise TokenizerError(f"POST {self.url} failed: {exc!r}") from exc
+            raise TokenizerError(
+                f"POST {self.url} failed: {self._headers.redact(repr(exc))}"
+            ) from exc
         if not isinstance(body, dict):
-            raise TokenizerError(f"{self.url} answered with a non-object: {str(body)[:200]}")
+            shown = self._headers.redact(str(body))[:200]
+            raise TokenizerError(f"{self.url} answered with a non-object: {shown}")
         return body
 
 
@@ -351,9 +361,10 @@ def resolve_tokenizer(
     spec_value: str | None,
     base_url: str | None,
     session: aiohttp.ClientSession | None = None,
+    headers: RequestHeaders = NO_HEADERS,
 ) -> TargetTokenizer | None:
     """The tokenizer a spec asks for: none (None or ""), "server" (the target's /tokenize at
-    `base_url`), or any other value as a local Hugging Face tokenizer directory."""
+    `base_url`, sent `headers`), or any other value as a local Hugging Face tokenizer directory."""
     if not spec_value:
         return None
     if spec_value == "server":
@@ -362,5 +373,5 @@ def resolve_tokenizer(
                 "tokenizer 'server' needs the target's base URL; give one, or a local "
                 "tokenizer directory instead"
             )
-        return ServerTokenizer(base_url, session)
+        return ServerTokenizer(base_url, session, headers=headers)
     return HFTokenizer.from_dir(spec_value)

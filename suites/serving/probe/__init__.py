@@ -1,0 +1,1 @@
+"""``moeperf probe``: what a target supports, found with a few bounded requests."""
