@@ -1,6 +1,7 @@
 """The reference target behind an API key, driven by the ``moeperf`` CLI (real processes on
 127.0.0.1): ``moeperf target serve --api-key KEY`` refuses /v1/* without it, a run with
-``target.api_key_env`` completes, and the key appears in no file and no output.
+``target.api_key_env`` completes (its probe included), ``moeperf probe --api-key-env``
+gets in, and the key appears in no file and no output.
 
 A random key is planted; every command's stdout and stderr, the server's, and every file
 written under the test's directory (runs, report, spec) are searched for it and for the
@@ -120,6 +121,15 @@ def test_a_keyed_reference_target_is_driven_and_the_key_is_written_nowhere(tmp_p
         report = moeperf("report", "report", "latest", key=None)
         assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
         assert (complete.directory / "report.html").is_file()
+        # moeperf probe with the key: it gets in, and its JSON goes under the test's directory.
+        probed = tmp_path / "probe.json"
+        probe = moeperf(
+            "probe", "probe", url, "--api", "completions", "--api-key-env", KEY_VAR,
+            "--header", "X-Org=acme", "--json", str(probed), key=KEY,
+        )  # fmt: skip
+        assert probe.returncode == 0, probe.stdout[-3000:] + probe.stderr[-3000:]
+        assert json.loads(probed.read_text(encoding="utf-8"))["tokenize"] is True
+        assert complete.manifest.target["probe"]["metrics"]["dialect"] == "reference"
 
         # A real failure the target answers: prompt + output beyond its context.
         over = f"workload.output_tokens.mean={MAX_CONTEXT}"
