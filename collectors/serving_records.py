@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from collectors.capacity_records import CapacitySummary
 from collectors.quantiles import CI_METHOD, EMPTY, ESTIMATOR, Described
 from collectors.target_counters import TargetCounters
 
@@ -190,3 +191,5 @@ class ServingSummary:
     percentile_estimator: str = ESTIMATOR
     confidence_interval: str = CI_METHOD
     scenarios: dict[str, ScenarioSummary] = field(default_factory=dict)
+    # A capacity run's search (suites/serving/capacity); None for a sweep.
+    capacity: CapacitySummary | None = None

@@ -21,7 +21,7 @@ Dialects (the target's names -> ``collectors.metric_names`` plus the extras belo
 - reference (``reference_``): the contract the reference serving engine must export, in
   ``REFERENCE_CONTRACT`` (exposition names, ``_total`` on counters): vLLM's set plus its
   engine steps; accepted tokens per draft ``position`` only where MTP is on.
-- synthetic (``synthetic_``): running requests and token/request counters; it has no KV
+- synthetic (``synthetic_``): running and waiting requests, token/request counters; it has no KV
   cache, prefix cache, speculation or experts, so those series are absent, never zero.
 
 ``mn.TARGET_FINISHED_REQUESTS`` is each engine's own notion: vLLM ``request_success`` (every
@@ -163,6 +163,7 @@ REFERENCE = Dialect("reference", "reference_", (
 ))  # fmt: skip
 SYNTHETIC = Dialect("synthetic", "synthetic_", (
     _s("synthetic_requests_running", mn.TARGET_RUNNING),
+    _s("synthetic_requests_waiting", mn.TARGET_WAITING),
     _s("synthetic_prompt_tokens", mn.TARGET_PROMPT_TOKENS),
     _s("synthetic_generation_tokens", mn.TARGET_GENERATION_TOKENS),
     _s("synthetic_requests", mn.TARGET_FINISHED_REQUESTS, only=(("status", ("ok",)),)),

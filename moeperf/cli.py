@@ -156,6 +156,10 @@ def _show(store: RunStore, run: str, console: Console) -> None:
             console.print(throughput_line(scenario, entry))
             line = target_counters_line(scenario, entry, unavailable)
             console.print(line, markup=False, highlight=False)
+        if summary.capacity is not None:
+            from suites.serving.capacity.present import capacity_table
+
+            console.print(capacity_table(summary.capacity))
     console.print(f"percentiles: {summary.percentile_estimator}; CI: {summary.confidence_interval}")
     console.print(f"results: {reader.directory}")
 

@@ -18,6 +18,7 @@ from types import ModuleType
 from collectors import latency, quantiles, summary
 from reports.figures import (
     baseline_trend,
+    capacity,
     cdf,
     concurrency,
     errors,
@@ -37,6 +38,7 @@ from reports.render import Chart, Section
 DEFINITIONS: tuple[ModuleType, ...] = (latency, summary, quantiles)
 CHARTS: tuple[ModuleType, ...] = (
     concurrency,
+    capacity,
     percentiles,
     cdf,
     timeline,

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.capacity_records import CapacitySummary
 from collectors.errors import CollectorError
 from collectors.latency import itl_samples_s, per_request
 from collectors.serving_records import NO_SLO, ScenarioSummary, ServingSummary, Slo
@@ -22,6 +23,7 @@ from collectors.summary import summarize_requests
 from collectors.target_counters import metrics_unavailable
 from reports.appendix import appendix_html
 from reports.errors import ReportUsageError
+from reports.figures.capacity import capacity_probes
 from reports.figures.cdf import CURVE_COLUMNS, cdf_curves, curve_frame, latency_cdf
 from reports.figures.concurrency import concurrency_curve, levels_frame
 from reports.figures.errors import error_bars, error_counts
@@ -212,6 +214,42 @@ def _itl_curves(requests: pd.DataFrame, keep: pd.Series) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CURVE_COLUMNS)
 
 
+def _capacity_blocks(
+    capacity: CapacitySummary, scenarios: Mapping[str, ScenarioSummary]
+) -> list[Chart | Table]:
+    """The capacity search: its answer and probes as a table, and the probes' chart."""
+    unit = capacity.unit
+    verdicts = {True: "held", False: "failed", None: "not judged"}
+    rows = [
+        {
+            "probe": number,
+            unit: probe.level,
+            "scenario": probe.scenario,
+            "phase": probe.phase,
+            "SLOs": verdicts[probe.passed],
+            "why": probe.reason,
+        }
+        for number, probe in enumerate(capacity.probes, start=1)
+    ]
+    caption = (
+        f"Capacity for {capacity.criteria}: {capacity.answer()} (search {capacity.status}). "
+        "Bracketing "
+        "from the start level by the growth factor, then bisection; each probe is one "
+        "load level of this run, judged on its point estimates (p99: numpy linear "
+        "quantile of the level's measured ok requests; goodput ratio: ok requests "
+        "meeting [slo] / measured requests), each with its 95% interval."
+    )
+    return [
+        Table(pd.DataFrame(rows), caption),
+        Chart(
+            capacity_probes(capacity, scenarios),
+            "Each point is a probe (its number in the search); the dashed line is the "
+            "limit; the shaded band is where the capacity lies.",
+            drawn_by=("capacity",),
+        ),
+    ]
+
+
 def _serving_blocks(run: RunData) -> list[Chart | Table]:
     requests = run.requests
     if requests.empty:
@@ -240,6 +278,8 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
             drawn_by=("percentiles",),
         )
     )
+    if isinstance(run.summary, ServingSummary) and run.summary.capacity is not None:
+        blocks += _capacity_blocks(run.summary.capacity, scenarios)
     counters = target_counters_table(scenarios, metrics_unavailable(run.server_metrics))
     if counters is not None:
         blocks.append(counters)

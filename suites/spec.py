@@ -458,6 +458,39 @@ class SamplingSpec(_Strict):
         return Sampling(self.temperature, self.top_p, self.top_k, self.seed)
 
 
+class CapacitySpec(_Strict):
+    """``[capacity]``: search for the highest load level at which the SLOs below hold,
+    instead of sweeping ``load.levels`` (suites/serving/capacity). Levels are streams
+    (``load.mode = "concurrency"``) or requests/s (open loop); each probe is one level,
+    bounded as ``[load]`` bounds a level. At least one criterion is needed."""
+
+    start: Positive = 4.0
+    growth: Annotated[float, Field(gt=1)] = 2.0
+    min_level: Positive = 1.0
+    max_level: Positive = 1024.0
+    # Stop bisecting at this width (streams: 1, adjacent levels).
+    resolution: Positive = 1.0
+    max_probes: Annotated[int, Field(ge=2)] = 12
+    ttft_p99_s: Positive | None = None
+    tpot_p99_s: Positive | None = None
+    # Goodput per [slo]: the fraction of measured requests that are ok and meet it.
+    min_goodput_ratio: Annotated[float, Field(gt=0, le=1)] | None = None
+
+    @model_validator(mode="after")
+    def _criteria(self) -> CapacitySpec:
+        if self.ttft_p99_s is None and self.tpot_p99_s is None and self.min_goodput_ratio is None:
+            raise ValueError(
+                "give at least one criterion: capacity.ttft_p99_s, capacity.tpot_p99_s or "
+                "capacity.min_goodput_ratio"
+            )
+        if not self.min_level <= self.start <= self.max_level:
+            raise ValueError(
+                f"capacity.start ({self.start:g}) must lie from capacity.min_level "
+                f"({self.min_level:g}) to capacity.max_level ({self.max_level:g})"
+            )
+        return self
+
+
 class ServingSpec(_Strict):
     suite: Literal["serving"] = "serving"
     name: str
@@ -470,6 +503,19 @@ class ServingSpec(_Strict):
     harness: HarnessSpec = HarnessSpec()
     export: ExportSpec = ExportSpec()
     gate: GateSpec = GateSpec()
+    # Set: an SLO capacity search instead of the sweep of load.levels.
+    capacity: CapacitySpec | None = None
+
+    @model_validator(mode="after")
+    def _goodput_needs_slo(self) -> ServingSpec:
+        wants_goodput = self.capacity is not None and self.capacity.min_goodput_ratio is not None
+        no_slo = self.slo.ttft_s is None and self.slo.tpot_s is None and self.slo.e2e_s is None
+        if wants_goodput and no_slo:
+            raise ValueError(
+                "capacity.min_goodput_ratio counts requests meeting [slo]: set "
+                "slo.ttft_s, slo.tpot_s or slo.e2e_s"
+            )
+        return self
 
 
 @dataclass(frozen=True)

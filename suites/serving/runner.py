@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from collectors.capacity_records import CapacitySummary
 from collectors.records import RequestRecord
 from collectors.serving_records import (
     ServingSummary,
@@ -28,6 +29,7 @@ from collectors.store import RunStore, RunWriter, interrupts_end_runs
 from collectors.summary import summarize_requests
 from collectors.tables import records_frame
 from suites.errors import UsageError
+from suites.serving.capacity.run import capacity_note, capacity_verdict, search_capacity
 from suites.serving.embedded.process import running_target
 from suites.serving.embedded.reference import running_reference, with_reference_defaults
 from suites.serving.load.arrivals import arrival_offsets_s, split_evenly, split_round_robin
@@ -308,31 +310,43 @@ def _run_levels(
         observers.record(record)
 
     outcomes: list[LevelOutcome] = []
+
+    def run_level(level: float, max_requests: int | None = None) -> LevelOutcome:
+        # A capacity probe may send more than load.max_requests (its warm-up included).
+        level_spec = spec
+        if max_requests is not None:
+            bounded = spec.load.model_copy(update={"max_requests": max_requests})
+            level_spec = spec.model_copy(update={"load": bounded})
+        start_ns = time.monotonic_ns() + int(_LEVEL_START_DELAY_S * 1e9)
+        plans = plan_level(level_spec, level, len(outcomes), workers, start_ns, len(prompts))
+        scenario = scenario_name(load.mode, level)
+        progress.level_started(scenario, load.level_limit_s)
+        observers.level_started(scenario, level)
+        reports = pool.run_level(plans, keep, progress.finished, progress.tick, observers.health)
+        reasons = client_bottlenecks(
+            reports,
+            open_loop=load.mode != "concurrency",
+            capped=load.max_concurrency > 0,
+            max_loop_lag_p99_s=spec.harness.max_loop_lag_p99_s,
+            max_cpu_fraction=spec.harness.max_cpu_fraction,
+            min_achieved_rate_ratio=spec.harness.min_achieved_rate_ratio,
+        )
+        verdict = judge_level(scenario, measured_counts(records.values(), scenario), reasons)
+        outcome = LevelOutcome(scenario, level, reports, verdict)
+        outcomes.append(outcome)
+        _note_count_limit(run, level_spec, outcome)
+        progress.level_done(outcome)
+        observers.level_done(scenario, client_bound=verdict.status == "invalid")
+        return outcome
+
+    capacity: CapacitySummary | None = None
     try:
         pool.wait_ready()
-        for index, level in enumerate(load.levels):
-            start_ns = time.monotonic_ns() + int(_LEVEL_START_DELAY_S * 1e9)
-            plans = plan_level(spec, level, index, workers, start_ns, len(prompts))
-            scenario = scenario_name(load.mode, level)
-            progress.level_started(scenario, load.level_limit_s)
-            observers.level_started(scenario, level)
-            reports = pool.run_level(
-                plans, keep, progress.finished, progress.tick, observers.health
-            )
-            reasons = client_bottlenecks(
-                reports,
-                open_loop=load.mode != "concurrency",
-                capped=load.max_concurrency > 0,
-                max_loop_lag_p99_s=spec.harness.max_loop_lag_p99_s,
-                max_cpu_fraction=spec.harness.max_cpu_fraction,
-                min_achieved_rate_ratio=spec.harness.min_achieved_rate_ratio,
-            )
-            verdict = judge_level(scenario, measured_counts(records.values(), scenario), reasons)
-            outcome = LevelOutcome(scenario, level, reports, verdict)
-            outcomes.append(outcome)
-            _note_count_limit(run, spec, outcome)
-            progress.level_done(outcome)
-            observers.level_done(scenario, client_bound=verdict.status == "invalid")
+        if spec.capacity is None:
+            for level in load.levels:
+                run_level(level)
+        else:
+            capacity = search_capacity(spec, spec.capacity, run_level, records.values())
     except BaseException:
         pool.drain(keep)
         observers.stop_scraping()
@@ -342,8 +356,14 @@ def _run_levels(
         pool.close()
     observers.stop_scraping()
     truth = _ground_truth(spec, base_url, list(records.values()))
-    _write_summary(run, spec, list(records.values()), outcomes, truth)
-    status, reason = run_verdict([o.verdict for o in outcomes])
+    _write_summary(run, spec, list(records.values()), outcomes, truth, capacity)
+    if capacity is not None:
+        # Levels above the capacity may fail (an overloaded target times out): that is
+        # what the search measures, not a failure of the run.
+        run.add_note(capacity_note(capacity))
+        status, reason = capacity_verdict(capacity)
+    else:
+        status, reason = run_verdict([o.verdict for o in outcomes])
     if status != "complete" and warn_only:
         run.add_note(
             f"--warn-only: the run ended {status}, and the command exits 0 all the same; "
@@ -398,6 +418,7 @@ def _write_summary(
     records: list[RequestRecord],
     outcomes: list[LevelOutcome],
     truth: dict[str, dict[str, Any]] | None,
+    capacity: CapacitySummary | None = None,
 ) -> None:
     frame = records_frame(records)
     slo = Slo(**spec.slo.model_dump())
@@ -429,4 +450,4 @@ def _write_summary(
                 reason += f" (errors so far: {error_counts_text(entry.error_types)})"
             scenarios[name] = dataclasses.replace(entry, status="invalid", status_reason=reason)
     scenarios = with_target_counters(scenarios, run.directory)  # from the stored scrapes
-    run.write_summary(dataclasses.replace(summary, scenarios=scenarios))
+    run.write_summary(dataclasses.replace(summary, scenarios=scenarios, capacity=capacity))

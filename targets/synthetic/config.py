@@ -40,9 +40,15 @@ class SyntheticConfigError(ValueError):
 class SyntheticConfig:
     """Timing and fault model of the synthetic OpenAI-compatible server.
 
-    Delays (seconds, measured on the server from receipt of the request):
-    ``ttft_s`` to the first token chunk, then ``tokens_per_chunk * itl_s`` before each
-    further chunk (the last chunk may hold fewer tokens and is due correspondingly sooner).
+    Delays (seconds, measured on the server from when the request starts, which is its
+    receipt unless it has to queue): ``ttft_s`` to the first token chunk, then
+    ``tokens_per_chunk * itl_s`` before each further chunk (the last chunk may hold fewer
+    tokens and is due correspondingly sooner).
+
+    Capacity: with ``max_concurrent_streams`` N > 0, at most N requests are answered at
+    once; the others wait in arrival order (FIFO, never refused) and start when one
+    finishes, so a client sees TTFT = queue wait + ``ttft_s``. 0 is no limit. The limit
+    changes no draw: the n-th request keeps its fault and delays.
 
     Jitter multiplies each nominal delay independently (TTFT, each inter-chunk gap), with
     ``jitter_scale`` relative to it: uniform = 1 +/- scale, normal = 1 + N(0, scale),
@@ -76,6 +82,7 @@ class SyntheticConfig:
     usage: UsageMode = "as_requested"
     role_chunk: bool = True
     reject_unknown_fields: bool = False
+    max_concurrent_streams: int = 0
 
     def __post_init__(self) -> None:
         for name in ("ttft_s", "itl_s", "jitter_scale", "stall_s"):
@@ -85,6 +92,7 @@ class SyntheticConfig:
         for name in ("tokens_per_chunk", "default_output_tokens", "max_records"):
             _check_int(name, getattr(self, name), low=1)
         _check_int("seed", self.seed, low=None)
+        _check_int("max_concurrent_streams", self.max_concurrent_streams, low=0)
         if self.jitter not in JITTER_KINDS:
             raise SyntheticConfigError(
                 ["jitter"], f"must be one of {', '.join(JITTER_KINDS)}; got {self.jitter!r}"

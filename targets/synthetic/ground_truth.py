@@ -24,7 +24,10 @@ class GroundTruthRecord:
     read it earlier) (role-only, usage-only, malformed and [DONE] events are not
     listed), ``chunk_tokens[i]`` is how many tokens it carried. ``max_lag_ns`` is the
     largest (write start - deadline) over those chunks: the server's own scheduling lag.
-    ``status`` is running, ok, error, truncated or cancelled (the client went away).
+    ``dequeued_ns`` is when the request left the stream queue (``max_concurrent_streams``)
+    and its delays began: ``received_ns`` plus the queue wait, None while it still waits.
+    ``status`` is waiting (for a stream slot), running, ok, error, truncated or cancelled
+    (the client went away).
     """
 
     id: str
@@ -33,12 +36,18 @@ class GroundTruthRecord:
     prompt_tokens: int
     fault: str | None
     fault_chunk: int | None
-    status: str = "running"
+    status: str = "waiting"
+    dequeued_ns: int | None = None
     done_ns: int | None = None
     max_lag_ns: int = 0
     # array('q') rather than list: 8 bytes an entry, not ~36, with max_records kept around.
     chunk_write_ns: array = field(default_factory=lambda: array("q"))
     chunk_tokens: array = field(default_factory=lambda: array("q"))
+
+    @property
+    def queue_wait_ns(self) -> int | None:
+        """Time spent waiting for a stream slot; None while still waiting."""
+        return None if self.dequeued_ns is None else self.dequeued_ns - self.received_ns
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON-ready dict (the shape served by /ground_truth)."""
@@ -47,6 +56,8 @@ class GroundTruthRecord:
             "stream": self.stream,
             "status": self.status,
             "received_ns": self.received_ns,
+            "dequeued_ns": self.dequeued_ns,
+            "queue_wait_ns": self.queue_wait_ns,
             "chunk_write_ns": self.chunk_write_ns.tolist(),
             "chunk_tokens": self.chunk_tokens.tolist(),
             "done_ns": self.done_ns,

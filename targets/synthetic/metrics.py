@@ -9,6 +9,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from targets.synthetic.plan import FAULTS
+from targets.synthetic.slots import StreamSlots
 
 # Outcome of a generation request: the bounded label set of synthetic_requests_total.
 # ok: answered in full (with a stall or a malformed event, if that was its fault);
@@ -18,9 +19,9 @@ STATUSES = ("ok", "error", "invalid", "truncated", "cancelled")
 
 
 class SyntheticMetrics:
-    """Counters and gauges of one synthetic server."""
+    """Counters and gauges of one synthetic server; the gauges read ``slots`` when scraped."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, slots: StreamSlots) -> None:
         self.registry = registry
         self.requests = Counter(
             "synthetic_requests",
@@ -44,11 +45,25 @@ class SyntheticMetrics:
             ["fault"],
             registry=registry,
         )
+        # Read from the slots at scrape time, so no code path can leave them off by one.
         self.running = Gauge(
             "synthetic_requests_running",
-            "Generation requests being handled now.",
+            "Generation requests holding a stream slot (being answered) now.",
             registry=registry,
         )
+        self.running.set_function(lambda: slots.running)
+        self.waiting = Gauge(
+            "synthetic_requests_waiting",
+            "Generation requests queued for a stream slot (max_concurrent_streams) now.",
+            registry=registry,
+        )
+        self.waiting.set_function(lambda: slots.waiting)
+        self.max_streams = Gauge(
+            "synthetic_max_concurrent_streams",
+            "Stream slots: requests answered at once at most (0: no limit).",
+            registry=registry,
+        )
+        self.max_streams.set(slots.limit)
         # Touch every label so each series is exported from the start, at 0.
         for status in STATUSES:
             self.requests.labels(status)

@@ -21,10 +21,11 @@ FAULTS = ("error", "stall", "malformed", "truncate")
 class RequestPlan:
     """Chunking, deadlines and fault of one request.
 
-    ``due_ns[i]`` is when token chunk ``i`` is due, in ns after the request was received;
-    it already contains the stall when ``fault == "stall"``. ``fault_chunk`` is the token
-    chunk the fault happens just before (the stall, the malformed event, the truncation),
-    the first chunk after half of the tokens; None without a mid-stream fault.
+    ``due_ns[i]`` is when token chunk ``i`` is due, in ns after the request started (left
+    the stream queue, which without a wait is when it was received); it already contains
+    the stall when ``fault == "stall"``. ``fault_chunk`` is the token chunk the fault
+    happens just before (the stall, the malformed event, the truncation), the first chunk
+    after half of the tokens; None without a mid-stream fault.
     """
 
     fault: str | None

@@ -48,8 +48,15 @@ async def start(
 ) -> RunningServer:
     """Start the server on the running event loop; ``port=0`` picks a free port."""
     require_loopback(host)
+    # handler_cancellation: aiohttp cancels the handler of a client that went away, so a
+    # request queued for a stream slot (nothing written yet, no write to fail) leaves the
+    # queue at once instead of taking a slot later; a stream being written ends at once
+    # too, stall or not, rather than at its next write.
     runner = web.AppRunner(
-        build_app(config, clock_ns, registry), access_log=None, shutdown_timeout=1.0
+        build_app(config, clock_ns, registry),
+        access_log=None,
+        shutdown_timeout=1.0,
+        handler_cancellation=True,
     )
     await runner.setup()
     try:

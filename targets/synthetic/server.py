@@ -1,10 +1,11 @@
 """The synthetic OpenAI-compatible server: known latencies, recorded ground truth.
 
-Each generation request is planned up front (``plan.py``), then every token chunk is
-written at an absolute deadline, ``received + ttft + inter-chunk delays``, so a late chunk
-(event-loop lag) does not push back the ones after it. The clock is read right before
-each write hands the bytes to the socket and kept per response id (``ground_truth.py``)
-for clients to compare with.
+Each generation request is planned up front (``plan.py``), waits for a stream slot when
+``max_concurrent_streams`` are already being answered (``slots.py``), then every token
+chunk is written at an absolute deadline, ``dequeued + ttft + inter-chunk delays``
+(dequeued = received when it did not wait), so a late chunk (event-loop lag) does not
+push back the ones after it. The clock is read right before each write hands the bytes
+to the socket and kept per response id (``ground_truth.py``) for clients to compare with.
 
 Where the stream differs from vLLM's (role chunk, usage, ``[DONE]``, strict fields) is the
 config's ``WireVariant``; its ``shape`` of each response is followed here and in
@@ -46,6 +47,7 @@ from targets.synthetic.openai_request import (
     prompt_text,
 )
 from targets.synthetic.plan import NS_PER_S, RequestPlan, plan_request
+from targets.synthetic.slots import StreamSlots
 from targets.synthetic.tokenizer import encode, token_strs
 
 ClockNs = Callable[[], int]
@@ -63,6 +65,7 @@ class _State:
     wire: WireVariant
     clock_ns: ClockNs
     store: GroundTruthStore
+    slots: StreamSlots
     metrics: SyntheticMetrics
     # Request index: part of the response id and of the seed of the request's draws.
     indices: itertools.count = field(default_factory=lambda: itertools.count(1))
@@ -80,15 +83,19 @@ def build_app(
 
     ``clock_ns`` stamps the ground truth and paces the deadlines, so it must advance with
     real time (``time.monotonic_ns``, possibly offset). ``registry`` defaults to a fresh
-    one per app.
+    one per app. Run it with ``handler_cancellation=True`` (``running.py`` does), or a
+    request whose client goes away while it waits for a stream slot keeps its place in the
+    queue until its first write fails.
     """
     app = web.Application(client_max_size=_MAX_BODY_BYTES)
+    slots = StreamSlots(config.max_concurrent_streams)
     app[_STATE] = _State(
         config=config,
         wire=config.wire_variant(),
         clock_ns=clock_ns,
         store=GroundTruthStore(config.max_records),
-        metrics=SyntheticMetrics(registry if registry is not None else CollectorRegistry()),
+        slots=slots,
+        metrics=SyntheticMetrics(registry if registry is not None else CollectorRegistry(), slots),
     )
     app.router.add_post("/v1/chat/completions", _chat_completions)
     app.router.add_post("/v1/completions", _completions)
@@ -113,7 +120,6 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
     state = request.app[_STATE]
     received_ns = state.clock_ns()
     metrics = state.metrics
-    metrics.running.inc()
     record: GroundTruthRecord | None = None
     try:
         try:
@@ -127,6 +133,8 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
             )
         except ApiError as exc:
             return _refusal(exc)
+        # Drawn on acceptance, before any queue wait: the n-th request accepted keeps the
+        # n-th plan whatever the stream limit.
         index = next(state.indices)
         plan = plan_request(state.config, index, gen.output_tokens)
         record = GroundTruthRecord(
@@ -141,38 +149,58 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         metrics.prompt_tokens.inc(gen.prompt_tokens)
         if plan.fault is not None:
             metrics.faults.labels(plan.fault).inc()
-        if plan.fault == "error":
-            record.status = "error"
-            record.done_ns = state.clock_ns()
-            response = _error(500, "synthetic fault: injected server error", kind="server_error")
-            response.headers["X-Request-Id"] = record.id
-            return response
-        shape = state.wire.shape(
-            chat=chat, include_usage=gen.include_usage, continuous_usage=gen.continuous_usage
-        )
-        job = _Job(gen, plan, record, shape)
-        if gen.stream:
-            return await _stream(request, state, job)
-        return await _whole(request, state, job)
+        # The slot is held from here to the end of the response, whatever ends it; a
+        # client that goes away cancels this handler (handler_cancellation), freeing it.
+        async with state.slots:
+            return await _answer(request, state, gen, plan, record)
     except asyncio.CancelledError:
         if record is not None:
             record.status = "cancelled"
         raise
     finally:
-        metrics.running.dec()
         status = "invalid" if record is None else record.status
-        # "running" here means an exception escaped mid-request: count it as an error.
-        metrics.requests.labels("error" if status == "running" else status).inc()
+        # "waiting" or "running" here means an exception escaped: count it as an error.
+        metrics.requests.labels("error" if status in ("waiting", "running") else status).inc()
+
+
+async def _answer(
+    request: web.Request,
+    state: _State,
+    gen: GenerationRequest,
+    plan: RequestPlan,
+    record: GroundTruthRecord,
+) -> web.StreamResponse:
+    # Called holding a stream slot: the request leaves the queue now, and the plan's
+    # deadlines count from here.
+    record.dequeued_ns = dequeued_ns = state.clock_ns()
+    record.status = "running"
+    if plan.fault == "error":
+        record.status = "error"
+        record.done_ns = state.clock_ns()
+        response = _error(500, "synthetic fault: injected server error", kind="server_error")
+        response.headers["X-Request-Id"] = record.id
+        return response
+    shape = state.wire.shape(
+        chat=gen.chat, include_usage=gen.include_usage, continuous_usage=gen.continuous_usage
+    )
+    job = _Job(gen, plan, record, shape, dequeued_ns)
+    if gen.stream:
+        return await _stream(request, state, job)
+    return await _whole(request, state, job)
 
 
 @dataclass(frozen=True)
 class _Job:
-    """A planned generation request: what was asked, how it is answered, its record."""
+    """A planned generation request: what was asked, how it is answered, its record.
+
+    ``dequeued_ns`` is when it got its stream slot: the plan's deadlines count from it.
+    """
 
     gen: GenerationRequest
     plan: RequestPlan
     record: GroundTruthRecord
     shape: StreamShape
+    dequeued_ns: int
 
 
 async def _stream(request: web.Request, state: _State, job: _Job) -> web.StreamResponse:
@@ -185,9 +213,9 @@ async def _stream(request: web.Request, state: _State, job: _Job) -> web.StreamR
     note_write = record.chunk_write_ns.append
     note_tokens = record.chunk_tokens.append
     count_tokens = state.metrics.generation_tokens.inc
-    received_ns = record.received_ns
     last = len(plan.chunk_tokens) - 1
     start = 0
+    dequeued_ns = job.dequeued_ns
     try:
         await response.prepare(request)
         if shape.role_chunk:
@@ -200,7 +228,7 @@ async def _stream(request: web.Request, state: _State, job: _Job) -> web.StreamR
                     _close_connection(request)
                     record.status = "truncated"
                     return response
-            due_ns += received_ns
+            due_ns += dequeued_ns
             await _sleep_until(clock_ns, due_ns)
             chunk = encoder.tokens(start, tokens, i == last)
             # Stamped just before the write: aiohttp hands the bytes to the socket
@@ -227,7 +255,7 @@ async def _stream(request: web.Request, state: _State, job: _Job) -> web.StreamR
 async def _whole(request: web.Request, state: _State, job: _Job) -> web.StreamResponse:
     gen, plan, record = job.gen, job.plan, job.record
     # A non-streamed response is one write of all tokens, due when the last chunk would be.
-    due_ns = record.received_ns + plan.due_ns[-1]
+    due_ns = job.dequeued_ns + plan.due_ns[-1]
     await _sleep_until(state.clock_ns, due_ns)
     if plan.fault == "malformed":
         body = MALFORMED_JSON

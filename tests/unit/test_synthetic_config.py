@@ -42,6 +42,9 @@ def test_defaults_are_valid_and_round_trip_through_a_dict():
         ("max_records", 0, ">= 1"),
         ("seed", 1.0, "integer"),
         ("model", "", "non-empty"),
+        ("max_concurrent_streams", -1, ">= 0"),
+        ("max_concurrent_streams", 2.0, "integer"),
+        ("max_concurrent_streams", True, "integer"),
     ],
 )
 def test_bad_values_name_the_field_and_the_valid_range(field, value, expected):
@@ -50,6 +53,13 @@ def test_bad_values_name_the_field_and_the_valid_range(field, value, expected):
     assert field in str(info.value)
     assert expected in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+def test_a_stream_limit_round_trips_and_defaults_to_none():
+    assert SyntheticConfig().max_concurrent_streams == 0  # no limit: every request at once
+    config = SyntheticConfig(max_concurrent_streams=4)
+    assert config.to_dict()["max_concurrent_streams"] == 4
+    assert SyntheticConfig.from_dict(config.to_dict()) == config
 
 
 def test_bad_jitter_lists_the_choices():

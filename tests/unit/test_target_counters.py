@@ -15,6 +15,7 @@ from collectors.target_metrics import CounterWindow, read_exposition
 from targets.serving.engine.api import EngineCounters, EngineStats
 from targets.serving.metrics import ReferenceMetrics
 from targets.synthetic.metrics import SyntheticMetrics
+from targets.synthetic.slots import StreamSlots
 
 
 class Scrapes:
@@ -126,7 +127,7 @@ def test_mtp_off_is_zero_drafts_not_absent():
 
 
 def test_synthetic_target_has_none_of_them():
-    metrics = SyntheticMetrics(CollectorRegistry())
+    metrics = SyntheticMetrics(CollectorRegistry(), StreamSlots(0))
     scrapes = Scrapes()
     page = lambda: generate_latest(metrics.registry).decode()  # noqa: E731
     scrapes.scrape(page())

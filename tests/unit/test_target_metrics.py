@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -31,6 +33,7 @@ from collectors.target_metrics import (
 from targets.serving.engine.api import EngineCounters, EngineStats
 from targets.serving.metrics import ReferenceMetrics
 from targets.synthetic.metrics import SyntheticMetrics
+from targets.synthetic.slots import StreamSlots
 
 # vLLM 0.10 (V1 engine, two data-parallel engines): old and new names side by side,
 # counters with _total, histograms, info metrics, and the process/python collectors.
@@ -245,16 +248,28 @@ def test_sglang_page_maps_ratios_as_gauges_and_reads_one_tensor_rank():
 
 
 def test_synthetic_target_real_exposition():
-    metrics = SyntheticMetrics(CollectorRegistry())
-    metrics.running.inc(3)
+    slots = StreamSlots(3)
+    metrics = SyntheticMetrics(CollectorRegistry(), slots)
     metrics.requests.labels("ok").inc(4)
     metrics.requests.labels("error").inc(2)  # not finished by the common definition
     metrics.generation_tokens.inc(256)
     metrics.prompt_tokens.inc(40)
-    text = generate_latest(metrics.registry).decode()
+
+    async def scrape_with_slots_full_and_two_queued() -> str:
+        for _ in range(3):
+            await slots.acquire()
+        queued = [asyncio.create_task(slots.acquire()) for _ in range(2)]
+        await asyncio.sleep(0)  # both are in the queue now
+        text = generate_latest(metrics.registry).decode()
+        for task in queued:
+            task.cancel()
+        return text
+
+    text = asyncio.run(scrape_with_slots_full_and_two_queued())
     assert detect_dialect(parse_exposition(text)) == "synthetic"
     assert values(text) == {
         mn.TARGET_RUNNING.name: 3.0,
+        mn.TARGET_WAITING.name: 2.0,
         TARGET_FINISHED_REQUESTS.name: 4.0,
         TARGET_GENERATION_TOKENS.name: 256.0,
         TARGET_PROMPT_TOKENS.name: 40.0,

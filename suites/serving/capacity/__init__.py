@@ -1,0 +1,1 @@
+"""The SLO capacity search: the highest load at which given SLOs hold."""
