@@ -40,6 +40,8 @@ class TransformersServe:
     # fit with room to spare; a larger cache would only take memory on a small host.
     cb_num_blocks: int = 64
     cb_max_batch_tokens: int = 512
+    # torch's intra-op threads (OMP_NUM_THREADS, read by torch at start); None: its default.
+    threads: int | None = None
 
 
 class ServerNotReady(RuntimeError):
@@ -84,6 +86,13 @@ def command(server: TransformersServe, port: int) -> list[str]:
     ]
 
 
+def _environment(server: TransformersServe) -> dict[str, str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if server.threads is not None:
+        env["OMP_NUM_THREADS"] = str(server.threads)
+    return env
+
+
 def _healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(url + "/health", timeout=2) as answer:
@@ -103,7 +112,7 @@ def running(server: TransformersServe, timeout_s: float = READY_TIMEOUT_S) -> It
             command(server, port),
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env=_environment(server),
             start_new_session=True,
         )
         try:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -111,18 +110,9 @@ def _served(arm: Arm, model_dir: Path, threads: int) -> Iterator[str]:
     if arm.kind != "transformers":
         yield ""
         return
-    # torch reads its intra-op thread count from OMP_NUM_THREADS at start.
-    saved = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    try:
-        # 128 blocks of 32 tokens: 16 streams of 128 + 64 tokens fit (the test's 64 hold 4).
-        with running(TransformersServe(model_dir, cb_num_blocks=128)) as url:
-            yield url
-    finally:
-        if saved is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = saved
+    # 128 blocks of 32 tokens: 16 streams of 128 + 64 tokens fit (the test's 64 hold 4).
+    with running(TransformersServe(model_dir, cb_num_blocks=128, threads=threads)) as url:
+        yield url
 
 
 def measure(
@@ -133,7 +123,8 @@ def measure(
         run_id = run_serving(loaded.serving, loaded.given, store)
     reader = store.open(run_id)
     summary = reader.summary()
-    assert isinstance(summary, ServingSummary)
+    if not isinstance(summary, ServingSummary):
+        raise RuntimeError(f"run {run_id} stored no serving summary ({reader.manifest.status})")
     requests = reader.requests()
     rows = []
     for scenario, entry in summary.scenarios.items():
