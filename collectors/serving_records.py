@@ -11,6 +11,7 @@ from typing import ClassVar, Literal
 
 from collectors.capacity_records import CapacitySummary
 from collectors.quantiles import CI_METHOD, EMPTY, ESTIMATOR, Described
+from collectors.sweep_records import SweepSummary
 from collectors.target_counters import TargetCounters
 
 
@@ -126,10 +127,11 @@ LevelStatus = Literal["ok", "failed", "invalid"]
 class ScenarioSummary:
     """One scenario (load level) of a serving run, its measured requests only.
 
-    The last six fields are the runner's: the level's load, its workers' own reports,
-    why the client may have set the numbers (empty: it did not), against the synthetic
-    target only the harness's measurement error, and the level's status with its reason
-    (error types first for a failed level). Summaries written before levels had a status
+    The fields from ``level`` on are the runner's: the level's load, its workers' own
+    reports, why the client may have set the numbers (empty: it did not), against the
+    synthetic target only the harness's measurement error, the level's status with its
+    reason (error types first for a failed level), the target's counters and the prompt
+    length of a sweep. Summaries written before levels had a status
     read as "ok".
     """
 
@@ -158,6 +160,9 @@ class ScenarioSummary:
     # The target's own counters over the level (collectors.target_counters); None: the
     # run stored no scrape of the target for it (scraping off, or /metrics unreadable).
     target_counters: TargetCounters | None = None
+    # A sweep over prompt lengths ([sweep] of the spec): the prompt tokens of every
+    # request of this scenario; None: the run swept load levels only.
+    input_tokens: int | None = None
 
 
 def empty_scenario(slo: Slo = NO_SLO) -> ScenarioSummary:
@@ -193,3 +198,5 @@ class ServingSummary:
     scenarios: dict[str, ScenarioSummary] = field(default_factory=dict)
     # A capacity run's search (suites/serving/capacity); None for a sweep.
     capacity: CapacitySummary | None = None
+    # A run over prompt lengths ([sweep]): the lengths, and those not available.
+    sweep: SweepSummary | None = None

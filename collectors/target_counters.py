@@ -10,8 +10,9 @@ run's scrapes into one ``TargetCounters`` per level:
   the level: the ``window_value`` of the level's last scrape, taken when the next level
   starts or the run ends, so the whole level is inside it. The target cannot tell warm-up
   and cool-down requests from measured ones: they are in these counts;
-- gauges (KV-cache usage, and SGLang's hit rate and accept length) are the mean and max of
-  the scrapes taken while the level ran (every ``export.scrape_interval_s``); the closing
+- gauges (KV-cache usage and blocks, running and waiting requests, and SGLang's hit rate
+  and accept length) are the mean and max of the scrapes taken while the level ran
+  (every ``export.scrape_interval_s``); the closing
   scrape, taken after the level drained, is left out, unless it is the level's only one
   (a level shorter than the interval): then ``gauge_scrapes`` is 0 and the gauges are that
   scrape's, the target's state right after the level.
@@ -58,6 +59,13 @@ class TargetCounters:
     generation_tokens_per_engine_step: float | None = None
     kv_usage_mean_ratio: float | None = None  # KV-cache blocks in use / total, 0 to 1
     kv_usage_max_ratio: float | None = None
+    # Where the target says how many blocks it has (the reference target): its total,
+    # and the blocks in use at the level's highest scrape (max ratio x total).
+    kv_blocks_total: float | None = None
+    kv_blocks_used_max: float | None = None
+    # The most requests the target ran, and kept waiting, at any scrape of the level.
+    running_max: float | None = None
+    waiting_max: float | None = None
     preemptions: float | None = None  # requests preempted (SGLang: retracted)
     # In the target's unit (vLLM and reference: prompt tokens).
     prefix_cache_queries: float | None = None
@@ -140,6 +148,9 @@ def _level(records: Sequence[Mapping[str, Any]]) -> TargetCounters:
         tokens_per_step = mean(gauge(mn.TARGET_ACCEPT_LENGTH))
     steps, generated = count(tm.TARGET_ENGINE_STEPS), count(mn.TARGET_GENERATION_TOKENS)
     kv = gauge(mn.TARGET_KV_USAGE)
+    kv_blocks = gauge(tm.TARGET_KV_BLOCKS)
+    blocks_total = kv_blocks[-1] if kv_blocks else None
+    running, waiting = gauge(mn.TARGET_RUNNING), gauge(mn.TARGET_WAITING)
     queries, hits = count(mn.TARGET_PREFIX_QUERIES), count(mn.TARGET_PREFIX_HITS)
     hit_ratio = _ratio(hits, queries)
     if queries is None:
@@ -158,6 +169,10 @@ def _level(records: Sequence[Mapping[str, Any]]) -> TargetCounters:
         generation_tokens_per_engine_step=_ratio(generated, steps),
         kv_usage_mean_ratio=mean(kv),
         kv_usage_max_ratio=max(kv) if kv else None,
+        kv_blocks_total=blocks_total,
+        kv_blocks_used_max=round(max(kv) * blocks_total) if kv and blocks_total else None,
+        running_max=max(running) if running else None,
+        waiting_max=max(waiting) if waiting else None,
         preemptions=count(tm.TARGET_PREEMPTIONS),
         prefix_cache_queries=queries,
         prefix_cache_hits=hits,

@@ -89,6 +89,14 @@ TARGET_ENGINE_STEPS = Metric(
     "short",
 )
 
+TARGET_KV_BLOCKS = Metric(
+    mn.PREFIX + "target_kv_cache_blocks",
+    "gauge",
+    "KV-cache blocks the target has in all (with the usage ratio: the blocks in use).",
+    mn.SERVING_LABELS,
+    "short",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class SeriesMap:
@@ -145,6 +153,7 @@ SGLANG = Dialect("sglang", "sglang:", (
 # counters with _total; expert tokens per (layer, expert); requests by status (ok counted).
 REFERENCE = Dialect("reference", "reference_", (
     _s("reference_kv_cache_usage_ratio", mn.TARGET_KV_USAGE),
+    _s("reference_kv_cache_blocks", TARGET_KV_BLOCKS),
     _s("reference_requests_running", mn.TARGET_RUNNING),
     _s("reference_requests_waiting", mn.TARGET_WAITING),
     _s("reference_prefix_cache_hits", mn.TARGET_PREFIX_HITS),

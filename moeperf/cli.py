@@ -160,6 +160,10 @@ def _show(store: RunStore, run: str, console: Console) -> None:
             from suites.serving.capacity.present import capacity_table
 
             console.print(capacity_table(summary.capacity))
+        if summary.sweep is not None:
+            from suites.serving.sweep_table import sweep_table
+
+            console.print(sweep_table(summary.sweep, summary.scenarios))
     console.print(f"percentiles: {summary.percentile_estimator}; CI: {summary.confidence_interval}")
     console.print(f"results: {reader.directory}")
 

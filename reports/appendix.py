@@ -2,10 +2,11 @@
 
 The module docstrings of ``collectors.latency``, ``collectors.summary`` and
 ``collectors.quantiles`` are the single source of truth for what TTFT, TPOT, ITL, E2E,
-throughput, goodput and the percentiles mean; the docstrings of the figure modules say
-how each chart is drawn from them. Quoting them here means the report and the code
-cannot disagree. Only the chart kinds a page contains are explained (each ``Chart`` names
-its figure modules in ``drawn_by``). Everything is escaped and shown as preformatted text.
+throughput, goodput and the percentiles mean (``collectors.prefill``: a sweep's prefill
+rates); the docstrings of the figure modules say how each chart is drawn from them.
+Quoting them here means the report and the code cannot disagree. Only the chart kinds a
+page contains are explained (each ``Chart`` names its figure modules in ``drawn_by``).
+Everything is escaped and shown as preformatted text.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from collectors import latency, quantiles, summary
+from collectors import prefill as prefill_rates
 from reports.figures import (
     baseline_trend,
     capacity,
@@ -24,25 +26,29 @@ from reports.figures import (
     errors,
     expert_load,
     forest,
+    interactivity,
     memory,
     micro,
     percentiles,
     prefill,
     steps,
+    sweep,
     timeline,
     training_events,
     training_throughput,
 )
 from reports.render import Chart, Section
 
-DEFINITIONS: tuple[ModuleType, ...] = (latency, summary, quantiles)
+DEFINITIONS: tuple[ModuleType, ...] = (latency, summary, quantiles, prefill_rates)
 CHARTS: tuple[ModuleType, ...] = (
     concurrency,
+    interactivity,
     capacity,
     percentiles,
     cdf,
     timeline,
     prefill,
+    sweep,
     errors,
     forest,
     steps,

@@ -34,6 +34,31 @@ the statistic with its bootstrap interval (95% by default):
   the regression is not established; the reason says which condition was missing.
 A metric only the candidate has is "only in candidate", informational.
 
+A capacity run (spec ``[capacity]``, ``collectors.capacity_records.CapacitySummary`` in its
+summary) adds one metric, "capacity streams" (or "capacity requests/s": the search's
+unit), of no load level, judged by ``capacity_verdict``. Each probe of the search is
+already a statistical verdict on its own level (the SLO criteria judged by point
+estimates with their intervals), so the gate compares the levels that held and failed,
+not samples: no test, no ratio, no minimum effect. With b the baseline's search and c
+the candidate's:
+- missing from candidate: b exists and the candidate has none. A failure. A search only
+  the candidate has is "only in candidate", informational.
+- inconclusive: the SLO criteria (``criteria``) or the load modes differ (the spec check
+  refuses such runs unless forced); the reason names both.
+- regression: c failed at a level b held (c.failed_level <= b.passed_level). A failure.
+- improvement: c held a level b failed (c.passed_level >= b.failed_level). Informational.
+- no change: neither, and both searches resolved (status "resolved"; their intervals then
+  overlap).
+- inconclusive otherwise: a search that did not resolve (probe_limit, above_max,
+  below_min, stopped); the reason names its status.
+The reason always gives both intervals (``CapacitySummary.answer()``). ``moeperf gate RUN
+--baseline`` passes each run's search (``reports.gate_output.judge_runs``); the paired
+gate and A/A calibration pool their blocks' samples and pass none.
+The two searches choose their probe levels from what they measure, so they need not probe
+the same ones: a level only the baseline probed has its metrics made optional
+(``reports.gate_output.unprobed_optional``: "optional, missing from candidate",
+informational), and the capacity verdict judges the search.
+
 Judged metrics are those with a decided outcome: regression, significant below minimum
 effect, improvement, no change. The run's verdict: FAIL (exit 1) when any metric regressed
 or a required one is missing from the candidate; else INCONCLUSIVE (exit 1) when the gate
@@ -50,6 +75,7 @@ from typing import Any
 
 import numpy as np
 
+from collectors.capacity_records import CapacitySummary
 from reports.comparability import FingerprintCheck, SpecCheck
 from reports.errors import ReportUsageError
 from reports.samples import MetricSamples
@@ -61,6 +87,9 @@ from reports.stats import (
     rank_test,
 )
 from reports.verdicts import GateResult, Verdict
+
+# The capacity verdict's name and metric class ("capacity streams": name and unit).
+CAPACITY = "capacity"
 
 
 def gate(
@@ -76,8 +105,11 @@ def gate(
     spec: SpecCheck | None = None,
     baseline_label: str = "baseline",
     candidate_label: str = "candidate",
+    baseline_capacity: CapacitySummary | None = None,
+    candidate_capacity: CapacitySummary | None = None,
 ) -> GateResult:
-    """Verdicts for every metric of either side (the rule is in the module docstring)."""
+    """Verdicts for every metric of either side (the rule is in the module docstring), and
+    the capacity verdict where either side has a capacity search."""
     base = _by_key(baseline, "baseline")
     cand = _by_key(candidate, "candidate")
     rng = np.random.default_rng(seed)
@@ -110,6 +142,9 @@ def gate(
     for entry, q in zip(tested, benjamini_hochberg([e["p_value"] for e in tested]), strict=True):
         entry["q_value"] = float(q)
     final = [v if isinstance(v, Verdict) else _decide(v, alpha) for v in verdicts.values()]
+    capacity = capacity_verdict(candidate_capacity, baseline_capacity)
+    if capacity is not None:
+        final.append(capacity)
     result = GateResult(
         final,
         alpha,
@@ -252,3 +287,67 @@ def _decide(entry: dict[str, Any], alpha: float) -> Verdict:
         outcome = "inconclusive"
         reason = f"{ci} reaches past the {m:.0%} minimum effect but q={q:.2g} >= {alpha:g}"
     return Verdict(outcome=outcome, reason=reason, **entry)
+
+
+def capacity_verdict(
+    candidate: CapacitySummary | None, baseline: CapacitySummary | None
+) -> Verdict | None:
+    """The capacity searches' verdict (the module docstring's rule); None if neither side
+    has one. ``baseline`` and ``candidate`` hold the levels that held, ``baseline_failed``
+    and ``candidate_failed`` those that failed."""
+    either = baseline or candidate
+    if either is None:
+        return None
+
+    def verdict(outcome: str, reason: str) -> Verdict:
+        b, c = baseline, candidate
+        sides = [f"{side}: {s.answer()}" for side, s in (("baseline", b), ("candidate", c)) if s]
+        return Verdict(
+            CAPACITY,
+            either.unit,
+            "higher",
+            CAPACITY,
+            either.unit,
+            outcome,
+            "; ".join([reason, *sides]),
+            baseline=b.passed_level if b else None,
+            candidate=c.passed_level if c else None,
+            baseline_failed=b.failed_level if b else None,
+            candidate_failed=c.failed_level if c else None,
+        )
+
+    if baseline is None:
+        return verdict("only in candidate", "no capacity search in the baseline")
+    if candidate is None:
+        return verdict("missing from candidate", "no capacity search in the candidate")
+    if candidate.criteria != baseline.criteria:
+        return verdict(
+            "inconclusive",
+            f"the SLO criteria differ: {baseline.criteria} vs {candidate.criteria}",
+        )
+    if candidate.mode != baseline.mode:
+        return verdict(
+            "inconclusive", f"the load modes differ: {baseline.mode} vs {candidate.mode}"
+        )
+    unit = baseline.unit
+    held, failed = baseline.passed_level, candidate.failed_level
+    if failed is not None and held is not None and failed <= held:
+        return verdict(
+            "regression",
+            f"the candidate failed at {failed:g} {unit}, a level the baseline held "
+            f"(up to {held:g})",
+        )
+    held, failed = candidate.passed_level, baseline.failed_level
+    if held is not None and failed is not None and held >= failed:
+        return verdict(
+            "improvement",
+            f"the candidate held {held:g} {unit}, a level the baseline failed (from {failed:g})",
+        )
+    unresolved = [
+        f"the {side}'s search did not resolve (status {s.status})"
+        for side, s in (("baseline", baseline), ("candidate", candidate))
+        if s.status != "resolved"
+    ]
+    if unresolved:
+        return verdict("inconclusive", " and ".join(unresolved))
+    return verdict("no change", "both searches resolved and their intervals overlap")

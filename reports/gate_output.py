@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -10,10 +11,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from collectors.capacity_records import CapacitySummary
+from collectors.serving_records import ServingSummary
 from collectors.store import RunStore
 from reports.comparability import check_fingerprints, check_specs
 from reports.errors import ReportUsageError
-from reports.gate import gate
+from reports.gate import CAPACITY, gate
 from reports.runs import RunData, load_run
 from reports.samples import MetricSamples, run_samples
 from reports.stats import MIN_EFFECT_KEYS
@@ -49,6 +52,22 @@ def _p(value: float | None) -> str:
     return "-" if value is None else f"{value:.2g}"
 
 
+def _capacity_cell(held: float | None, failed: float | None) -> str:
+    """A capacity search's levels in a table cell: "32 held, 33 failed"."""
+    parts = [f"{held:g} held"] if held is not None else []
+    parts += [f"{failed:g} failed"] if failed is not None else []
+    return ", ".join(parts) or "-"
+
+
+def _value_cells(v: Verdict) -> tuple[str, str]:
+    if v.metric_class == CAPACITY:
+        return (
+            _capacity_cell(v.baseline, v.baseline_failed),
+            _capacity_cell(v.candidate, v.candidate_failed),
+        )
+    return format_value(v.baseline, v.unit), format_value(v.candidate, v.unit)
+
+
 def _outcome_cell(v: Verdict) -> str:
     return v.outcome.upper() if v.outcome in FAILING else v.outcome
 
@@ -58,8 +77,7 @@ def format_gate(result: GateResult) -> str:
         (
             v.key,
             v.direction,
-            format_value(v.baseline, v.unit),
-            format_value(v.candidate, v.unit),
+            *_value_cells(v),
             format_ratio(v),
             _p(v.p_value),
             _p(v.q_value),
@@ -85,7 +103,15 @@ def format_gate(result: GateResult) -> str:
     if result.min_effects:
         set_here = ", ".join(f"{k}={v:g}" for k, v in result.min_effects.items())
         lines.append(f"minimum effects set for this gate: {set_here}")
+    for v in result.verdicts:
+        # Both searches' intervals are in the reason; a missing one has its line below.
+        if v.metric_class == CAPACITY and v.outcome == "regression":
+            lines.append(f"REGRESSION {v.key}: {v.reason}")
+        elif v.metric_class == CAPACITY and v.outcome != "missing from candidate":
+            lines.append(f"{v.key} ({v.outcome}): {v.reason}")
     for v in result.regressions:
+        if v.metric_class == CAPACITY:
+            continue  # on its line above: levels, no ratio
         # A regression was tested: its ratio and interval are there.
         assert v.ratio is not None and v.ci_low is not None and v.ci_high is not None
         lines.append(
@@ -189,21 +215,46 @@ def judge_runs(
         baseline_data.manifest.host, candidate.manifest.host, force, promote_hint=promote_hint
     )
     spec = check_specs(baseline_data.manifest, candidate.manifest, force, promote_hint=promote_hint)
+    candidate_samples = run_samples(candidate)
+    base = run_samples(baseline_data) if baseline_samples is None else baseline_samples
+    if run_capacity(baseline_data) is not None:
+        base = unprobed_optional(base, candidate_samples)
     result = gate(
-        run_samples(candidate),
-        run_samples(baseline_data) if baseline_samples is None else baseline_samples,
+        candidate_samples,
+        base,
         alpha=alpha,
         min_effects={**spec_min_effects(candidate.manifest.spec_resolved), **(min_effects or {})},
         fingerprint=fingerprint,
         spec=spec,
         baseline_label=baseline_label,
         candidate_label=candidate.run_id,
+        baseline_capacity=run_capacity(baseline_data),
+        candidate_capacity=run_capacity(candidate),
     )
     for run, side in ((candidate, "candidate"), (baseline_data, "baseline")):
         if run.manifest.status != "complete":
             reason = f" ({run.manifest.status_reason})" if run.manifest.status_reason else ""
             result.notes.append(f"the {side} run is {run.manifest.status}{reason}")
     return result
+
+
+def unprobed_optional(
+    baseline: Sequence[MetricSamples], candidate: Sequence[MetricSamples]
+) -> list[MetricSamples]:
+    """A capacity search chooses its probe levels from what it measures, so two runs
+    probe different levels: the baseline's metrics of a level the candidate never probed
+    are optional (informational when missing), and the capacity verdict judges the search."""
+    probed = {m.level for m in candidate}
+    return [
+        m if m.level in probed or m.kind != "required" else dataclasses.replace(m, kind="optional")
+        for m in baseline
+    ]
+
+
+def run_capacity(run: RunData) -> CapacitySummary | None:
+    """A capacity run's search result (its summary's ``capacity``); None for any other."""
+    summary = run.summary
+    return summary.capacity if isinstance(summary, ServingSummary) else None
 
 
 def promote_hint(run_id: str, baseline_label: str, runs_dir: str | Path = "runs") -> str:

@@ -20,6 +20,7 @@ from collectors.latency import itl_samples_s, per_request
 from collectors.serving_records import NO_SLO, ScenarioSummary, ServingSummary, Slo
 from collectors.store import RunStore
 from collectors.summary import summarize_requests
+from collectors.sweep_records import SweepSummary
 from collectors.target_counters import metrics_unavailable
 from reports.appendix import appendix_html
 from reports.errors import ReportUsageError
@@ -28,11 +29,13 @@ from reports.figures.cdf import CURVE_COLUMNS, cdf_curves, curve_frame, latency_
 from reports.figures.concurrency import concurrency_curve, levels_frame
 from reports.figures.errors import error_bars, error_counts
 from reports.figures.expert_load import expert_load_heatmap, policy_matrices
+from reports.figures.interactivity import has_numbers, interactivity_chart, interactivity_frame
 from reports.figures.memory import peak_memory
 from reports.figures.micro import micro_distributions, micro_summary
 from reports.figures.percentiles import percentile_frame, percentile_table
 from reports.figures.prefill import prefill_frame, prefill_throughput, prompt_tokens
 from reports.figures.steps import event_table, policies, step_table
+from reports.figures.sweep import sweep_chart, sweep_frame, sweep_table_frame
 from reports.figures.timeline import scenario_starts, timeline, timeline_frame
 from reports.figures.training_events import training_timeline
 from reports.figures.training_throughput import policy_throughput, policy_throughput_frame
@@ -250,6 +253,34 @@ def _capacity_blocks(
     ]
 
 
+def _sweep_blocks(
+    sweep: SweepSummary, scenarios: Mapping[str, ScenarioSummary]
+) -> list[Chart | Table]:
+    """The sweep over prompt lengths: a row per (length, level), and its four panels."""
+    limit = (
+        f"context limit {sweep.context_tokens} tokens ({sweep.context_source})"
+        if sweep.context_tokens is not None
+        else "context limit not stated by the target"
+    )
+    caption = (
+        f"Sweep over prompt lengths ({limit}; up to {sweep.max_output_tokens} output tokens "
+        "per request; lengths that do not fit it were not sent): prefill tok/s is prompt "
+        "tokens / TTFT p50 per request, its 95% interval the TTFT p50's inverted, and total "
+        "prompt tok/s is prompt tokens x ok measured requests / the measured window."
+    )
+    frame = sweep_frame(sweep, scenarios)
+    return [
+        Table(sweep_table_frame(sweep, frame), caption),
+        Chart(
+            sweep_chart(frame, sweep.not_available()),
+            "x: prompt tokens (log scale); one colour per load level; hollow markers: the "
+            "level failed or is invalid; grey dotted lines: lengths not available from this "
+            "target (hover the label for why).",
+            drawn_by=("sweep",),
+        ),
+    ]
+
+
 def _serving_blocks(run: RunData) -> list[Chart | Table]:
     requests = run.requests
     if requests.empty:
@@ -265,6 +296,20 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
             drawn_by=("concurrency",),
         )
     )
+    # One level is a point, not a trade-off; a capacity run's probes are its levels.
+    interactivity = interactivity_frame(scenarios)
+    if has_numbers(interactivity).sum() >= 2:
+        blocks.append(
+            Chart(
+                interactivity_chart(interactivity),
+                "One point per load level: its total output tokens/s (x) and the output "
+                "tokens/s each user sees, 1 / TPOT p50 with its 95% interval (y; dashed: "
+                "1 / TPOT p99). Ringed points are the operating points worth choosing: "
+                "no other level is faster per user without losing total throughput. "
+                "Hollow grey points are levels that failed or are invalid.",
+                drawn_by=("interactivity",),
+            )
+        )
     latency = [
         (name, label, described)
         for name, entry in scenarios.items()
@@ -280,6 +325,8 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
     )
     if isinstance(run.summary, ServingSummary) and run.summary.capacity is not None:
         blocks += _capacity_blocks(run.summary.capacity, scenarios)
+    if isinstance(run.summary, ServingSummary) and run.summary.sweep is not None:
+        blocks += _sweep_blocks(run.summary.sweep, scenarios)
     counters = target_counters_table(scenarios, metrics_unavailable(run.server_metrics))
     if counters is not None:
         blocks.append(counters)

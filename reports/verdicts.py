@@ -32,8 +32,14 @@ RULE = (
     "beyond the minimum effect on the good side; no change = CI excludes a material "
     "regression and q >= alpha; inconclusive = too few samples or neither; missing from "
     "candidate = a baseline metric the candidate lacks (optional ones excepted); reported = "
-    "the headline tokens/window, shown, never tested; exit 1 on a regression, a missing "
-    "metric, or too few judged"
+    "the headline tokens/window, shown, never tested; capacity (a capacity run's SLO "
+    "search, levels compared, not samples: each probe is already a verdict on its level) = "
+    "regression if the candidate failed at a level the baseline held (candidate "
+    "failed_level <= baseline passed_level), improvement if it held a level the baseline "
+    "failed (candidate passed_level >= baseline failed_level), else no change if both "
+    "searches resolved, else inconclusive (a search not resolved, or the SLO criteria or "
+    "load modes differ); missing from candidate if only the baseline has one; exit 1 on a "
+    "regression, a missing metric, or too few judged"
 )
 OUTCOMES = (
     "regression",
@@ -74,6 +80,10 @@ class Verdict:
     q_value: float | None = None
     min_effect: float | None = None
     test: str | None = None
+    # The capacity verdict only (reports.gate.capacity_verdict): the lowest level that
+    # failed on each side; ``baseline`` and ``candidate`` are the highest that held.
+    baseline_failed: float | None = None
+    candidate_failed: float | None = None
 
     @property
     def key(self) -> str:

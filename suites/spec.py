@@ -491,6 +491,40 @@ class CapacitySpec(_Strict):
         return self
 
 
+class InputTokensSweep(_Strict):
+    """``[sweep.input_tokens]``: the prompt lengths (tokens) every load level runs at:
+    ``values`` as listed, else ``points`` lengths log-spaced from ``min`` to ``max``
+    (rounded to whole tokens). ``max = "context"`` is the target's context limit less the
+    output tokens: the limit /v1/models states (``max_model_len``), or ``context_tokens``
+    for a target that states none. A length the context cannot hold is "not available
+    from this target" in the result, and is not sent."""
+
+    values: list[Annotated[int, Field(ge=1)]] = []
+    min: Annotated[int, Field(ge=1)] = 16
+    max: Annotated[int, Field(ge=1)] | Literal["context"] = "context"
+    points: Annotated[int, Field(ge=1, le=64)] = 6
+    # The target's context limit (prompt + output tokens), when /v1/models does not say.
+    context_tokens: Annotated[int, Field(ge=2)] | None = None
+
+    @model_validator(mode="after")
+    def _range(self) -> InputTokensSweep:
+        if self.values and len(set(self.values)) != len(self.values):
+            raise ValueError("sweep.input_tokens.values lists a length twice")
+        if not self.values and self.max != "context" and self.max < self.min:
+            raise ValueError(
+                f"sweep.input_tokens.max ({self.max}) is below sweep.input_tokens.min ({self.min})"
+            )
+        return self
+
+
+class SweepSpec(_Strict):
+    """``[sweep]``: run every level of ``load.levels`` at each prompt length of
+    ``[sweep.input_tokens]`` (the prefill and long-context suites); each (length, level)
+    pair is one scenario, named "in=LENGTH c=STREAMS" (or "in=LENGTH rate=R")."""
+
+    input_tokens: InputTokensSweep = InputTokensSweep()
+
+
 class ServingSpec(_Strict):
     suite: Literal["serving"] = "serving"
     name: str
@@ -505,6 +539,8 @@ class ServingSpec(_Strict):
     gate: GateSpec = GateSpec()
     # Set: an SLO capacity search instead of the sweep of load.levels.
     capacity: CapacitySpec | None = None
+    # Set: load.levels at each of several prompt lengths.
+    sweep: SweepSpec | None = None
 
     @model_validator(mode="after")
     def _goodput_needs_slo(self) -> ServingSpec:
@@ -516,6 +552,42 @@ class ServingSpec(_Strict):
                 "slo.ttft_s, slo.tpot_s or slo.e2e_s"
             )
         return self
+
+    @model_validator(mode="after")
+    def _sweep_sets_the_prompts(self) -> ServingSpec:
+        if self.sweep is None:
+            return self
+        if self.capacity is not None:
+            raise ValueError(
+                "[sweep] and [capacity] cannot be combined (yet): a capacity search runs at "
+                "one prompt length; remove one of them"
+            )
+        if self.workload.kind != "random":
+            raise ValueError(
+                "[sweep] needs workload.kind = 'random': it builds prompts of exact lengths"
+            )
+        if "input_tokens" in self.workload.model_fields_set:
+            raise ValueError(
+                "[sweep] sets the prompt length of each scenario: remove workload.input_tokens"
+            )
+        if self.workload.shared_prefix_tokens:
+            raise ValueError(
+                "[sweep] measures prefill of whole prompts: remove workload.shared_prefix_tokens"
+            )
+        if self.sweep.input_tokens.max == "context" and not self.sweep.input_tokens.values:
+            output = self.workload.output_tokens
+            if output.dist != "fixed" and output.max >= LengthSpec().max:
+                raise ValueError(
+                    "sweep.input_tokens.max = 'context' leaves room for the output tokens: "
+                    "set workload.output_tokens.max (or dist = 'fixed')"
+                )
+        return self
+
+    @property
+    def max_output_tokens(self) -> int:
+        """The most output tokens one request of this spec asks for."""
+        output = self.workload.output_tokens
+        return output.mean if output.dist == "fixed" else output.max
 
 
 @dataclass(frozen=True)

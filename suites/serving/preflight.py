@@ -13,8 +13,8 @@ import json
 import socket
 import urllib.error
 import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from suites.errors import UsageError
 from suites.serving.load.auth import NO_HEADERS, RequestHeaders
@@ -47,6 +47,13 @@ class TargetCheck:
 
     models: tuple[str, ...]
     checked: str  # the endpoint that answered, for the record
+    # Model id -> its context limit in tokens (prompt + output), where /v1/models says
+    # (vLLM, SGLang and moeperf's targets give ``max_model_len``; OpenAI itself does not).
+    context_tokens: Mapping[str, int] = field(default_factory=dict)
+
+    def context_of(self, model: str) -> int | None:
+        """The context limit the target states for ``model`` (None: it states none)."""
+        return self.context_tokens.get(model)
 
 
 Getter = Callable[[str, float], Answer]
@@ -78,13 +85,20 @@ def _describe(reason: object, timeout_s: float) -> str:
     return str(reason)
 
 
-def _models(body: bytes) -> tuple[str, ...] | None:
-    """Model ids of an OpenAI /v1/models body; None when the body is not one."""
+def _models(body: bytes) -> tuple[tuple[str, ...], dict[str, int]] | None:
+    """Model ids of an OpenAI /v1/models body and the context limits it states; None
+    when the body is not a model list."""
     try:
         data = json.loads(body).get("data")
-        return tuple(str(m["id"]) for m in data)
+        models = tuple(str(m["id"]) for m in data)
     except (ValueError, AttributeError, TypeError, KeyError):
         return None
+    limits = {
+        str(m["id"]): m["max_model_len"]
+        for m in data
+        if type(m.get("max_model_len")) is int and m["max_model_len"] > 0
+    }
+    return models, limits
 
 
 def check_target(
@@ -104,9 +118,9 @@ def check_target(
             "was stored"
         )
     if answer.status == 200:
-        models = _models(answer.body)
-        if models is not None:
-            return TargetCheck(models, models_url)
+        listed = _models(answer.body)
+        if listed is not None:
+            return TargetCheck(listed[0], models_url, listed[1])
         answer = Answer(200, answer.body, "HTTP 200 but not a model list")
     seen = [f"GET {models_url}: {answer.problem or f'HTTP {answer.status}'}"]
     if not answer.unreachable:  # it answers HTTP: its health endpoint may say more

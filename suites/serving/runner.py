@@ -27,6 +27,7 @@ from collectors.serving_records import (
 )
 from collectors.store import RunStore, RunWriter, interrupts_end_runs
 from collectors.summary import summarize_requests
+from collectors.sweep_records import SweepPointSummary, SweepSummary
 from collectors.tables import records_frame
 from suites.errors import UsageError
 from suites.serving.capacity.run import capacity_note, capacity_verdict, search_capacity
@@ -60,8 +61,9 @@ from suites.serving.observe.live import LiveObservers
 from suites.serving.preflight import TargetCheck, check_target, http_get, served_model
 from suites.serving.probe.adapt import adapt_target
 from suites.serving.probe.probe import probe_target
-from suites.serving.workload.prompts import build_prompts
+from suites.serving.workload.prompts import build_prompt_pools, build_prompts
 from suites.serving.workload.sources import Prompt
+from suites.serving.workload.sweep import ContextLimit, SweepPoint, context_limit, sweep_points
 from suites.spec import ServingSpec
 
 # Workers start a level together this long after it is planned (spawn and connect time).
@@ -77,6 +79,7 @@ class LevelOutcome:
     level: float
     reports: list[WorkerSummary]
     verdict: LevelVerdict
+    input_tokens: int | None = None  # a sweep's prompt length
 
     @property
     def invalid_reasons(self) -> tuple[str, ...]:
@@ -93,8 +96,22 @@ class Progress:
     def level_done(self, outcome: LevelOutcome) -> None: ...
 
 
-def scenario_name(mode: str, level: float) -> str:
-    return f"c={int(level)}" if mode == "concurrency" else f"rate={level:g}"
+def scenario_name(mode: str, level: float, input_tokens: int | None = None) -> str:
+    name = f"c={int(level)}" if mode == "concurrency" else f"rate={level:g}"
+    return name if input_tokens is None else f"in={input_tokens} {name}"
+
+
+@dataclass(frozen=True, slots=True)
+class PromptPool:
+    """A slice of the run's prompts that levels draw from: all of them (count 0), or a
+    sweep's prompts of one length."""
+
+    start: int = 0
+    count: int = 0
+    input_tokens: int | None = None
+
+
+ALL_PROMPTS = PromptPool()
 
 
 def worker_count(spec: ServingSpec) -> int:
@@ -122,10 +139,17 @@ def target_url(spec: ServingSpec) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def plan_level(
-    spec: ServingSpec, level: float, index: int, workers: int, start_ns: int, prompts: int
+    spec: ServingSpec,
+    level: float,
+    index: int,
+    workers: int,
+    start_ns: int,
+    prompts: int,
+    pool: PromptPool = ALL_PROMPTS,
 ) -> dict[int, LevelPlan]:
+    """Each worker's share of one level; ``prompts`` is the size of ``pool``."""
     load = spec.load
-    scenario = scenario_name(load.mode, level)
+    scenario = scenario_name(load.mode, level, pool.input_tokens)
     # What every worker's plan shares; each worker's share is filled in below.
     common = LevelPlan(
         scenario=scenario,
@@ -136,6 +160,8 @@ def plan_level(
         cooldown_s=load.cooldown_s,
         drain_timeout_s=load.drain_timeout_s,
         concurrency=0,
+        prompt_start=pool.start,
+        prompt_count=pool.count,
     )
     if load.mode == "concurrency":
         streams = int(level)
@@ -204,7 +230,8 @@ def run_serving(
         probe_notes: tuple[str, ...] = ()
         if spec.target.kind == "url" and spec.target.probe:
             spec, target["probe"], probe_notes = _probed(spec, base_url, model, check, headers)
-        prompts = asyncio.run(build_prompts(spec, base_url, headers))
+        sweep = _sweep(spec, check, model)
+        prompts, pools = _prompt_pools(spec, base_url, headers, sweep)
         run = store.create(
             "serving",
             spec_given=without_header_values(spec_given),
@@ -222,11 +249,60 @@ def run_serving(
             with run, interrupts_end_runs():
                 observers.start()
                 _run_levels(
-                    spec, run, base_url, model, prompts, progress, observers, warn_only, headers
+                    spec,
+                    run,
+                    base_url,
+                    model,
+                    prompts,
+                    progress,
+                    observers,
+                    warn_only,
+                    headers,
+                    pools,
+                    sweep,
                 )
         finally:
             observers.finish(run.manifest.status)
         return run.run_id
+
+
+@dataclass(frozen=True, slots=True)
+class _Sweep:
+    """A sweep's prompt lengths, fit to the target's context limit before anything is sent."""
+
+    points: tuple[SweepPoint, ...]
+    limit: ContextLimit
+    max_output_tokens: int
+
+
+def _sweep(spec: ServingSpec, check: TargetCheck, model: str) -> _Sweep | None:
+    if spec.sweep is None:
+        return None
+    lengths = spec.sweep.input_tokens
+    limit = context_limit(lengths, check.context_of(model), check.checked)
+    points = sweep_points(lengths, limit, spec.max_output_tokens, spec.target.api)
+    if not any(p.sent for p in points):
+        raise UsageError(
+            f"no prompt length of [sweep] fits the target: {points[0].not_available}; "
+            "lower the lengths or the output tokens; nothing was sent and no run was stored"
+        )
+    return _Sweep(points, limit, spec.max_output_tokens)
+
+
+def _prompt_pools(
+    spec: ServingSpec, base_url: str, headers: RequestHeaders, sweep: _Sweep | None
+) -> tuple[list[Prompt], list[PromptPool]]:
+    """The run's prompts, and the slices its levels draw from (one per sweep length)."""
+    if sweep is None:
+        return asyncio.run(build_prompts(spec, base_url, headers)), [ALL_PROMPTS]
+    lengths = [p.input_tokens for p in sweep.points if p.sent]
+    built = asyncio.run(build_prompt_pools(spec, base_url, headers, lengths))
+    prompts: list[Prompt] = []
+    pools = []
+    for length, pool in zip(lengths, built, strict=True):
+        pools.append(PromptPool(len(prompts), len(pool), length))
+        prompts += pool
+    return prompts, pools
 
 
 def _probed(
@@ -262,9 +338,14 @@ def _run_levels(
     observers: LiveObservers,
     warn_only: bool,
     headers: RequestHeaders = NO_HEADERS,
+    pools: list[PromptPool] | None = None,
+    sweep: _Sweep | None = None,
 ) -> None:
     load = spec.load
+    pools = pools or [ALL_PROMPTS]
     run.add_note(_window_note(spec))
+    if sweep is not None:
+        run.add_note(_sweep_note(sweep))
     if spec.target.kind == "synthetic":
         run.add_note(
             "Target: the synthetic ground-truth server; its latencies are configured "
@@ -311,15 +392,18 @@ def _run_levels(
 
     outcomes: list[LevelOutcome] = []
 
-    def run_level(level: float, max_requests: int | None = None) -> LevelOutcome:
+    def run_level(
+        level: float, max_requests: int | None = None, prompt_pool: PromptPool = pools[0]
+    ) -> LevelOutcome:
         # A capacity probe may send more than load.max_requests (its warm-up included).
         level_spec = spec
         if max_requests is not None:
             bounded = spec.load.model_copy(update={"max_requests": max_requests})
             level_spec = spec.model_copy(update={"load": bounded})
         start_ns = time.monotonic_ns() + int(_LEVEL_START_DELAY_S * 1e9)
-        plans = plan_level(level_spec, level, len(outcomes), workers, start_ns, len(prompts))
-        scenario = scenario_name(load.mode, level)
+        size = prompt_pool.count or len(prompts)
+        plans = plan_level(level_spec, level, len(outcomes), workers, start_ns, size, prompt_pool)
+        scenario = scenario_name(load.mode, level, prompt_pool.input_tokens)
         progress.level_started(scenario, load.level_limit_s)
         observers.level_started(scenario, level)
         reports = pool.run_level(plans, keep, progress.finished, progress.tick, observers.health)
@@ -332,7 +416,7 @@ def _run_levels(
             min_achieved_rate_ratio=spec.harness.min_achieved_rate_ratio,
         )
         verdict = judge_level(scenario, measured_counts(records.values(), scenario), reasons)
-        outcome = LevelOutcome(scenario, level, reports, verdict)
+        outcome = LevelOutcome(scenario, level, reports, verdict, prompt_pool.input_tokens)
         outcomes.append(outcome)
         _note_count_limit(run, level_spec, outcome)
         progress.level_done(outcome)
@@ -343,20 +427,21 @@ def _run_levels(
     try:
         pool.wait_ready()
         if spec.capacity is None:
-            for level in load.levels:
-                run_level(level)
+            for prompt_pool in pools:  # one per prompt length of a sweep, else all
+                for level in load.levels:
+                    run_level(level, prompt_pool=prompt_pool)
         else:
             capacity = search_capacity(spec, spec.capacity, run_level, records.values())
     except BaseException:
         pool.drain(keep)
         observers.stop_scraping()
-        _write_summary(run, spec, list(records.values()), outcomes, None)
+        _write_summary(run, spec, list(records.values()), outcomes, None, sweep=sweep)
         raise
     finally:
         pool.close()
     observers.stop_scraping()
     truth = _ground_truth(spec, base_url, list(records.values()))
-    _write_summary(run, spec, list(records.values()), outcomes, truth, capacity)
+    _write_summary(run, spec, list(records.values()), outcomes, truth, capacity, sweep)
     if capacity is not None:
         # Levels above the capacity may fail (an overloaded target times out): that is
         # what the search measures, not a failure of the run.
@@ -392,6 +477,25 @@ def _window_note(spec: ServingSpec) -> str:
     )
 
 
+def _sweep_note(sweep: _Sweep) -> str:
+    lengths = ", ".join(str(p.input_tokens) for p in sweep.points if p.sent)
+    limit = sweep.limit
+    known = (
+        f"its context limit of {limit.tokens} tokens ({limit.source})"
+        if limit.tokens is not None
+        else "no context limit (the target states none, the spec gives none)"
+    )
+    note = (
+        f"Sweep over prompt lengths: every load level at {lengths} prompt tokens (each "
+        f"with its own prompts), up to {sweep.max_output_tokens} output tokens, checked "
+        f"against {known}."
+    )
+    for point in sweep.points:
+        if not point.sent:
+            note += f" {point.input_tokens} prompt tokens: {point.not_available}."
+    return note
+
+
 def _note_count_limit(run: RunWriter, spec: ServingSpec, outcome: LevelOutcome) -> None:
     """Say so when a count-bound level stopped at its safety limit before its count."""
     budget = spec.load.max_requests
@@ -419,6 +523,7 @@ def _write_summary(
     outcomes: list[LevelOutcome],
     truth: dict[str, dict[str, Any]] | None,
     capacity: CapacitySummary | None = None,
+    sweep: _Sweep | None = None,
 ) -> None:
     frame = records_frame(records)
     slo = Slo(**spec.slo.model_dump())
@@ -441,6 +546,7 @@ def _write_summary(
             harness_error_s=harness_error_s,
             status=outcome.verdict.status,
             status_reason=outcome.verdict.reason,
+            input_tokens=outcome.input_tokens,
         )
     judged = {o.scenario for o in outcomes}
     for name, entry in scenarios.items():
@@ -450,4 +556,22 @@ def _write_summary(
                 reason += f" (errors so far: {error_counts_text(entry.error_types)})"
             scenarios[name] = dataclasses.replace(entry, status="invalid", status_reason=reason)
     scenarios = with_target_counters(scenarios, run.directory)  # from the stored scrapes
-    run.write_summary(dataclasses.replace(summary, scenarios=scenarios, capacity=capacity))
+    swept = _sweep_summary(sweep, outcomes) if sweep is not None else None
+    run.write_summary(
+        dataclasses.replace(summary, scenarios=scenarios, capacity=capacity, sweep=swept)
+    )
+
+
+def _sweep_summary(sweep: _Sweep, outcomes: list[LevelOutcome]) -> SweepSummary:
+    def scenarios(length: int) -> tuple[str, ...]:
+        return tuple(o.scenario for o in outcomes if o.input_tokens == length)
+
+    return SweepSummary(
+        context_tokens=sweep.limit.tokens,
+        context_source=sweep.limit.source,
+        max_output_tokens=sweep.max_output_tokens,
+        points=tuple(
+            SweepPointSummary(p.input_tokens, scenarios(p.input_tokens), p.not_available)
+            for p in sweep.points
+        ),
+    )

@@ -57,6 +57,7 @@ _KNOB_FLAGS: tuple[tuple[str, str, type, str], ...] = (
 # Flags of their own kind (on/off, a choice) that override a config field too.
 _SWITCH_FIELDS = (
     "enable_prefix_caching",
+    "allow_long_max_model_len",
     "send_done",
     "usage",
     "role_chunk",
@@ -124,6 +125,13 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help=_knob_help("enable_prefix_caching", "reuse the KV cache of shared prompt prefixes"),
+    )
+    parser.add_argument(
+        "--allow-long-max-model-len",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="--max-context-len may exceed the model's max_position_embeddings (positions "
+        "past it are extrapolated: timings and memory real, outputs not meaningful)",
     )
     _add_wire_flags(parser.add_argument_group("wire variant (stream as other servers do)"))
     auth.add_api_key_flag(parser)

@@ -51,6 +51,13 @@ class ReferenceTargetConfig(BaseModel):
     enable_prefix_caching: bool = _DEFAULTS.enable_prefix_caching
     mtp_tokens: int = Field(_DEFAULTS.mtp_tokens, ge=0)
     max_context_len: int = Field(_DEFAULTS.max_context_len, ge=1)
+    # vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN: RoPE computes any position, so the engine runs
+    # past the trained length; its timings and memory are real, its text there is not.
+    allow_long_max_model_len: bool = Field(
+        False,
+        description="max_context_len may exceed the model's max_position_embeddings "
+        "(positions past it are extrapolated: timings and memory real, outputs not)",
+    )
     dtype: Literal["float32", "bfloat16"] = _DEFAULTS.dtype
     threads: int = Field(_DEFAULTS.threads, ge=0)
     seed: int = Field(0, ge=0, description="torch's global seed, for unseeded sampled requests")

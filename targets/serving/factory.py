@@ -41,10 +41,12 @@ def create_app(
         model, tokenizer = load_model_dir(model_dir, _torch_dtype(config.dtype))
     except ModelDirError as exc:
         raise ReferenceConfigError(f"model_dir: {exc}") from None
-    if config.max_context_len > model.config.max_position:
+    if config.max_context_len > model.config.max_position and not config.allow_long_max_model_len:
         raise ReferenceConfigError(
             f"max_context_len: {config.max_context_len} exceeds the model's "
-            f"max_position_embeddings ({model.config.max_position})"
+            f"max_position_embeddings ({model.config.max_position}); set "
+            "allow_long_max_model_len to serve it anyway (positions past it are "
+            "extrapolated: timings and memory are real, outputs are not meaningful)"
         )
     try:
         engine = Engine(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -96,3 +97,20 @@ def test_the_model_is_the_specs_or_the_targets_never_a_placeholder():
     assert served_model("mine", listed, URL) == "mine"
     with pytest.raises(UsageError, match=r"lists no model at /v1/models: set target\.model"):
         served_model("", TargetCheck((), f"{URL}/health"), URL)
+
+
+def test_the_context_limit_each_model_states_is_read():
+    body = json.dumps(
+        {
+            "data": [
+                {"id": "qwen", "max_model_len": 32768},
+                {"id": "other"},  # OpenAI itself states none
+                {"id": "odd", "max_model_len": "4096"},  # not a number: not believed
+            ]
+        }
+    ).encode()
+    check = check_target(URL, answers({f"{URL}/v1/models": Answer(200, body)})[0])
+    assert check.models == ("qwen", "other", "odd")
+    assert check.context_of("qwen") == 32768
+    assert check.context_of("other") is None
+    assert check.context_of("odd") is None

@@ -235,7 +235,8 @@ def test_figure_text_is_escaped_for_plotly_inside_safe_json(page):
 
 def test_each_kind_gets_its_figures(page):
     sections = page.split('<section class="run"')[1:]
-    assert [charts(s) for s in sections] == [9, 4, 1]
+    # Serving: the interactivity chart too, its run having two load levels.
+    assert [charts(s) for s in sections] == [10, 4, 1]
     assert "Expert load" in sections[1] and "effective tokens/s" in sections[1]
     assert "median 95% CI" in sections[2]
 
@@ -287,4 +288,4 @@ def test_the_benchmark_generator_makes_a_run_the_report_reads(tmp_path):
     assert report_command([run_id], str(tmp_path), print_fn=printed.append) == 0
     page = (tmp_path / run_id / "report.html").read_text(encoding="utf-8")
     assert "GENERATED records (2,000 requests)" in page
-    assert charts(page) == 9  # errors included
+    assert charts(page) == 10  # errors and interactivity included

@@ -5,14 +5,17 @@ Through ``moeperf.cli.main`` in-process, so the exit codes and messages are the 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 
 from collectors.records import RequestRecord
+from collectors.serving_records import ServingSummary
 from collectors.store import RunStore
 from collectors.summary import summarize_requests
+from collectors.sweep_records import SweepPointSummary, SweepSummary
 from collectors.tables import records_frame
 from moeperf.cli import main
 from reports.appendix import CHART_KINDS, appendix_html
@@ -25,8 +28,9 @@ from reports.runs import load_run
 MS = 1_000_000
 
 
-def make_run(store: RunStore, *, errors: int = 0) -> str:
-    """A complete serving run of 12 ok requests (and ``errors`` failed ones)."""
+def make_run(store: RunStore, *, errors: int = 0, levels: int = 1) -> str:
+    """A complete serving run of 12 ok requests (and ``errors`` failed ones); with
+    ``levels=2`` the last 6 ok requests (and the failed ones) are a second level, c=4."""
     run = store.create("serving", spec_given={"name": "pages"})
     records = []
     for i in range(12 + errors):
@@ -34,7 +38,8 @@ def make_run(store: RunStore, *, errors: int = 0) -> str:
         ok = i < 12
         chunks = [t0 + 20 * MS + k * 10 * MS for k in range(4)] if ok else []
         record = RequestRecord(
-            request_id=f"r{i}", scenario="c=2", phase="measure", worker=0,
+            request_id=f"r{i}", scenario="c=2" if levels == 1 or i < 6 else "c=4",
+            phase="measure", worker=0,
             intended_send_ns=t0, send_ns=t0, done_ns=t0 + 60 * MS,
             status="ok" if ok else "error", error_type=None if ok else "http_5xx",
             http_status=None if ok else 500, chunk_ns=chunks, chunk_tokens=[1] * len(chunks),
@@ -131,7 +136,30 @@ def test_the_appendix_explains_only_the_chart_kinds_on_the_page(runs):
     assert explained(clean) == {"concurrency", "percentiles", "cdf", "timeline", "prefill"}
     failing = build_report([load_run(runs, make_run(runs, errors=2))], "with errors")
     assert explained(failing) == explained(clean) | {"errors"}
+    # Two load levels are a trade-off: the interactivity chart (one level is no curve).
+    swept = build_report([load_run(runs, make_run(runs, levels=2))], "two levels")
+    assert explained(swept) == explained(clean) | {"interactivity"}
+    assert "Ringed points are the operating points worth choosing" in swept
     assert "How the charts are drawn" not in appendix_html([Section("empty", "empty")])
+
+
+def test_a_sweep_over_prompt_lengths_gets_its_table_and_chart(runs):
+    run = load_run(runs, make_run(runs))
+    assert isinstance(run.summary, ServingSummary)
+    # The run's one level as the only sent length of a sweep; 64 tokens did not fit.
+    scenarios = {
+        name: dataclasses.replace(entry, input_tokens=16)
+        for name, entry in run.summary.scenarios.items()
+    }
+    too_long = SweepPointSummary(64, not_available="not available from this target: too long")
+    sent = SweepPointSummary(16, ("c=2",))
+    sweep = SweepSummary(32, "spec: sweep.input_tokens.context_tokens", 4, (sent, too_long))
+    summary = dataclasses.replace(run.summary, scenarios=scenarios, sweep=sweep)
+    page = build_report([dataclasses.replace(run, summary=summary)], "sweep")
+    assert "sweep" in explained(page)
+    assert "Sweep over prompt lengths (context limit 32 tokens (spec: " in page
+    assert "not available from this target: too long" in page
+    assert "<code>collectors.prefill</code>" in page
 
 
 def test_a_chart_kind_the_appendix_does_not_know_is_an_error():

@@ -136,7 +136,14 @@ def test_synthetic_target_has_none_of_them():
     scrapes.scrape(page())
     scrapes.scrape(page())
     level = level_target_counters(scrapes.records)["c=2"]
-    assert level == TargetCounters(dialect="synthetic", gauge_scrapes=1, generation_tokens=64)
+    # It exports its running and waiting requests, none of the engine's counters.
+    assert level == TargetCounters(
+        dialect="synthetic",
+        gauge_scrapes=1,
+        generation_tokens=64,
+        running_max=0.0,
+        waiting_max=0.0,
+    )
 
 
 SGLANG_PAGE = """\
@@ -189,3 +196,23 @@ def test_unreadable_targets_and_the_baseline_give_no_levels():
         {"t_ns": 1, "available": True, "dialect": "reference", "window": None, "series": []},
     ]
     assert level_target_counters(records) == {}
+
+
+def test_kv_blocks_in_use_are_the_highest_usage_times_the_blocks_the_target_has():
+    scrapes = Scrapes()
+    page = (
+        "# TYPE reference_kv_cache_usage_ratio gauge\nreference_kv_cache_usage_ratio {}\n"
+        "# TYPE reference_kv_cache_blocks gauge\nreference_kv_cache_blocks 1024\n"
+        "# TYPE reference_requests_running gauge\nreference_requests_running {}\n"
+        "# TYPE reference_requests_waiting gauge\nreference_requests_waiting {}\n"
+    )
+    scrapes.scrape(page.format(0.0, 0, 0))
+    scrapes.start_window(page.format(0.0, 0, 0), "in=2048 c=1")
+    scrapes.scrape(page.format(0.125, 1, 0))
+    scrapes.scrape(page.format(0.25, 2, 3))
+    scrapes.scrape(page.format(0.0, 0, 0))  # closing, after the level drained
+    level = level_target_counters(scrapes.records)["in=2048 c=1"]
+    assert level.kv_usage_max_ratio == 0.25
+    assert level.kv_blocks_total == 1024
+    assert level.kv_blocks_used_max == 256
+    assert (level.running_max, level.waiting_max) == (2, 3)

@@ -59,3 +59,7 @@ class LevelPlan:
     max_requests: int | None = None
     # Index of the first prompt this worker uses, so workers do not send the same prompts.
     prompt_offset: int = 0
+    # The level's prompts: ``prompt_count`` of WorkerConfig.prompts from ``prompt_start``
+    # (0: all of them); a sweep gives each prompt length its own slice.
+    prompt_start: int = 0
+    prompt_count: int = 0

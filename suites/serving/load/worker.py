@@ -119,16 +119,24 @@ class _Level:
         # Kept across levels: a target that is down stays backed off until it answers.
         self._backoff = ConnectBackoff(random.Random(index))
         self._held: set[asyncio.Task[None]] = set()  # waiting for their backoff turn, unsent
-        self._prompts: Iterator[Prompt] | None = None  # kept across levels (see run)
+        # One cycle per slice of the prompts, kept across levels (see run).
+        self._cycles: dict[tuple[int, int], Iterator[Prompt]] = {}
+        self._prompts: Iterator[Prompt] | None = None  # the running level's cycle
 
     async def run(self, plan: LevelPlan) -> WorkerSummary:
-        # The worker's first level starts at its offset; later levels go on from where the
-        # last one stopped, so a level never replays the prompts the level before it just
-        # sent (a target with prefix caching would serve those from its cache).
-        if self._prompts is None:
-            self._prompts = itertools.islice(
-                itertools.cycle(self.config.prompts), plan.prompt_offset, None
+        # The worker's first level of a slice starts at its offset; later levels go on from
+        # where the last one stopped, so a level never replays the prompts the level
+        # before it just sent (a target with prefix caching would serve those from its
+        # cache).
+        pool = (plan.prompt_start, plan.prompt_count)
+        if pool not in self._cycles:
+            prompts = self.config.prompts
+            if plan.prompt_count:
+                prompts = prompts[plan.prompt_start : plan.prompt_start + plan.prompt_count]
+            self._cycles[pool] = itertools.islice(
+                itertools.cycle(prompts), plan.prompt_offset, None
             )
+        self._prompts = self._cycles[pool]
         self._late = 0
         self._sent = 0
         watch = SelfWatch()

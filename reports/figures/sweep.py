@@ -1,0 +1,422 @@
+"""A sweep over prompt lengths ([sweep]): latency, prefill rate and KV-cache use against
+the prompt length, one line per load level.
+
+A point is one (prompt length, load level) scenario that was sent
+(``collectors.sweep_records``), its numbers those of its
+``collectors.serving_records.ScenarioSummary`` (measured ok requests). Four panels, x in
+each the prompt tokens of the scenario (``input_tokens``: every request's prompt is that
+long) on a log axis; one colour per load level, the same in every panel:
+
+- (a) TTFT p50 (TTFT: ``collectors.latency``; p50 and its 95% interval, the error bar:
+  ``collectors.quantiles``) and, dashed, TTFT p99, in ms on a log axis.
+- (b) prefill tokens/s per request: prompt tokens / TTFT p50, its error bar the TTFT p50's
+  interval inverted (prompt tokens / its upper bound .. / its lower bound); dashed, total
+  prompt tokens/s: prompt tokens x ok measured requests / the measured window (both as
+  ``collectors.prefill`` defines them).
+- (c) TPOT p50 in ms with its 95% interval. Where no level has a TPOT p50 (a sweep of one
+  output token per request, the prefill suite: TPOT needs two), the panel says so.
+- (d) the target's KV cache at the level's highest scrape of its /metrics
+  (``collectors.target_counters``): the blocks in use (highest usage ratio x the blocks
+  the target states) where any level has that count, else the highest usage in percent
+  of the cache; the axis title says which. Where no level has either, the panel says
+  "KV-cache usage: not available from this target".
+
+A point of a level whose status is not "ok" (failed or invalid: its numbers cover only
+the requests that finished) is a hollow marker; a level without a number for a panel has
+no point there. A prompt length the target cannot hold (its prompt and the most output
+tokens a request asks for exceed the context limit) was never sent: it is a grey dotted
+vertical line at that length in every panel, labelled "not available" at the top of (a)
+and "n/a" in the others; hovering a label shows the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from collectors.prefill import prefill_rates
+from collectors.quantiles import QuantileEstimate
+from collectors.serving_records import ScenarioSummary
+from collectors.sweep_records import SweepPointSummary, SweepSummary
+from collectors.target_counters import NOT_AVAILABLE
+from reports.figures.log_axis import log_ticks
+from reports.figures.text import color, empty, plotly_text, styled
+
+TITLE = "Sweep over prompt lengths"
+COLUMNS = [
+    "input_tokens",
+    "scenario",
+    "level",
+    "status",
+    "ttft_p50_s",
+    "ttft_p50_low_s",
+    "ttft_p50_high_s",
+    "ttft_p99_s",
+    "tpot_p50_s",
+    "tpot_p50_low_s",
+    "tpot_p50_high_s",
+    "prefill_tok_s",
+    "prefill_low_tok_s",
+    "prefill_high_tok_s",
+    "total_prompt_tok_s",
+    "kv_usage_max_ratio",
+    "kv_blocks_used_max",
+]
+PANELS = (
+    "(a) TTFT p50 (dashed: p99)",
+    "(b) prefill tok/s per request, p50 (dashed: total)",
+    "(c) TPOT p50",
+    "(d) KV cache at the highest scrape",
+)
+NO_TPOT = "no TPOT: one output token per request"
+NO_KV = f"KV-cache usage: {NOT_AVAILABLE}"
+NOT_SENT_COLOR = "#9e9e9e"
+# Room on either side of the lengths (log10 units), so the lines at the ends stay visible.
+X_PAD_DECADES = 0.1
+
+
+def _number(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def _estimate(estimate: QuantileEstimate | None) -> tuple[float, float, float]:
+    """(value, interval low, interval high), NaN where unknown."""
+    if estimate is None:
+        return math.nan, math.nan, math.nan
+    return estimate.value, _number(estimate.ci_low), _number(estimate.ci_high)
+
+
+def _row(input_tokens: int, scenario: str, entry: ScenarioSummary) -> dict[str, object]:
+    latency = entry.latency_s
+    ttft, ttft_low, ttft_high = _estimate(latency.ttft_s.at(0.5))
+    tpot, tpot_low, tpot_high = _estimate(latency.tpot_s.at(0.5))
+    rates = prefill_rates(entry)
+    counters = entry.target_counters
+    return {
+        "input_tokens": input_tokens,
+        "scenario": scenario,
+        "level": _number(entry.level),
+        "status": entry.status,
+        "ttft_p50_s": ttft,
+        "ttft_p50_low_s": ttft_low,
+        "ttft_p50_high_s": ttft_high,
+        "ttft_p99_s": _number(latency.ttft_s.value_at(0.99)),
+        "tpot_p50_s": tpot,
+        "tpot_p50_low_s": tpot_low,
+        "tpot_p50_high_s": tpot_high,
+        "prefill_tok_s": _number(None if rates is None else rates.per_request_p50_tok_s),
+        "prefill_low_tok_s": _number(None if rates is None else rates.per_request_ci_low_tok_s),
+        "prefill_high_tok_s": _number(None if rates is None else rates.per_request_ci_high_tok_s),
+        "total_prompt_tok_s": _number(None if rates is None else rates.total_tok_s),
+        "kv_usage_max_ratio": _number(None if counters is None else counters.kv_usage_max_ratio),
+        "kv_blocks_used_max": _number(None if counters is None else counters.kv_blocks_used_max),
+    }
+
+
+def sweep_frame(sweep: SweepSummary, scenarios: Mapping[str, ScenarioSummary]) -> pd.DataFrame:
+    """One row per sent scenario of ``sweep``, by length then level (columns ``COLUMNS``;
+    NaN where unknown). A scenario the summary lacks has no row."""
+    rows = [
+        _row(point.input_tokens, name, scenarios[name])
+        for point in sweep.points
+        for name in point.scenarios
+        if name in scenarios
+    ]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def kv_panel(frame: pd.DataFrame) -> tuple[str, float, str] | None:
+    """(column, scale, axis title) of panel (d): blocks in use where the target states
+    blocks, else the usage ratio in percent; None when neither is known."""
+    if frame["kv_blocks_used_max"].notna().any():
+        return "kv_blocks_used_max", 1.0, "KV-cache blocks in use"
+    if frame["kv_usage_max_ratio"].notna().any():
+        return "kv_usage_max_ratio", 100.0, "KV-cache usage (% of blocks)"
+    return None
+
+
+def _interval_ms(value_s: float, low_s: float, high_s: float) -> str:
+    if math.isnan(value_s):
+        return "-"
+    if math.isnan(low_s) or math.isnan(high_s):
+        return "too few samples"
+    return f"{low_s * 1e3:,.1f} - {high_s * 1e3:,.1f}"
+
+
+def _interval_tok_s(low: float, high: float) -> str:
+    return "-" if math.isnan(low) or math.isnan(high) else f"{low:,.0f} - {high:,.0f}"
+
+
+TABLE_COLUMNS = [
+    "prompt tokens",
+    "scenario",
+    "status",
+    "TTFT p50 ms",
+    "TTFT p50 95% CI ms",
+    "TTFT p99 ms",
+    "prefill tok/s",
+    "prefill tok/s 95% CI",
+    "total prompt tok/s",
+    "TPOT p50 ms",
+    "KV usage max (0-1)",
+    "KV blocks in use max",
+]
+
+
+def sweep_table_frame(sweep: SweepSummary, frame: pd.DataFrame) -> pd.DataFrame:
+    """The sweep as a table: one row per (length, level) of ``sweep_frame`` output, and a
+    row giving the reason for each length the target could not hold, by length."""
+    rows: list[list[object]] = []
+    for point in sweep.points:
+        if point.not_available is not None:
+            rows.append(
+                [point.input_tokens, "-", point.not_available] + [None] * (len(TABLE_COLUMNS) - 3)
+            )
+            continue
+        for r in frame[frame["input_tokens"] == point.input_tokens].to_dict("records"):
+            rows.append(
+                [
+                    point.input_tokens,
+                    r["scenario"],
+                    r["status"],
+                    r["ttft_p50_s"] * 1e3,
+                    _interval_ms(r["ttft_p50_s"], r["ttft_p50_low_s"], r["ttft_p50_high_s"]),
+                    r["ttft_p99_s"] * 1e3,
+                    r["prefill_tok_s"],
+                    _interval_tok_s(r["prefill_low_tok_s"], r["prefill_high_tok_s"]),
+                    r["total_prompt_tok_s"],
+                    r["tpot_p50_s"] * 1e3,
+                    r["kv_usage_max_ratio"],
+                    r["kv_blocks_used_max"],
+                ]
+            )
+    return pd.DataFrame(rows, columns=TABLE_COLUMNS)
+
+
+def _level_name(scenario: str, input_tokens: int) -> str:
+    """The load level part of a sweep scenario's name ("in=512 c=4" -> "c=4")."""
+    prefix = f"in={input_tokens} "
+    return scenario[len(prefix) :] if scenario.startswith(prefix) else scenario
+
+
+def _levels(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(level name, its rows by prompt length) per load level, lowest level first."""
+    names = [
+        _level_name(s, int(n))
+        for s, n in zip(frame["scenario"], frame["input_tokens"], strict=True)
+    ]
+    named = frame.assign(level_name=names)
+    order = named.groupby("level_name", sort=False)["level"].min().sort_values(na_position="last")
+    return [
+        (str(name), named[named["level_name"] == name].sort_values("input_tokens"))
+        for name in order.index
+    ]
+
+
+def _errors(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> dict[str, object]:
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": high - values,
+        "arrayminus": values - low,
+        "thickness": 1,
+    }
+
+
+def _axis_refs(panel: int) -> tuple[str, str]:
+    """The x and y axis names of panel 1-4 (make_subplots numbers them row by row)."""
+    suffix = "" if panel == 1 else str(panel)
+    return f"x{suffix}", f"y{suffix}"
+
+
+def _note(fig: go.Figure, panel: int, text: str) -> None:
+    """A message in the middle of a panel that has nothing to draw."""
+    x, y = _axis_refs(panel)
+    fig.add_annotation(
+        text=plotly_text(text),
+        showarrow=False,
+        x=0.5,
+        y=0.5,
+        xref=f"{x} domain",
+        yref=f"{y} domain",
+    )
+
+
+def _not_sent(fig: go.Figure, points: Sequence[SweepPointSummary]) -> None:
+    """A dotted line per length not sent, in every panel, with its reason on hover."""
+    for point in points:
+        reason = plotly_text(point.not_available or NOT_AVAILABLE)
+        for panel in range(1, 5):
+            row, col = (panel - 1) // 2 + 1, (panel - 1) % 2 + 1
+            fig.add_vline(
+                x=point.input_tokens,
+                line_dash="dot",
+                line_color=NOT_SENT_COLOR,
+                row=row,
+                col=col,
+                # Panel (c) of a prefill sweep has no trace, and still needs the line.
+                exclude_empty_subplots=False,
+            )
+            x, y = _axis_refs(panel)
+            fig.add_annotation(
+                text="not available" if panel == 1 else "n/a",
+                hovertext=reason,
+                showarrow=False,
+                # Annotations on a log axis are placed by log10 of the value (shapes are not).
+                x=math.log10(point.input_tokens),
+                xref=x,
+                y=1,
+                yref=f"{y} domain",
+                textangle=-90,
+                xanchor="right",
+                yanchor="top",
+                font={"size": 10, "color": "#616161"},
+            )
+
+
+def _hover(part: pd.DataFrame, what: str) -> tuple[np.ndarray, str]:
+    custom = np.array(
+        [
+            [plotly_text(s), plotly_text(t)]
+            for s, t in zip(part["scenario"], part["status"], strict=True)
+        ],
+        dtype=object,
+    )
+    template = "%{customdata[0]} (%{customdata[1]})<br>%{x:,} prompt tokens<br>" + what
+    return custom, template
+
+
+def _series(
+    fig: go.Figure,
+    part: pd.DataFrame,
+    panel: int,
+    columns: tuple[str, str | None, str | None],
+    scale: float,
+    style: dict[str, object],
+    what: str,
+) -> bool:
+    """One level's points of one column (with its interval columns, when given); ``what``
+    is the hover line of the value. False when the level has no such number: no trace."""
+    value, low, high = columns
+    y = part[value].to_numpy(float) * scale
+    if not np.isfinite(y).any():
+        return False
+    error = None
+    if low is not None and high is not None:
+        error = _errors(y, part[low].to_numpy(float) * scale, part[high].to_numpy(float) * scale)
+    custom, template = _hover(part, what)
+    row, col = (panel - 1) // 2 + 1, (panel - 1) % 2 + 1
+    fig.add_trace(
+        go.Scatter(
+            x=part["input_tokens"].to_numpy(float),
+            y=y,
+            mode="lines+markers",
+            error_y=error,
+            customdata=custom,
+            hovertemplate=template,
+            **style,
+        ),
+        row=row,
+        col=col,
+    )
+    return True
+
+
+def _log_y(fig: go.Figure, values: np.ndarray, unit: str, panel: int) -> None:
+    finite = values[np.isfinite(values) & (values > 0)]
+    row, col = (panel - 1) // 2 + 1, (panel - 1) % 2 + 1
+    fig.update_yaxes(type="log", row=row, col=col)
+    if finite.size:
+        ticks = log_ticks(float(finite.min()), float(finite.max()), unit)
+        fig.update_yaxes(
+            tickmode="array", tickvals=ticks.values, ticktext=ticks.labels, row=row, col=col
+        )
+
+
+def sweep_chart(
+    frame: pd.DataFrame, not_available: Sequence[SweepPointSummary], title: str = TITLE
+) -> go.Figure:
+    """``sweep_frame`` output in four panels, the lengths ``not_available`` marked."""
+    if frame.empty:
+        return empty(title, "no scenario of the sweep has a summary")
+    fig = make_subplots(
+        rows=2, cols=2, subplot_titles=PANELS, horizontal_spacing=0.12, vertical_spacing=0.16
+    )
+    kv = kv_panel(frame)
+    has_tpot = frame["tpot_p50_s"].notna().any()
+    for index, (name, part) in enumerate(_levels(frame)):
+        hue = color(index)
+        label = plotly_text(name)
+        symbols = ["circle" if s == "ok" else "circle-open" for s in part["status"]]
+        solid = {
+            "name": label,
+            "legendgroup": label,
+            "showlegend": False,
+            "line": {"color": hue},
+            "marker": {"color": hue, "size": 8, "symbol": symbols},
+        }
+        dashed = {**solid, "line": {"color": hue, "dash": "dash"}, "opacity": 0.6}
+        dashed["marker"] = {"color": hue, "size": 5, "symbol": symbols}
+        series = [
+            (1, ("ttft_p50_s", "ttft_p50_low_s", "ttft_p50_high_s"), 1e3, solid,
+             "TTFT p50 %{y:,.1f} ms"),
+            (1, ("ttft_p99_s", None, None), 1e3, dashed, "TTFT p99 %{y:,.1f} ms"),
+            (2, ("prefill_tok_s", "prefill_low_tok_s", "prefill_high_tok_s"), 1.0, solid,
+             "%{y:,.0f} prompt tok/s per request (p50)"),
+            (2, ("total_prompt_tok_s", None, None), 1.0, dashed,
+             "%{y:,.0f} prompt tok/s in total"),
+            (3, ("tpot_p50_s", "tpot_p50_low_s", "tpot_p50_high_s"), 1e3, solid,
+             "TPOT p50 %{y:,.2f} ms"),
+        ]  # fmt: skip
+        if kv is not None:
+            column, scale, axis = kv
+            series.append((4, (column, None, None), scale, solid, f"{axis} %{{y:,.1f}}"))
+        # The level's first trace drawn carries its legend entry (a level without a TTFT
+        # still gets one).
+        listed = False
+        for panel, columns, factor, style, what in series:
+            style = {**style, "showlegend": not listed}
+            listed |= _series(fig, part, panel, columns, factor, style, what)
+    if not has_tpot:
+        _note(fig, 3, NO_TPOT)
+        # An empty panel's default 0-4 scale would read as numbers.
+        fig.update_yaxes(showticklabels=False, row=2, col=1)
+    if kv is None:
+        _note(fig, 4, NO_KV)
+        fig.update_yaxes(showticklabels=False, row=2, col=2)
+    _not_sent(fig, not_available)
+    lengths = [float(n) for n in frame["input_tokens"]] + [
+        float(p.input_tokens) for p in not_available
+    ]
+    x_range = [
+        math.log10(min(lengths)) - X_PAD_DECADES,
+        math.log10(max(lengths)) + X_PAD_DECADES,
+    ]
+    # Ticks over the shown range: 1,024 to 4,096 alone would get only 2,000 and 3,000.
+    ticks = log_ticks(10 ** x_range[0], 10 ** x_range[1], "")
+    fig.update_xaxes(
+        type="log",
+        range=x_range,
+        tickmode="array",
+        tickvals=ticks.values,
+        ticktext=ticks.labels,
+        title_text="prompt tokens (log scale)",
+    )
+    ttft_ms = frame[["ttft_p50_s", "ttft_p50_low_s", "ttft_p50_high_s", "ttft_p99_s"]]
+    _log_y(fig, ttft_ms.to_numpy(float).ravel() * 1e3, "ms", 1)
+    fig.update_yaxes(title_text="TTFT (ms, log scale)", row=1, col=1)
+    fig.update_yaxes(title_text="prompt tokens/s", rangemode="tozero", row=1, col=2)
+    fig.update_yaxes(title_text="TPOT (ms)", rangemode="tozero", row=2, col=1)
+    fig.update_yaxes(
+        title_text=kv[2] if kv is not None else "KV cache",
+        rangemode="tozero",
+        row=2,
+        col=2,
+    )
+    fig.update_layout(legend={"title": {"text": "load level"}})
+    return styled(fig, title, height=760)

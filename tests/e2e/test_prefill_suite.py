@@ -1,0 +1,94 @@
+"""``moeperf run prefill`` on the embedded reference engine: TTFT grows with prompt length.
+
+The shipped CI-sized spec sweeps 4 prompt lengths, log-spaced from 16 tokens to the
+engine's context limit (2,048 less the one output token), at 1 and 8 streams. Prefill
+does more work per token for a longer prompt (attention over all earlier tokens), so at
+one stream each length's TTFT p50 must be above the shorter one's, and the longest's
+whole 95% interval above the shortest's. A length past the limit is "not available from
+this target", never sent.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from collectors.prefill import prefill_rates
+from collectors.serving_records import ServingSummary
+from collectors.store import RunStore
+from moeperf.cli import main
+
+# What the harness's own load does on a busy 2-core host (short 8-stream levels can be
+# flagged client-bound) is not these tests' subject.
+LENIENT_CLIENT = [
+    "--set",
+    "harness.max_loop_lag_p99_s=1.0",
+    "--set",
+    "harness.max_cpu_fraction=1.0",
+]
+
+
+def _summary(runs) -> ServingSummary:
+    summary = RunStore(runs).open("latest").summary()
+    assert isinstance(summary, ServingSummary) and summary.sweep is not None
+    return summary
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ttft_grows_with_prompt_length_on_the_reference_target(tmp_path, capsys):
+    code = main(["--runs-dir", str(tmp_path), "run", "prefill", *LENIENT_CLIENT])
+    printed = capsys.readouterr().out
+    assert code == 0, printed[-3000:]
+    summary = _summary(tmp_path)
+    sweep = summary.sweep
+    assert sweep is not None
+    assert (sweep.context_tokens, sweep.max_output_tokens) == (2048, 1)
+    assert [p.input_tokens for p in sweep.points] == [16, 81, 406, 2047]
+    assert all(p.not_available is None for p in sweep.points)
+    ttft = []
+    for point in sweep.points:
+        assert point.scenarios == (f"in={point.input_tokens} c=1", f"in={point.input_tokens} c=8")
+        for name in point.scenarios:
+            entry = summary.scenarios[name]
+            assert entry.input_tokens == point.input_tokens
+            assert entry.ok == 24 and entry.errors == 0, (name, entry.error_types)
+            # The server counted the prompt tokens the sweep built.
+            assert entry.target_counters is not None
+        single = summary.scenarios[point.scenarios[0]]
+        p50 = single.latency_s.ttft_s.at(0.5)
+        assert p50 is not None and p50.ci_low is not None and p50.ci_high is not None
+        ttft.append(p50)
+        rates = prefill_rates(single)
+        assert rates is not None and rates.per_request_p50_tok_s is not None
+        assert math.isclose(rates.per_request_p50_tok_s, point.input_tokens / p50.value)
+    values = [q.value for q in ttft]
+    assert values == sorted(values) and len(set(values)) == len(values), values
+    longest_low, shortest_high = ttft[-1].ci_low, ttft[0].ci_high
+    assert longest_low is not None and shortest_high is not None
+    assert longest_low > shortest_high, ttft
+    assert "sweep over prompt lengths" in printed
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_length_past_the_context_limit_is_not_available_and_not_sent(tmp_path, capsys):
+    code = main([
+        "--runs-dir", str(tmp_path), "run", "prefill", *LENIENT_CLIENT,
+        "--set", "sweep.input_tokens.values=[64, 4096]", "--set", "load.levels=[1]",
+        "--set", "load.max_requests=4",
+    ])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed[-3000:]
+    summary = _summary(tmp_path)
+    sweep = summary.sweep
+    assert sweep is not None
+    sent, missing = sweep.points
+    assert sent.input_tokens == 64 and sent.scenarios == ("in=64 c=1",)
+    assert missing.input_tokens == 4096 and missing.scenarios == ()
+    assert missing.not_available is not None
+    assert missing.not_available.startswith("not available from this target")
+    assert "2048" in missing.not_available
+    assert list(summary.scenarios) == ["in=64 c=1"]  # nothing of 4096 tokens was sent
+    assert "not available from this target" in printed
