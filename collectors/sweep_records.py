@@ -2,13 +2,16 @@
 
 Every (length, level) pair that was sent is a scenario of the summary with all its
 numbers, and its ``input_tokens``; this record keeps the lengths in order, the context
-limit they were checked against, and those the target could not hold ("not available
-from this target", never sent, so no scenario).
+limit they were checked against, those the target could not hold ("not available from
+this target", never sent, so no scenario), and with ``[sweep.fit]`` how many concurrent
+requests of each length fit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from collectors.capacity_records import CapacitySummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +21,9 @@ class SweepPointSummary:
     input_tokens: int
     scenarios: tuple[str, ...] = ()
     not_available: str | None = None
+    # [sweep.fit]: how many streams of this length fit at once (suites/serving/sweep_fit),
+    # a search whose probes are scenarios of the summary too; None: not searched.
+    fit: CapacitySummary | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,3 +37,16 @@ class SweepSummary:
 
     def not_available(self) -> tuple[SweepPointSummary, ...]:
         return tuple(p for p in self.points if p.not_available is not None)
+
+
+def fit_answer(fit: CapacitySummary) -> str:
+    """The fit in words: "2 fit, 3 did not", "at least 256 fit (the most probed)",
+    "fewer than 1 fit", or why none was found."""
+    held, failed = fit.passed_level, fit.failed_level
+    if held is not None and failed is not None:
+        return f"{held:g} fit, {failed:g} did not"
+    if held is not None:
+        return f"at least {held:g} fit (the most probed)"
+    if failed is not None:
+        return f"fewer than {failed:g} fit"
+    return "not found: " + (fit.probes[-1].reason if fit.probes else "no probe ran")

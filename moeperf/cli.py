@@ -161,9 +161,12 @@ def _show(store: RunStore, run: str, console: Console) -> None:
 
             console.print(capacity_table(summary.capacity))
         if summary.sweep is not None:
-            from suites.serving.sweep_table import sweep_table
+            from suites.serving.sweep_table import fit_table, sweep_table
 
             console.print(sweep_table(summary.sweep, summary.scenarios))
+            fits = fit_table(summary.sweep)
+            if fits is not None:
+                console.print(fits)
     console.print(f"percentiles: {summary.percentile_estimator}; CI: {summary.confidence_interval}")
     console.print(f"results: {reader.directory}")
 

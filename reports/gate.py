@@ -55,7 +55,8 @@ The reason always gives both intervals (``CapacitySummary.answer()``). ``moeperf
 --baseline`` passes each run's search (``reports.gate_output.judge_runs``); the paired
 gate and A/A calibration pool their blocks' samples and pass none.
 The two searches choose their probe levels from what they measure, so they need not probe
-the same ones: a level only the baseline probed has its metrics made optional
+the same ones (nor need two runs' fit searches of a sweep, ``[sweep.fit]``): a level only
+the baseline probed has its metrics made optional
 (``reports.gate_output.unprobed_optional``: "optional, missing from candidate",
 informational), and the capacity verdict judges the search.
 

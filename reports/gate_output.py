@@ -217,7 +217,7 @@ def judge_runs(
     spec = check_specs(baseline_data.manifest, candidate.manifest, force, promote_hint=promote_hint)
     candidate_samples = run_samples(candidate)
     base = run_samples(baseline_data) if baseline_samples is None else baseline_samples
-    if run_capacity(baseline_data) is not None:
+    if searched(baseline_data):
         base = unprobed_optional(base, candidate_samples)
     result = gate(
         candidate_samples,
@@ -241,14 +241,25 @@ def judge_runs(
 def unprobed_optional(
     baseline: Sequence[MetricSamples], candidate: Sequence[MetricSamples]
 ) -> list[MetricSamples]:
-    """A capacity search chooses its probe levels from what it measures, so two runs
-    probe different levels: the baseline's metrics of a level the candidate never probed
-    are optional (informational when missing), and the capacity verdict judges the search."""
+    """A search (capacity, or a sweep's fit) chooses its probe levels from what it
+    measures, so two runs probe different levels: the baseline's metrics of a level the
+    candidate never probed are optional (informational when missing); the capacity
+    verdict judges a capacity search."""
     probed = {m.level for m in candidate}
     return [
         m if m.level in probed or m.kind != "required" else dataclasses.replace(m, kind="optional")
         for m in baseline
     ]
+
+
+def searched(run: RunData) -> bool:
+    """Whether some of the run's levels were chosen by a search from what it measured:
+    a capacity search's probes, or a sweep's fit probes ([sweep.fit])."""
+    summary = run.summary
+    if not isinstance(summary, ServingSummary):
+        return False
+    fits = summary.sweep is not None and any(p.fit for p in summary.sweep.points)
+    return summary.capacity is not None or fits
 
 
 def run_capacity(run: RunData) -> CapacitySummary | None:

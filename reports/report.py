@@ -20,7 +20,7 @@ from collectors.latency import itl_samples_s, per_request
 from collectors.serving_records import NO_SLO, ScenarioSummary, ServingSummary, Slo
 from collectors.store import RunStore
 from collectors.summary import summarize_requests
-from collectors.sweep_records import SweepSummary
+from collectors.sweep_records import SweepSummary, fit_answer
 from collectors.target_counters import metrics_unavailable
 from reports.appendix import appendix_html
 from reports.errors import ReportUsageError
@@ -269,8 +269,10 @@ def _sweep_blocks(
         "prompt tok/s is prompt tokens x ok measured requests / the measured window."
     )
     frame = sweep_frame(sweep, scenarios)
+    fits = _fit_table(sweep)
     return [
         Table(sweep_table_frame(sweep, frame), caption),
+        *([fits] if fits is not None else []),
         Chart(
             sweep_chart(frame, sweep.not_available()),
             "x: prompt tokens (log scale); one colour per load level; hollow markers: the "
@@ -279,6 +281,33 @@ def _sweep_blocks(
             drawn_by=("sweep",),
         ),
     ]
+
+
+def _fit_table(sweep: SweepSummary) -> Table | None:
+    """How many concurrent requests of each length fit ([sweep.fit]), probe by probe."""
+    verdicts = {True: "fit", False: "did not", None: "not judged"}
+    rows = [
+        {
+            "prompt tokens": point.input_tokens,
+            "fit": fit_answer(point.fit),
+            "probe": number,
+            "streams": probe.level,
+            "verdict": verdicts[probe.passed],
+            "why": probe.reason,
+        }
+        for point in sweep.points
+        if point.fit is not None
+        for number, probe in enumerate(point.fit.probes, start=1)
+    ]
+    if not rows:
+        return None
+    return Table(
+        pd.DataFrame(rows),
+        "Concurrent requests that fit at each prompt length: c streams fit when the "
+        "target's running-requests gauge showed all c running at once at some scrape of "
+        "the probe and its preemptions counter did not rise; bracketing, then bisection "
+        "to one stream (suites/serving/sweep_fit.py).",
+    )
 
 
 def _serving_blocks(run: RunData) -> list[Chart | Table]:

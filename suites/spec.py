@@ -517,12 +517,28 @@ class InputTokensSweep(_Strict):
         return self
 
 
+class FitSpec(_Strict):
+    """``[sweep.fit]``: at each prompt length, after its load levels, search for the most
+    concurrent streams that fit: every stream's request running at once, none preempted
+    (suites/serving/sweep_fit.py), bracketing from ``start`` by ``growth`` then bisection
+    to one stream. Each probe holds its streams for ``probe_s`` (requests still running
+    then are cancelled), judged from the target's scraped counters."""
+
+    start: Annotated[int, Field(ge=1)] = 1
+    growth: Annotated[float, Field(gt=1)] = 2.0
+    max_streams: Annotated[int, Field(ge=1)] = 256
+    max_probes: Annotated[int, Field(ge=2)] = 10
+    probe_s: Positive = 5.0
+
+
 class SweepSpec(_Strict):
     """``[sweep]``: run every level of ``load.levels`` at each prompt length of
     ``[sweep.input_tokens]`` (the prefill and long-context suites); each (length, level)
-    pair is one scenario, named "in=LENGTH c=STREAMS" (or "in=LENGTH rate=R")."""
+    pair is one scenario, named "in=LENGTH c=STREAMS" (or "in=LENGTH rate=R"). With
+    ``[sweep.fit]``, also how many streams of each length fit at once."""
 
     input_tokens: InputTokensSweep = InputTokensSweep()
+    fit: FitSpec | None = None
 
 
 class ServingSpec(_Strict):
@@ -573,6 +589,18 @@ class ServingSpec(_Strict):
         if self.workload.shared_prefix_tokens:
             raise ValueError(
                 "[sweep] measures prefill of whole prompts: remove workload.shared_prefix_tokens"
+            )
+        fit = self.sweep.fit
+        if fit is not None and not self.export.scrape_target:
+            raise ValueError(
+                "[sweep.fit] judges each probe from the target's own counters: set "
+                "export.scrape_target = true"
+            )
+        if fit is not None and self.export.scrape_interval_s > fit.probe_s / 5:
+            raise ValueError(
+                f"sweep.fit.probe_s ({fit.probe_s:g} s) must hold at least 5 scrapes of the "
+                f"target: lower export.scrape_interval_s ({self.export.scrape_interval_s:g} s) "
+                "or raise sweep.fit.probe_s"
             )
         if self.sweep.input_tokens.max == "context" and not self.sweep.input_tokens.values:
             output = self.workload.output_tokens

@@ -27,10 +27,11 @@ from collectors.serving_records import (
 )
 from collectors.store import RunStore, RunWriter, interrupts_end_runs
 from collectors.summary import summarize_requests
-from collectors.sweep_records import SweepPointSummary, SweepSummary
+from collectors.sweep_records import SweepPointSummary, SweepSummary, fit_answer
 from collectors.tables import records_frame
 from suites.errors import UsageError
 from suites.serving.capacity.run import capacity_note, capacity_verdict, search_capacity
+from suites.serving.capacity.search import Verdict as FitVerdict
 from suites.serving.embedded.process import running_target
 from suites.serving.embedded.reference import running_reference, with_reference_defaults
 from suites.serving.load.arrivals import arrival_offsets_s, split_evenly, split_round_robin
@@ -61,10 +62,11 @@ from suites.serving.observe.live import LiveObservers
 from suites.serving.preflight import TargetCheck, check_target, http_get, served_model
 from suites.serving.probe.adapt import adapt_target
 from suites.serving.probe.probe import probe_target
+from suites.serving.sweep_fit import fit_scenario, fit_verdict, search_fit
 from suites.serving.workload.prompts import build_prompt_pools, build_prompts
 from suites.serving.workload.sources import Prompt
 from suites.serving.workload.sweep import ContextLimit, SweepPoint, context_limit, sweep_points
-from suites.spec import ServingSpec
+from suites.spec import FitSpec, LoadSpec, ServingSpec
 
 # Workers start a level together this long after it is planned (spawn and connect time).
 _LEVEL_START_DELAY_S = 0.3
@@ -80,6 +82,7 @@ class LevelOutcome:
     reports: list[WorkerSummary]
     verdict: LevelVerdict
     input_tokens: int | None = None  # a sweep's prompt length
+    fit_probe: bool = False  # a probe of [sweep.fit], not a load level of the sweep
 
     @property
     def invalid_reasons(self) -> tuple[str, ...]:
@@ -146,10 +149,11 @@ def plan_level(
     start_ns: int,
     prompts: int,
     pool: PromptPool = ALL_PROMPTS,
+    scenario: str | None = None,
 ) -> dict[int, LevelPlan]:
     """Each worker's share of one level; ``prompts`` is the size of ``pool``."""
     load = spec.load
-    scenario = scenario_name(load.mode, level, pool.input_tokens)
+    scenario = scenario or scenario_name(load.mode, level, pool.input_tokens)
     # What every worker's plan shares; each worker's share is filled in below.
     common = LevelPlan(
         scenario=scenario,
@@ -393,62 +397,103 @@ def _run_levels(
     outcomes: list[LevelOutcome] = []
 
     def run_level(
-        level: float, max_requests: int | None = None, prompt_pool: PromptPool = pools[0]
+        level: float,
+        max_requests: int | None = None,
+        prompt_pool: PromptPool = pools[0],
+        fit_probe: bool = False,
     ) -> LevelOutcome:
         # A capacity probe may send more than load.max_requests (its warm-up included).
         level_spec = spec
         if max_requests is not None:
             bounded = spec.load.model_copy(update={"max_requests": max_requests})
             level_spec = spec.model_copy(update={"load": bounded})
+        scenario = scenario_name(load.mode, level, prompt_pool.input_tokens)
+        if fit_probe:
+            assert spec.sweep is not None and spec.sweep.fit is not None
+            assert prompt_pool.input_tokens is not None
+            level_spec = spec.model_copy(update={"load": _fit_load(spec.sweep.fit, load)})
+            scenario = fit_scenario(prompt_pool.input_tokens, level)
+        level_load = level_spec.load
         start_ns = time.monotonic_ns() + int(_LEVEL_START_DELAY_S * 1e9)
         size = prompt_pool.count or len(prompts)
-        plans = plan_level(level_spec, level, len(outcomes), workers, start_ns, size, prompt_pool)
-        scenario = scenario_name(load.mode, level, prompt_pool.input_tokens)
-        progress.level_started(scenario, load.level_limit_s)
+        plans = plan_level(
+            level_spec, level, len(outcomes), workers, start_ns, size, prompt_pool, scenario
+        )
+        progress.level_started(scenario, level_load.level_limit_s)
         observers.level_started(scenario, level)
         reports = pool.run_level(plans, keep, progress.finished, progress.tick, observers.health)
         reasons = client_bottlenecks(
             reports,
-            open_loop=load.mode != "concurrency",
-            capped=load.max_concurrency > 0,
+            open_loop=level_load.mode != "concurrency",
+            capped=level_load.max_concurrency > 0,
             max_loop_lag_p99_s=spec.harness.max_loop_lag_p99_s,
             max_cpu_fraction=spec.harness.max_cpu_fraction,
             min_achieved_rate_ratio=spec.harness.min_achieved_rate_ratio,
         )
-        verdict = judge_level(scenario, measured_counts(records.values(), scenario), reasons)
-        outcome = LevelOutcome(scenario, level, reports, verdict, prompt_pool.input_tokens)
+        counts = measured_counts(records.values(), scenario)
+        if fit_probe:  # its requests still running at its end were cancelled, by design
+            counts = dataclasses.replace(
+                counts, requests=counts.requests - counts.cancelled, cancelled=0
+            )
+        verdict = judge_level(scenario, counts, reasons)
+        if fit_probe and counts.requests == 0 and verdict.status == "failed":
+            verdict = LevelVerdict(scenario, "ok")  # none finished within the probe: judged by
+            # the target's counters, not by its requests
+        outcome = LevelOutcome(
+            scenario, level, reports, verdict, prompt_pool.input_tokens, fit_probe
+        )
         outcomes.append(outcome)
         _note_count_limit(run, level_spec, outcome)
         progress.level_done(outcome)
         observers.level_done(scenario, client_bound=verdict.status == "invalid")
         return outcome
 
+    def fit_probe(streams: int, prompt_pool: PromptPool) -> FitVerdict:
+        outcome = run_level(streams, prompt_pool=prompt_pool, fit_probe=True)
+        observers.close_level()  # its counters whole now, not at the next level's start
+        verdict = outcome.verdict
+        not_judged = None if verdict.status == "ok" else f"the level was {verdict.status}"
+        if verdict.reason:
+            not_judged = f"{not_judged} ({verdict.reason})"
+        return fit_verdict(streams, observers.level_counters(outcome.scenario), not_judged)
+
     capacity: CapacitySummary | None = None
+    fits: dict[int, CapacitySummary] = {}
     try:
         pool.wait_ready()
         if spec.capacity is None:
             for prompt_pool in pools:  # one per prompt length of a sweep, else all
                 for level in load.levels:
                     run_level(level, prompt_pool=prompt_pool)
+                if spec.sweep is not None and spec.sweep.fit is not None:
+                    assert prompt_pool.input_tokens is not None
+                    fits[prompt_pool.input_tokens] = search_fit(
+                        spec.sweep.fit,
+                        prompt_pool.input_tokens,
+                        functools.partial(fit_probe, prompt_pool=prompt_pool),
+                    )
         else:
             capacity = search_capacity(spec, spec.capacity, run_level, records.values())
     except BaseException:
         pool.drain(keep)
         observers.stop_scraping()
-        _write_summary(run, spec, list(records.values()), outcomes, None, sweep=sweep)
+        _write_summary(run, spec, list(records.values()), outcomes, None, sweep=sweep, fits=fits)
         raise
     finally:
         pool.close()
     observers.stop_scraping()
     truth = _ground_truth(spec, base_url, list(records.values()))
-    _write_summary(run, spec, list(records.values()), outcomes, truth, capacity, sweep)
+    _write_summary(run, spec, list(records.values()), outcomes, truth, capacity, sweep, fits)
+    for length, fit in fits.items():
+        run.add_note(f"Fit at {length} prompt tokens ({fit.criteria}): {fit_answer(fit)}.")
     if capacity is not None:
         # Levels above the capacity may fail (an overloaded target times out): that is
         # what the search measures, not a failure of the run.
         run.add_note(capacity_note(capacity))
         status, reason = capacity_verdict(capacity)
     else:
-        status, reason = run_verdict([o.verdict for o in outcomes])
+        # A fit probe is judged by the target's counters: its level's status is its own.
+        status, reason = run_verdict([o.verdict for o in outcomes if not o.fit_probe])
     if status != "complete" and warn_only:
         run.add_note(
             f"--warn-only: the run ended {status}, and the command exits 0 all the same; "
@@ -474,6 +519,22 @@ def _window_note(spec: ServingSpec) -> str:
         f"Each level ran {load.level_limit_s:g} s{bound}; requests intended in its first "
         f"{load.warmup_s:g} s (warm-up) and last {load.cooldown_s:g} s (cool-down) are "
         "stored but excluded from summaries."
+    )
+
+
+def _fit_load(fit: FitSpec, load: LoadSpec) -> LoadSpec:
+    """A fit probe's level: closed loop for ``probe_s``, every second of it measured, and
+    what still runs at its end cancelled at once (the next probe starts from an idle
+    target)."""
+    return load.model_copy(
+        update={
+            "mode": "concurrency",
+            "duration_s": fit.probe_s,
+            "max_requests": None,
+            "warmup_s": 0.0,
+            "cooldown_s": 0.0,
+            "drain_timeout_s": 0.0,
+        }
     )
 
 
@@ -524,6 +585,7 @@ def _write_summary(
     truth: dict[str, dict[str, Any]] | None,
     capacity: CapacitySummary | None = None,
     sweep: _Sweep | None = None,
+    fits: dict[int, CapacitySummary] | None = None,
 ) -> None:
     frame = records_frame(records)
     slo = Slo(**spec.slo.model_dump())
@@ -556,22 +618,26 @@ def _write_summary(
                 reason += f" (errors so far: {error_counts_text(entry.error_types)})"
             scenarios[name] = dataclasses.replace(entry, status="invalid", status_reason=reason)
     scenarios = with_target_counters(scenarios, run.directory)  # from the stored scrapes
-    swept = _sweep_summary(sweep, outcomes) if sweep is not None else None
+    swept = _sweep_summary(sweep, outcomes, fits or {}) if sweep is not None else None
     run.write_summary(
         dataclasses.replace(summary, scenarios=scenarios, capacity=capacity, sweep=swept)
     )
 
 
-def _sweep_summary(sweep: _Sweep, outcomes: list[LevelOutcome]) -> SweepSummary:
+def _sweep_summary(
+    sweep: _Sweep, outcomes: list[LevelOutcome], fits: dict[int, CapacitySummary]
+) -> SweepSummary:
     def scenarios(length: int) -> tuple[str, ...]:
-        return tuple(o.scenario for o in outcomes if o.input_tokens == length)
+        return tuple(o.scenario for o in outcomes if o.input_tokens == length and not o.fit_probe)
 
     return SweepSummary(
         context_tokens=sweep.limit.tokens,
         context_source=sweep.limit.source,
         max_output_tokens=sweep.max_output_tokens,
         points=tuple(
-            SweepPointSummary(p.input_tokens, scenarios(p.input_tokens), p.not_available)
+            SweepPointSummary(
+                p.input_tokens, scenarios(p.input_tokens), p.not_available, fits.get(p.input_tokens)
+            )
             for p in sweep.points
         ),
     )

@@ -10,7 +10,7 @@ from rich.table import Table
 from collectors.prefill import prefill_rates
 from collectors.quantiles import QuantileEstimate
 from collectors.serving_records import ScenarioSummary
-from collectors.sweep_records import SweepSummary
+from collectors.sweep_records import SweepSummary, fit_answer
 from collectors.target_counters import NOT_AVAILABLE
 
 _DASH = "-"
@@ -90,3 +90,29 @@ def sweep_table(sweep: SweepSummary, scenarios: Mapping[str, ScenarioSummary]) -
                 _kv(entry),
             )
     return table
+
+
+def fit_table(sweep: SweepSummary) -> Table | None:
+    """How many concurrent requests of each length fit ([sweep.fit]); None: not searched."""
+    searched = [p for p in sweep.points if p.fit is not None]
+    if not searched:
+        return None
+    criteria = searched[0].fit.criteria if searched[0].fit is not None else ""
+    table = Table(
+        title=f"concurrent requests that fit, per prompt length ({criteria})",
+        caption="each probe held its streams for sweep.fit.probe_s, judged from the "
+        "target's scraped running-requests gauge and preemptions counter",
+    )
+    for column in ("prompt tokens", "fit", "search", "probes (streams: verdict)"):
+        table.add_column(column)
+    for point in searched:
+        fit = point.fit
+        assert fit is not None
+        probes = "; ".join(
+            f"{p.level:g}: {_FIT_VERDICT[p.passed]} ({p.reason})" for p in fit.probes
+        )
+        table.add_row(str(point.input_tokens), fit_answer(fit), fit.status, probes)
+    return table
+
+
+_FIT_VERDICT = {True: "fit", False: "did not", None: "not judged"}

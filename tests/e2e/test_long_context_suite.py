@@ -1,12 +1,19 @@
 """``moeperf run long-context`` on the embedded reference engine: the KV cache grows with
-the context, as the engine's own gauge says.
+the context, as the engine's own gauge says, and as many requests fit at once as its KV
+cache can hold.
 
-The shipped CI-sized spec runs one stream at 4 context lengths from 256 tokens to the
-engine's raised limit of 4,096 (past the model's trained 2,048: allow_long_max_model_len),
-32 output tokens each. One request of prompt P holds ceil(P / 16) KV blocks after its
-prefill and ceil((P + 32) / 16) at its last token (blocks of 16 tokens): the highest
-scrape of the target's KV usage in a level, times its 1,024 blocks, must lie in that
-range, so it grows with the context. TTFT grows with it too.
+The shipped CI-sized spec runs 3 context lengths P from 1,024 tokens to the engine's
+raised limit of 4,096 (past the model's trained 2,048: allow_long_max_model_len), 32
+output tokens each, at one stream; its KV cache has 512 blocks of 16 tokens.
+
+- KV usage: one request holds ceil(P / 16) blocks after its prefill and ceil((P + 32) /
+  16) at its last token. The highest scrape of the target's KV usage in a level, times
+  its 512 blocks, must lie in that range, so it grows with the context.
+- Fit ([sweep.fit]): c requests all running at once with none preempted. c requests whose
+  whole contexts fit in the cache (c x ceil((P + 32) / 16) <= 512 blocks) never need a
+  preemption; c whose prompts alone do not fit (c x ceil(P / 16) > 512) cannot all be
+  prefilled without one. So the found fit F lies between floor(512 / full blocks) and
+  floor(512 / prompt blocks), and F + 1 failed; at P = 4,064 both bounds are 2.
 """
 
 from __future__ import annotations
@@ -21,11 +28,12 @@ from moeperf.cli import main
 
 BLOCK_TOKENS = 16
 OUTPUT_TOKENS = 32
+KV_BLOCKS = 512
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_kv_usage_grows_with_context_on_the_reference_target(tmp_path, capsys):
+@pytest.mark.timeout(400)
+def test_kv_usage_and_the_concurrent_fit_follow_the_context(tmp_path, capsys):
     code = main([
         "--runs-dir", str(tmp_path), "run", "long-context",
         "--set", "harness.max_loop_lag_p99_s=1.0", "--set", "harness.max_cpu_fraction=1.0",
@@ -36,23 +44,35 @@ def test_kv_usage_grows_with_context_on_the_reference_target(tmp_path, capsys):
     assert isinstance(summary, ServingSummary) and summary.sweep is not None
     assert summary.sweep.context_tokens == 4096
     lengths = [p.input_tokens for p in summary.sweep.points]
-    assert lengths[0] == 256 and lengths[-1] == 4096 - OUTPUT_TOKENS
+    assert lengths == [1024, 2040, 4064]
     blocks, ttft = [], []
     for point in summary.sweep.points:
         (name,) = point.scenarios
         entry = summary.scenarios[name]
         assert entry.ok == 6 and entry.errors == 0, (name, entry.error_types)
         counters = entry.target_counters
-        assert counters is not None and counters.kv_blocks_total == 1024
+        assert counters is not None and counters.kv_blocks_total == KV_BLOCKS
         used = counters.kv_blocks_used_max
         assert used is not None
-        low = math.ceil(point.input_tokens / BLOCK_TOKENS)
-        high = math.ceil((point.input_tokens + OUTPUT_TOKENS) / BLOCK_TOKENS)
-        assert low <= used <= high, (point.input_tokens, used, low, high)
+        prompt_blocks = math.ceil(point.input_tokens / BLOCK_TOKENS)
+        full_blocks = math.ceil((point.input_tokens + OUTPUT_TOKENS) / BLOCK_TOKENS)
+        assert prompt_blocks <= used <= full_blocks, (point.input_tokens, used)
         assert counters.preemptions == 0
         blocks.append(used)
         p50 = entry.latency_s.ttft_s.value_at(0.5)
         assert p50 is not None
         ttft.append(p50)
+
+        fit = point.fit
+        assert fit is not None and fit.status == "resolved", fit
+        assert fit.passed_level is not None and fit.failed_level == fit.passed_level + 1
+        low, high = KV_BLOCKS // full_blocks, KV_BLOCKS // prompt_blocks
+        assert low <= fit.passed_level <= high, (point.input_tokens, fit)
+        for probe in fit.probes:  # every probe a scenario of the run, judged by counters
+            assert probe.scenario in summary.scenarios
+            assert probe.passed is not None, probe.reason
     assert blocks == sorted(blocks) and len(set(blocks)) == len(blocks), blocks
     assert ttft == sorted(ttft), ttft
+    assert summary.sweep.points[-1].fit is not None
+    assert summary.sweep.points[-1].fit.passed_level == 2  # both bounds are 2 at 4,064
+    assert "concurrent requests that fit" in printed

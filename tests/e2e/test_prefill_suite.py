@@ -4,8 +4,8 @@ The shipped CI-sized spec sweeps 4 prompt lengths, log-spaced from 16 tokens to 
 engine's context limit (2,048 less the one output token), at 1 and 8 streams. Prefill
 does more work per token for a longer prompt (attention over all earlier tokens), so at
 one stream each length's TTFT p50 must be above the shorter one's, and the longest's
-whole 95% interval above the shortest's. A length past the limit is "not available from
-this target", never sent.
+whole 95% interval above the shortest's. (A length past the limit, "not available from
+this target": tests/integration/test_sweep_synthetic.py.)
 """
 
 from __future__ import annotations
@@ -69,26 +69,3 @@ def test_ttft_grows_with_prompt_length_on_the_reference_target(tmp_path, capsys)
     assert longest_low is not None and shortest_high is not None
     assert longest_low > shortest_high, ttft
     assert "sweep over prompt lengths" in printed
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(120)
-def test_a_length_past_the_context_limit_is_not_available_and_not_sent(tmp_path, capsys):
-    code = main([
-        "--runs-dir", str(tmp_path), "run", "prefill", *LENIENT_CLIENT,
-        "--set", "sweep.input_tokens.values=[64, 4096]", "--set", "load.levels=[1]",
-        "--set", "load.max_requests=4",
-    ])  # fmt: skip
-    printed = capsys.readouterr().out
-    assert code == 0, printed[-3000:]
-    summary = _summary(tmp_path)
-    sweep = summary.sweep
-    assert sweep is not None
-    sent, missing = sweep.points
-    assert sent.input_tokens == 64 and sent.scenarios == ("in=64 c=1",)
-    assert missing.input_tokens == 4096 and missing.scenarios == ()
-    assert missing.not_available is not None
-    assert missing.not_available.startswith("not available from this target")
-    assert "2048" in missing.not_available
-    assert list(summary.scenarios) == ["in=64 c=1"]  # nothing of 4096 tokens was sent
-    assert "not available from this target" in printed

@@ -11,6 +11,7 @@ from collectors.push import push_run
 from collectors.records import RequestRecord
 from collectors.store import RunWriter
 from collectors.summary import Slo
+from collectors.target_counters import TargetCounters, level_target_counters
 from suites.serving.load.auth import NO_HEADERS, RequestHeaders
 from suites.serving.load.pool import WorkerHealth
 from suites.spec import ServingSpec
@@ -52,6 +53,8 @@ class LiveObservers:
                 headers=headers,  # a target behind a key guards its /metrics too
             )
         self._in_flight: dict[int, int] = {}
+        # Every scrape of the run, for a level's counters while the run goes on.
+        self._scrapes: list[dict] = []
 
     def start(self) -> None:
         if self.exporter is not None and self._spec.export.live_metrics:
@@ -90,10 +93,21 @@ class LiveObservers:
         # Called on the scraper's thread; the store's files are per kind, so appending
         # server metrics here does not interleave with request records.
         self._run.append_server_metrics(scrape)
+        self._scrapes.append(scrape)
         # The window is the load level; the baseline scrape before the first has none.
         window = scrape.get("window")
         if self.exporter is not None and window and scrape.get("series"):
             self.exporter.observe_target(window, scrape["series"])
+
+    def close_level(self) -> None:
+        """Close the running level's window with a scrape now, not when the next level
+        starts: its counters are then whole (``level_counters``)."""
+        if self._scraper is not None:
+            self._scraper.start_window(None)
+
+    def level_counters(self, scenario: str) -> TargetCounters | None:
+        """The target's counters over a closed level (None: no scrape of it was read)."""
+        return level_target_counters(list(self._scrapes)).get(scenario)
 
     def stop_scraping(self) -> None:
         """Before the run ends: a last scrape, so counters cover the whole window."""
