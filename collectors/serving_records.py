@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from collectors.capacity_records import CapacitySummary
+from collectors.interference_records import InterferenceSummary
 from collectors.quantiles import CI_METHOD, EMPTY, ESTIMATOR, Described
 from collectors.sweep_records import SweepSummary
 from collectors.target_counters import TargetCounters
@@ -200,3 +201,5 @@ class ServingSummary:
     capacity: CapacitySummary | None = None
     # A run over prompt lengths ([sweep]): the lengths, and those not available.
     sweep: SweepSummary | None = None
+    # A prefill-interference run ([interference]): its arms (chunked-prefill sizes).
+    interference: InterferenceSummary | None = None

@@ -167,6 +167,10 @@ def _show(store: RunStore, run: str, console: Console) -> None:
             fits = fit_table(summary.sweep)
             if fits is not None:
                 console.print(fits)
+        if summary.interference is not None:
+            from suites.serving.interference_table import interference_table
+
+            console.print(interference_table(summary.interference, summary.scenarios))
     console.print(f"percentiles: {summary.percentile_estimator}; CI: {summary.confidence_interval}")
     console.print(f"results: {reader.directory}")
 

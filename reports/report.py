@@ -16,7 +16,9 @@ import pandas as pd
 
 from collectors.capacity_records import CapacitySummary
 from collectors.errors import CollectorError
+from collectors.interference_records import InterferenceSummary, interference_rows
 from collectors.latency import itl_samples_s, per_request
+from collectors.quantiles import QuantileEstimate
 from collectors.serving_records import NO_SLO, ScenarioSummary, ServingSummary, Slo
 from collectors.store import RunStore
 from collectors.summary import summarize_requests
@@ -30,6 +32,7 @@ from reports.figures.concurrency import concurrency_curve, levels_frame
 from reports.figures.errors import error_bars, error_counts
 from reports.figures.expert_load import expert_load_heatmap, policy_matrices
 from reports.figures.interactivity import has_numbers, interactivity_chart, interactivity_frame
+from reports.figures.interference import chunk_label, interference_chart
 from reports.figures.memory import peak_memory
 from reports.figures.micro import micro_distributions, micro_summary
 from reports.figures.percentiles import percentile_frame, percentile_table
@@ -283,6 +286,50 @@ def _sweep_blocks(
     ]
 
 
+def _interference_blocks(
+    summary: InterferenceSummary, scenarios: Mapping[str, ScenarioSummary]
+) -> list[Chart | Table]:
+    """The interference run: a row per arm, and the chart of both sides of the trade."""
+    rows = interference_rows(summary, scenarios)
+
+    def ms(estimate: QuantileEstimate | None) -> float | None:
+        return None if estimate is None else estimate.value * 1e3
+
+    frame = pd.DataFrame(
+        [
+            {
+                "chunked prefill": chunk_label(r.chunked_prefill_size),
+                "decode ITL p50 quiet ms": ms(r.quiet_itl_p50_s),
+                "decode ITL p50 mixed ms": ms(r.mixed_itl_p50_s),
+                "decode ITL p99 quiet ms": ms(r.quiet_itl_p99_s),
+                "decode ITL p99 mixed ms": ms(r.mixed_itl_p99_s),
+                "long-prompt TTFT p50 ms": ms(r.prefill_ttft_p50_s),
+                "long-prompt TTFT p99 ms": ms(r.prefill_ttft_p99_s),
+            }
+            for r in rows
+        ]
+    )
+    caption = (
+        f"Prefill interference: per arm (the reference target restarted with that "
+        f"chunked-prefill size; whole = 0, every arm with a step budget of "
+        f"{summary.max_num_batched_tokens} tokens) {summary.decode_streams} streams decode "
+        f"{summary.decode_input_tokens}-token prompts into {summary.decode_output_tokens} "
+        f"tokens alone (quiet) for {summary.duration_s:g} s, then for {summary.duration_s:g} s "
+        f"while {summary.prefill_input_tokens}-token prompts arrive at "
+        f"{summary.prefill_rate:g}/s (mixed). Every request measured; percentiles of the "
+        "ok requests (ITL: every token gap)."
+    )
+    return [
+        Table(frame, caption),
+        Chart(
+            interference_chart(rows),
+            "Mixed (solid) against quiet (dashed): the decoders' ITL with and without long "
+            "prompts arriving; right, those prompts' TTFT. Error bars: 95% intervals.",
+            drawn_by=("interference",),
+        ),
+    ]
+
+
 def _fit_table(sweep: SweepSummary) -> Table | None:
     """How many concurrent requests of each length fit ([sweep.fit]), probe by probe."""
     verdicts = {True: "fit", False: "did not", None: "not judged"}
@@ -356,6 +403,8 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
         blocks += _capacity_blocks(run.summary.capacity, scenarios)
     if isinstance(run.summary, ServingSummary) and run.summary.sweep is not None:
         blocks += _sweep_blocks(run.summary.sweep, scenarios)
+    if isinstance(run.summary, ServingSummary) and run.summary.interference is not None:
+        blocks += _interference_blocks(run.summary.interference, scenarios)
     counters = target_counters_table(scenarios, metrics_unavailable(run.server_metrics))
     if counters is not None:
         blocks.append(counters)

@@ -541,6 +541,33 @@ class SweepSpec(_Strict):
     fit: FitSpec | None = None
 
 
+class InterferenceSpec(_Strict):
+    """``[interference]``: prefill interference on the reference target against its
+    chunked-prefill size (suites/serving/interference.py). One arm per entry of
+    ``chunked_prefill_sizes`` (0: each prompt whole in one step), the target restarted
+    with it; in each arm ``decode_streams`` closed-loop streams of short prompts and long
+    outputs decode, first alone ("quiet") and then while long prompts arrive open loop at
+    ``prefill_rate`` per second ("mixed"), each level ``duration_s`` long. The decoders'
+    ITL, quiet against mixed, is the interference; the long prompts' TTFT is its price."""
+
+    chunked_prefill_sizes: Annotated[
+        list[Annotated[int, Field(ge=0)]], Field(min_length=1, max_length=16)
+    ] = [0, 64, 256]
+    decode_streams: Annotated[int, Field(ge=1, le=256)] = 4
+    decode_input_tokens: Annotated[int, Field(ge=1)] = 64
+    decode_output_tokens: Annotated[int, Field(ge=2)] = 512
+    prefill_input_tokens: Annotated[int, Field(ge=1)] = 1536
+    prefill_rate: Positive = 0.5
+    duration_s: Positive = 10.0
+
+    @field_validator("chunked_prefill_sizes")
+    @classmethod
+    def _distinct(cls, value: list[int]) -> list[int]:
+        if len(set(value)) != len(value):
+            raise ValueError("interference.chunked_prefill_sizes lists a size twice")
+        return value
+
+
 class ServingSpec(_Strict):
     suite: Literal["serving"] = "serving"
     name: str
@@ -557,6 +584,8 @@ class ServingSpec(_Strict):
     capacity: CapacitySpec | None = None
     # Set: load.levels at each of several prompt lengths.
     sweep: SweepSpec | None = None
+    # Set: prefill interference against the chunked-prefill size (reference target only).
+    interference: InterferenceSpec | None = None
 
     @model_validator(mode="after")
     def _goodput_needs_slo(self) -> ServingSpec:
@@ -567,6 +596,26 @@ class ServingSpec(_Strict):
                 "capacity.min_goodput_ratio counts requests meeting [slo]: set "
                 "slo.ttft_s, slo.tpot_s or slo.e2e_s"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _interference_restarts_the_reference(self) -> ServingSpec:
+        if self.interference is None:
+            return self
+        if self.target.kind != "reference":
+            raise ValueError(
+                "[interference] restarts the target with each chunked_prefill_size: it "
+                "needs target.kind = 'reference'"
+            )
+        if self.capacity is not None or self.sweep is not None:
+            raise ValueError("[interference] cannot be combined with [capacity] or [sweep]")
+        if "chunked_prefill_size" in self.target.reference:
+            raise ValueError(
+                "[interference] sets target.reference.chunked_prefill_size in each arm: "
+                "remove it (list the sizes in interference.chunked_prefill_sizes)"
+            )
+        if self.workload.kind != "random":
+            raise ValueError("[interference] needs workload.kind = 'random' (exact lengths)")
         return self
 
     @model_validator(mode="after")

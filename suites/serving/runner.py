@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collectors.capacity_records import CapacitySummary
+from collectors.interference_records import InterferenceSummary
 from collectors.records import RequestRecord
 from collectors.serving_records import (
     ServingSummary,
@@ -223,6 +224,12 @@ def run_serving(
     """
     progress = progress or Progress()
     spec = with_reference_defaults(spec)
+    if spec.interference is not None:
+        from suites.serving.interference import run_interference
+
+        return run_interference(
+            spec, spec_given, store, progress, on_started, pushgateway_url, say, warn_only
+        )
     # Before a target starts or a byte is sent: an unset variable is an exit 2 here.
     headers = request_headers(spec.target, os.environ)
     with target_url(spec) as (base_url, target):
@@ -364,24 +371,7 @@ def _run_levels(
             "the host's cores with the load workers."
         )
     workers = worker_count(spec)
-    config = WorkerConfig(
-        base_url=base_url,
-        api=spec.target.api,
-        model=model,
-        prompts=tuple(prompts),
-        anchor_ns=run.manifest.anchor_monotonic_ns,
-        request_timeout_s=spec.harness.request_timeout_s,
-        stall_timeout_s=spec.harness.stall_timeout_s,
-        continuous_usage=spec.target.continuous_usage,
-        ignore_eos=spec.target.ignore_eos,
-        tokenizer=spec.workload.tokenizer,
-        extra_body=dict(spec.target.extra_body),
-        include_usage=spec.target.include_usage,
-        max_tokens_field=spec.target.max_tokens_field,
-        min_tokens=spec.target.min_tokens,
-        sampling=spec.sampling.as_sent(),
-        headers=headers,
-    )
+    config = worker_config(spec, base_url, model, prompts, run, headers)
     # From the config the workers get, after any change to it: what is sent is recorded.
     scrape_interval_s = spec.export.scrape_interval_s if spec.export.scrape_target else None
     run.record_request_settings(request_settings(config, scrape_interval_s))
@@ -477,13 +467,13 @@ def _run_levels(
     except BaseException:
         pool.drain(keep)
         observers.stop_scraping()
-        _write_summary(run, spec, list(records.values()), outcomes, None, sweep=sweep, fits=fits)
+        write_summary(run, spec, list(records.values()), outcomes, None, sweep=sweep, fits=fits)
         raise
     finally:
         pool.close()
     observers.stop_scraping()
     truth = _ground_truth(spec, base_url, list(records.values()))
-    _write_summary(run, spec, list(records.values()), outcomes, truth, capacity, sweep, fits)
+    write_summary(run, spec, list(records.values()), outcomes, truth, capacity, sweep, fits)
     for length, fit in fits.items():
         run.add_note(f"Fit at {length} prompt tokens ({fit.criteria}): {fit_answer(fit)}.")
     if capacity is not None:
@@ -503,6 +493,35 @@ def _run_levels(
         run.fail(reason or "")
     elif status == "invalid":
         run.invalidate(reason or "")
+
+
+def worker_config(
+    spec: ServingSpec,
+    base_url: str,
+    model: str,
+    prompts: list[Prompt],
+    run: RunWriter,
+    headers: RequestHeaders,
+) -> WorkerConfig:
+    """What every load worker of the run is told once: where, what and how to send."""
+    return WorkerConfig(
+        base_url=base_url,
+        api=spec.target.api,
+        model=model,
+        prompts=tuple(prompts),
+        anchor_ns=run.manifest.anchor_monotonic_ns,
+        request_timeout_s=spec.harness.request_timeout_s,
+        stall_timeout_s=spec.harness.stall_timeout_s,
+        continuous_usage=spec.target.continuous_usage,
+        ignore_eos=spec.target.ignore_eos,
+        tokenizer=spec.workload.tokenizer,
+        extra_body=dict(spec.target.extra_body),
+        include_usage=spec.target.include_usage,
+        max_tokens_field=spec.target.max_tokens_field,
+        min_tokens=spec.target.min_tokens,
+        sampling=spec.sampling.as_sent(),
+        headers=headers,
+    )
 
 
 def _window_note(spec: ServingSpec) -> str:
@@ -577,7 +596,7 @@ def _ground_truth(
     return asyncio.run(fetch_ground_truth(base_url, ids))
 
 
-def _write_summary(
+def write_summary(
     run: RunWriter,
     spec: ServingSpec,
     records: list[RequestRecord],
@@ -586,6 +605,7 @@ def _write_summary(
     capacity: CapacitySummary | None = None,
     sweep: _Sweep | None = None,
     fits: dict[int, CapacitySummary] | None = None,
+    interference: InterferenceSummary | None = None,
 ) -> None:
     frame = records_frame(records)
     slo = Slo(**spec.slo.model_dump())
@@ -620,7 +640,13 @@ def _write_summary(
     scenarios = with_target_counters(scenarios, run.directory)  # from the stored scrapes
     swept = _sweep_summary(sweep, outcomes, fits or {}) if sweep is not None else None
     run.write_summary(
-        dataclasses.replace(summary, scenarios=scenarios, capacity=capacity, sweep=swept)
+        dataclasses.replace(
+            summary,
+            scenarios=scenarios,
+            capacity=capacity,
+            sweep=swept,
+            interference=interference,
+        )
     )
 
 

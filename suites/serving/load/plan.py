@@ -38,6 +38,9 @@ class WorkerConfig:
     headers: RequestHeaders = NO_HEADERS
     # Sent as set; a None field is not sent (the server's default).
     sampling: Sampling = GREEDY
+    # Before every request id ("w0-17"): a run with several worker pools (one per arm of
+    # an interference run) keeps its ids unique, as the store requires.
+    request_id_prefix: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -235,7 +235,7 @@ class _Level:
         assert self._prompts is not None  # set by run() before any request
         prompt = next(self._prompts)
         record = RequestRecord(
-            request_id=f"w{self.index}-{next(self._sequence)}",
+            request_id=f"{self.config.request_id_prefix}w{self.index}-{next(self._sequence)}",
             scenario=plan.scenario,
             phase=self._phase(plan, intended_abs_ns),
             worker=self.index,

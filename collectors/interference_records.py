@@ -1,0 +1,85 @@
+"""Prefill interference against the chunked-prefill size (``[interference]``), as a serving
+run's summary holds it.
+
+Each arm is the reference target restarted with one chunked-prefill size; its three
+scenarios are in the summary with every number: the decoders alone ("quiet"), the
+decoders while long prompts arrive ("decode"), and those long prompts ("prefill").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from collectors.quantiles import Described, QuantileEstimate
+
+if TYPE_CHECKING:  # serving_records holds the summary that holds these records
+    from collectors.serving_records import ScenarioSummary
+
+
+@dataclass(frozen=True, slots=True)
+class InterferenceArm:
+    chunked_prefill_size: int  # 0: each prompt whole in one step
+    quiet_scenario: str
+    decode_scenario: str
+    prefill_scenario: str
+
+
+@dataclass(frozen=True, slots=True)
+class InterferenceSummary:
+    """The workload every arm ran, and the arms in the order run."""
+
+    decode_streams: int
+    decode_input_tokens: int
+    decode_output_tokens: int
+    prefill_input_tokens: int
+    prefill_rate: float  # long prompts per second, open loop (Poisson)
+    duration_s: float
+    max_num_batched_tokens: int  # every arm's step budget (the same: chunking alone differs)
+    arms: tuple[InterferenceArm, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class InterferenceRow:
+    """One arm's result: the decoders' ITL alone and with long prompts arriving, and the
+    long prompts' TTFT, each a quantile estimate of its scenario (None: no sample)."""
+
+    chunked_prefill_size: int
+    quiet_itl_p50_s: QuantileEstimate | None
+    mixed_itl_p50_s: QuantileEstimate | None
+    quiet_itl_p99_s: QuantileEstimate | None
+    mixed_itl_p99_s: QuantileEstimate | None
+    prefill_ttft_p50_s: QuantileEstimate | None
+    prefill_ttft_p99_s: QuantileEstimate | None
+
+
+def interference_rows(
+    summary: InterferenceSummary, scenarios: Mapping[str, ScenarioSummary]
+) -> list[InterferenceRow]:
+    """One row per arm, in the order run, from the arms' scenarios of the summary."""
+    rows = []
+    for arm in summary.arms:
+        quiet, decode, prefill = (
+            scenarios.get(name)
+            for name in (arm.quiet_scenario, arm.decode_scenario, arm.prefill_scenario)
+        )
+
+        def at(entry: ScenarioSummary | None, metric: str, q: float) -> QuantileEstimate | None:
+            if entry is None:
+                return None
+            described: Described = getattr(entry.latency_s, metric)
+            return described.at(q)
+
+        rows.append(
+            InterferenceRow(
+                arm.chunked_prefill_size,
+                at(quiet, "itl_s", 0.5),
+                at(decode, "itl_s", 0.5),
+                at(quiet, "itl_s", 0.99),
+                at(decode, "itl_s", 0.99),
+                at(prefill, "ttft_s", 0.5),
+                at(prefill, "ttft_s", 0.99),
+            )
+        )
+    return rows
