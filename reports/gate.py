@@ -54,6 +54,9 @@ the candidate's:
 The reason always gives both intervals (``CapacitySummary.answer()``). ``moeperf gate RUN
 --baseline`` passes each run's search (``reports.gate_output.judge_runs``); the paired
 gate and A/A calibration pool their blocks' samples and pass none.
+A sweep's fit search (``[sweep.fit]``: how many concurrent requests of a prompt length fit
+at once) is a search of the same kind: each prompt length's adds a metric "in=LENGTH fit
+streams", judged by the same rule.
 The two searches choose their probe levels from what they measure, so they need not probe
 the same ones (nor need two runs' fit searches of a sweep, ``[sweep.fit]``): a level only
 the baseline probed has its metrics made optional
@@ -108,9 +111,11 @@ def gate(
     candidate_label: str = "candidate",
     baseline_capacity: CapacitySummary | None = None,
     candidate_capacity: CapacitySummary | None = None,
+    fits: Mapping[str, tuple[CapacitySummary | None, CapacitySummary | None]] | None = None,
 ) -> GateResult:
-    """Verdicts for every metric of either side (the rule is in the module docstring), and
-    the capacity verdict where either side has a capacity search."""
+    """Verdicts for every metric of either side (the rule is in the module docstring), the
+    capacity verdict where either side has a capacity search, and one verdict per prompt
+    length of a sweep's fit search (``fits``: name -> (baseline's, candidate's))."""
     base = _by_key(baseline, "baseline")
     cand = _by_key(candidate, "candidate")
     rng = np.random.default_rng(seed)
@@ -146,6 +151,10 @@ def gate(
     capacity = capacity_verdict(candidate_capacity, baseline_capacity)
     if capacity is not None:
         final.append(capacity)
+    for name, (base_fit, cand_fit) in (fits or {}).items():
+        verdict = capacity_verdict(cand_fit, base_fit, name, "fit search at this length")
+        if verdict is not None:
+            final.append(verdict)
     result = GateResult(
         final,
         alpha,
@@ -291,7 +300,10 @@ def _decide(entry: dict[str, Any], alpha: float) -> Verdict:
 
 
 def capacity_verdict(
-    candidate: CapacitySummary | None, baseline: CapacitySummary | None
+    candidate: CapacitySummary | None,
+    baseline: CapacitySummary | None,
+    name: str = CAPACITY,
+    search: str = "capacity search",
 ) -> Verdict | None:
     """The capacity searches' verdict (the module docstring's rule); None if neither side
     has one. ``baseline`` and ``candidate`` hold the levels that held, ``baseline_failed``
@@ -304,7 +316,7 @@ def capacity_verdict(
         b, c = baseline, candidate
         sides = [f"{side}: {s.answer()}" for side, s in (("baseline", b), ("candidate", c)) if s]
         return Verdict(
-            CAPACITY,
+            name,
             either.unit,
             "higher",
             CAPACITY,
@@ -318,9 +330,9 @@ def capacity_verdict(
         )
 
     if baseline is None:
-        return verdict("only in candidate", "no capacity search in the baseline")
+        return verdict("only in candidate", f"no {search} in the baseline")
     if candidate is None:
-        return verdict("missing from candidate", "no capacity search in the candidate")
+        return verdict("missing from candidate", f"no {search} in the candidate")
     if candidate.criteria != baseline.criteria:
         return verdict(
             "inconclusive",

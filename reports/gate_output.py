@@ -230,6 +230,7 @@ def judge_runs(
         candidate_label=candidate.run_id,
         baseline_capacity=run_capacity(baseline_data),
         candidate_capacity=run_capacity(candidate),
+        fits=run_fits(baseline_data, candidate),
     )
     for run, side in ((candidate, "candidate"), (baseline_data, "baseline")):
         if run.manifest.status != "complete":
@@ -260,6 +261,21 @@ def searched(run: RunData) -> bool:
         return False
     fits = summary.sweep is not None and any(p.fit for p in summary.sweep.points)
     return summary.capacity is not None or fits
+
+
+def _fits(run: RunData) -> dict[str, CapacitySummary]:
+    summary = run.summary
+    if not isinstance(summary, ServingSummary) or summary.sweep is None:
+        return {}
+    return {f"in={p.input_tokens} fit": p.fit for p in summary.sweep.points if p.fit is not None}
+
+
+def run_fits(
+    baseline: RunData, candidate: RunData
+) -> dict[str, tuple[CapacitySummary | None, CapacitySummary | None]]:
+    """Each prompt length's fit search ([sweep.fit]) of either run: (baseline's, candidate's)."""
+    base, cand = _fits(baseline), _fits(candidate)
+    return {name: (base.get(name), cand.get(name)) for name in {**base, **cand}}
 
 
 def run_capacity(run: RunData) -> CapacitySummary | None:

@@ -555,7 +555,7 @@ class InterferenceSpec(_Strict):
     ] = [0, 64, 256]
     decode_streams: Annotated[int, Field(ge=1, le=256)] = 4
     decode_input_tokens: Annotated[int, Field(ge=1)] = 64
-    decode_output_tokens: Annotated[int, Field(ge=2)] = 512
+    decode_output_tokens: Annotated[int, Field(ge=2)] = 128
     prefill_input_tokens: Annotated[int, Field(ge=1)] = 1536
     prefill_rate: Positive = 0.5
     duration_s: Positive = 10.0

@@ -216,3 +216,21 @@ def test_levels_only_the_baseline_probed_are_optional_not_missing():
     assert outcomes["c=33/ttft_s p50"] == "optional, missing from candidate"
     assert outcomes["capacity streams"] == "improvement"
     assert result.status == "pass", result.coverage_problem
+
+
+def test_each_prompt_lengths_fit_is_judged_by_the_same_rule():
+    fits = {
+        "in=4064 fit": (search(2, 3), search(1, 2)),  # the candidate fits fewer: regression
+        "in=1024 fit": (search(7, 8), search(7, 8)),
+        "in=2040 fit": (search(3, 4), None),
+    }
+    result = gate([], [], fits=fits)
+    outcomes = {v.key: v.outcome for v in result.verdicts}
+    assert outcomes == {
+        "in=4064 fit streams": "regression",
+        "in=1024 fit streams": "no change",
+        "in=2040 fit streams": "missing from candidate",
+    }
+    missing = next(v for v in result.verdicts if v.key == "in=2040 fit streams")
+    assert missing.reason.startswith("no fit search at this length in the candidate")
+    assert result.status == "fail"
