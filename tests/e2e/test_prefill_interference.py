@@ -4,12 +4,13 @@ that stall for the long prompt's own TTFT.
 
 Two arms (the target restarted with each chunked-prefill size, the same step budget):
 0, every 1,536-token prompt in one step, and 64 tokens per step. With whole prompts a
-step that prefills one takes hundreds of ms, and every decoding stream waits for it:
-about 4 token gaps per arriving prompt, above 1% of the gaps, so the decoders' ITL p99
-with prompts arriving ("mixed") lies far above their p99 alone ("quiet"), intervals
-apart. With 64-token chunks each step adds a little to every gap instead, so the mixed
-p99 falls, intervals apart from the whole-prompt one; and the long prompt needs 24 steps
-instead of one, so its TTFT p50 rises.
+step that prefills one takes hundreds of ms, and every decoding stream waits for it: one
+long gap per stream per arriving prompt, 2 per second against one gap per ITL (about
+10 ms), so about 2% of the gaps, and the decoders' ITL p99 with prompts arriving
+("mixed") lies far above their p99 alone ("quiet"), intervals apart. With 64-token
+chunks each step adds a little to every gap instead, so the mixed p99 falls, intervals
+apart from the whole-prompt one; and the long prompt needs 24 steps instead of one, so
+its TTFT p50 rises.
 """
 
 from __future__ import annotations

@@ -38,7 +38,11 @@ def _summary(runs) -> ServingSummary:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ttft_grows_with_prompt_length_on_the_reference_target(tmp_path, capsys):
-    code = main(["--runs-dir", str(tmp_path), "run", "prefill", *LENIENT_CLIENT])
+    # 12 requests per level (the spec's 24 halved, for test time): a p50 interval still.
+    code = main([
+        "--runs-dir", str(tmp_path), "run", "prefill", *LENIENT_CLIENT,
+        "--set", "load.max_requests=12",
+    ])  # fmt: skip
     printed = capsys.readouterr().out
     assert code == 0, printed[-3000:]
     summary = _summary(tmp_path)
@@ -53,7 +57,7 @@ def test_ttft_grows_with_prompt_length_on_the_reference_target(tmp_path, capsys)
         for name in point.scenarios:
             entry = summary.scenarios[name]
             assert entry.input_tokens == point.input_tokens
-            assert entry.ok == 24 and entry.errors == 0, (name, entry.error_types)
+            assert entry.ok == 12 and entry.errors == 0, (name, entry.error_types)
             # The server counted the prompt tokens the sweep built.
             assert entry.target_counters is not None
         single = summary.scenarios[point.scenarios[0]]
