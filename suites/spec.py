@@ -557,7 +557,7 @@ class InterferenceSpec(_Strict):
     decode_input_tokens: Annotated[int, Field(ge=1)] = 64
     decode_output_tokens: Annotated[int, Field(ge=2)] = 128
     prefill_input_tokens: Annotated[int, Field(ge=1)] = 1536
-    prefill_rate: Positive = 0.5
+    prefill_rate: Positive = 2.0
     duration_s: Positive = 10.0
 
     @field_validator("chunked_prefill_sizes")

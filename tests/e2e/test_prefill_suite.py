@@ -58,8 +58,6 @@ def test_ttft_grows_with_prompt_length_on_the_reference_target(tmp_path, capsys)
             entry = summary.scenarios[name]
             assert entry.input_tokens == point.input_tokens
             assert entry.ok == 12 and entry.errors == 0, (name, entry.error_types)
-            # The server counted the prompt tokens the sweep built.
-            assert entry.target_counters is not None
         single = summary.scenarios[point.scenarios[0]]
         p50 = single.latency_s.ttft_s.at(0.5)
         assert p50 is not None and p50.ci_low is not None and p50.ci_high is not None
@@ -67,6 +65,10 @@ def test_ttft_grows_with_prompt_length_on_the_reference_target(tmp_path, capsys)
         rates = prefill_rates(single)
         assert rates is not None and rates.per_request_p50_tok_s is not None
         assert math.isclose(rates.per_request_p50_tok_s, point.input_tokens / p50.value)
+    # Every prompt is as long as its length says, by the server's own count (usage).
+    requests = RunStore(tmp_path).open("latest").requests()
+    expected = requests["scenario"].str.extract(r"^in=(\d+) ", expand=False).astype(int)
+    assert (requests["prompt_tokens"] == expected).all()
     values = [q.value for q in ttft]
     assert values == sorted(values) and len(set(values)) == len(values), values
     longest_low, shortest_high = ttft[-1].ci_low, ttft[0].ci_high
