@@ -153,8 +153,20 @@ def _sets(overrides: list[str]) -> list[str]:
 def test_a_over_a_flags_nothing(tmp_path):
     lines: list[str] = []
     overrides = [*SHORT, "target.synthetic.jitter=lognormal", "target.synthetic.jitter_scale=0.1"]
+    # ITL p99 per token moves with the host's scheduling (collectors/min_effects.py): in
+    # these 3-second levels on a shared 2-core host, identical runs measured an ITL p99
+    # ratio of 1.237 [1.118, 1.306] (2026-12-01), and one CI run's interval passed the
+    # default 20%. A spec of such short levels sets its ITL p99 minimum effect itself.
     assert (
-        calibrate_command("synthetic", 2, tmp_path / "runs", overrides, tmp_path, out=lines.append)
+        calibrate_command(
+            "synthetic",
+            2,
+            tmp_path / "runs",
+            overrides,
+            tmp_path,
+            min_effects={"itl_s_p99": 0.35},
+            out=lines.append,
+        )
         == 0
     )
     body = json.loads((tmp_path / "calibration.json").read_text())
