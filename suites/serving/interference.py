@@ -27,8 +27,8 @@ import dataclasses
 import functools
 import os
 import time
-from collections.abc import Callable, Coroutine, Generator
-from typing import Any, TypeVar
+from collections.abc import Callable, Generator
+from typing import Any
 
 from collectors.interference_records import InterferenceArm, InterferenceSummary
 from collectors.records import RequestRecord
@@ -59,7 +59,6 @@ from suites.serving.workload.prompts import build_prompt_pools
 from suites.serving.workload.sources import Prompt
 from suites.spec import InterferenceSpec, LengthSpec, ServingSpec
 
-_T = TypeVar("_T")
 _START_DELAY_S = 0.3  # workers start a level together this long after it is planned
 _DEFAULT_STEP_BUDGET = 512  # targets.serving.engine.api.EngineConfig.max_num_batched_tokens
 
@@ -108,17 +107,13 @@ def _prompts(
     decode_spec = _with_lengths(spec, inter.decode_input_tokens, inter.decode_output_tokens)
     prefill_spec = _with_lengths(spec, inter.prefill_input_tokens, 1)
     headers = request_headers(spec.target, os.environ)
-    (decode,) = _run(build_prompt_pools(decode_spec, "", headers, (None,)))
-    (prefill,) = _run(build_prompt_pools(prefill_spec, "", headers, (None,)))
+    (decode,) = asyncio.run(build_prompt_pools(decode_spec, "", headers, (None,)))
+    (prefill,) = asyncio.run(build_prompt_pools(prefill_spec, "", headers, (None,)))
     return (
         decode + prefill,
         PromptPool(0, len(decode)),
         PromptPool(len(decode), len(prefill), inter.prefill_input_tokens),
     )
-
-
-def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
-    return asyncio.run(coroutine)
 
 
 def _plans(
