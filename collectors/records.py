@@ -58,6 +58,13 @@ class RequestRecord:
     server_request_id: str | None = None
     # None for a request that failed, or one stored before the field existed.
     stream_end: StreamEnd | None = None
+    # A multi-turn conversation's id ("w0-c3") and this request's turn in it (from 1);
+    # None for single requests.
+    conversation: str | None = None
+    turn: int | None = None
+    # Of prompt_tokens, those the server's prefix cache held (its usage's
+    # prompt_tokens_details.cached_tokens); None: the server did not say.
+    cached_prompt_tokens: int | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from collectors.interference_records import InterferenceSummary
 from collectors.quantiles import CI_METHOD, EMPTY, ESTIMATOR, Described
 from collectors.sweep_records import SweepSummary
 from collectors.target_counters import TargetCounters
+from collectors.workload_records import RepeatLevel, TraceReplay, TurnSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +165,15 @@ class ScenarioSummary:
     # A sweep over prompt lengths ([sweep] of the spec): the prompt tokens of every
     # request of this scenario; None: the run swept load levels only.
     input_tokens: int | None = None
+    # workload.cache = "fresh": whether the target's prefix cache was reset before the
+    # level, and how ("POST /reset_prefix_cache: HTTP 200") or why not; None: not asked.
+    cache_reset_done: bool | None = None
+    cache_reset: str | None = None
+    repeat: int | None = None  # 1-based, with load.repeats > 1
+    # The no-reuse control of a prefix workload: the same lengths, no shared prefix.
+    unique: bool = False
+    turns: tuple[TurnSummary, ...] = ()  # a multi-turn scenario's TTFT by turn index
+    trace_replay: TraceReplay | None = None  # a trace level's sends against the trace
 
 
 def empty_scenario(slo: Slo = NO_SLO) -> ScenarioSummary:
@@ -203,3 +213,5 @@ class ServingSummary:
     sweep: SweepSummary | None = None
     # A prefill-interference run ([interference]): its arms (chunked-prefill sizes).
     interference: InterferenceSummary | None = None
+    # Levels run more than once (load.repeats): the spread between their repeats.
+    repeats: tuple[RepeatLevel, ...] = ()

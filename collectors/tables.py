@@ -51,6 +51,9 @@ REQUEST_SCHEMA = _schema(
         ("server_request_id", _STR),
         # Added after schema version 1 shipped (_ADDED_COLUMNS): older runs read nulls.
         ("stream_end", _STR),
+        ("conversation", _STR),
+        ("turn", _INT),
+        ("cached_prompt_tokens", _INT),
         ("schema_version", _INT),
     ]
 )
@@ -89,7 +92,9 @@ SAMPLE_SCHEMA = _schema(
 
 _JSON_COLUMNS = {"steps": ("policy_decisions", "events")}
 # Optional columns added after schema version 1 shipped: older files lack them.
-_ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"requests": ("stream_end",)}
+_ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "requests": ("stream_end", "conversation", "turn", "cached_prompt_tokens")
+}
 SCHEMAS = {"requests": REQUEST_SCHEMA, "steps": STEP_SCHEMA, "samples": SAMPLE_SCHEMA}
 
 

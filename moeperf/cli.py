@@ -58,6 +58,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     overrides = list(args.set or [])
     if args.metrics_port is not None:
         overrides.append(f"export.metrics_port={args.metrics_port}")
+    if args.repeat is not None:
+        overrides.append(f"load.repeats={args.repeat}")
     loaded = load_spec(args.spec, overrides)
     store = RunStore(args.runs_dir)
     if loaded.spec.suite == "training":
@@ -171,6 +173,14 @@ def _show(store: RunStore, run: str, console: Console) -> None:
             from suites.serving.interference_table import interference_table
 
             console.print(interference_table(summary.interference, summary.scenarios))
+        from suites.serving.workload_tables import workload_tables
+
+        scenarios = summary.scenarios.values()
+        cache_known = any(
+            e.cache_reset is not None or e.target_counters is not None for e in scenarios
+        )
+        for table in workload_tables(summary.scenarios, summary.repeats, cache_known):
+            console.print(table)
     console.print(f"percentiles: {summary.percentile_estimator}; CI: {summary.confidence_interval}")
     console.print(f"results: {reader.directory}")
 
@@ -261,6 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help=f"push final metrics to this Pushgateway (default: ${PUSHGATEWAY_ENV}); "
         "never stored in the run",
+    )
+    run.add_argument(
+        "--repeat",
+        type=int,
+        metavar="N",
+        help="run every level N times, interleaved (all levels, then all again), and show "
+        "the spread between repeats beside each level's own interval (load.repeats)",
     )
     run.add_argument(
         "--warn-only",

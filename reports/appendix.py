@@ -3,7 +3,8 @@
 The module docstrings of ``collectors.latency``, ``collectors.summary`` and
 ``collectors.quantiles`` are the single source of truth for what TTFT, TPOT, ITL, E2E,
 throughput, goodput and the percentiles mean (``collectors.prefill``: a sweep's prefill
-rates); the docstrings of the figure modules say how each chart is drawn from them.
+rates; ``collectors.workload_summary``: TTFT by turn, a trace's send lag, the spread
+between repeats); the docstrings of the figure modules say how each chart is drawn from them.
 Quoting them here means the report and the code cannot disagree. Only the chart kinds a
 page contains are explained (each ``Chart`` names its figure modules in ``drawn_by``).
 Everything is escaped and shown as preformatted text.
@@ -16,7 +17,7 @@ import inspect
 from collections.abc import Sequence
 from types import ModuleType
 
-from collectors import latency, quantiles, summary
+from collectors import latency, quantiles, summary, workload_summary
 from collectors import prefill as prefill_rates
 from reports.figures import (
     baseline_trend,
@@ -35,12 +36,20 @@ from reports.figures import (
     steps,
     sweep,
     timeline,
+    trace_replay,
     training_events,
     training_throughput,
+    turns,
 )
 from reports.render import Chart, Section
 
-DEFINITIONS: tuple[ModuleType, ...] = (latency, summary, quantiles, prefill_rates)
+DEFINITIONS: tuple[ModuleType, ...] = (
+    latency,
+    summary,
+    quantiles,
+    prefill_rates,
+    workload_summary,
+)
 CHARTS: tuple[ModuleType, ...] = (
     concurrency,
     interactivity,
@@ -51,6 +60,8 @@ CHARTS: tuple[ModuleType, ...] = (
     prefill,
     sweep,
     interference,
+    turns,
+    trace_replay,
     errors,
     forest,
     steps,

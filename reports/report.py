@@ -47,6 +47,7 @@ from reports.render import Chart, Details, Section, Table, pretty_json, render_p
 from reports.request_view import request_facts
 from reports.runs import RunData, load_run
 from reports.target_counters import target_counters_table
+from reports.workload_blocks import workload_blocks
 
 # Points per CDF curve in the page: 4 metrics x 8 levels x 1,000 points keeps the data
 # well under the size of plotly.js itself.
@@ -405,6 +406,8 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
         blocks += _sweep_blocks(run.summary.sweep, scenarios)
     if isinstance(run.summary, ServingSummary) and run.summary.interference is not None:
         blocks += _interference_blocks(run.summary.interference, scenarios)
+    repeats = run.summary.repeats if isinstance(run.summary, ServingSummary) else ()
+    blocks += workload_blocks(ServingSummary(scenarios=scenarios, repeats=repeats), requests)
     counters = target_counters_table(scenarios, metrics_unavailable(run.server_metrics))
     if counters is not None:
         blocks.append(counters)

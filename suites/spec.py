@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import (
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PlainSerializer,
     PlainValidator,
@@ -42,8 +41,10 @@ from collectors.min_effects import MIN_EFFECT_KEYS
 from collectors.request_settings import SAMPLING_FIELDS, Sampling
 from suites.errors import SpecError
 from suites.serving.load.openai_api import MaxTokensField
+from suites.spec_base import STRICT, NonNegative, Positive
 from suites.spec_errors import NO_ECHO, problems_of, spec_error, unknown_field
 from suites.spec_overrides import apply_overrides, blame
+from suites.workload_spec import LengthSpec, WorkloadSpec
 from targets.synthetic.config import SyntheticConfig
 
 if TYPE_CHECKING:
@@ -54,11 +55,7 @@ SPEC_DIR = Path(__file__).parent / "specs"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-Positive = Annotated[float, Field(gt=0)]
-NonNegative = Annotated[float, Field(ge=0)]
+    model_config = STRICT
 
 
 def _synthetic_config(value: Any) -> SyntheticConfig:
@@ -227,33 +224,6 @@ class TargetSpec(_Strict):
         return self
 
 
-class LengthSpec(_Strict):
-    dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
-    mean: Annotated[int, Field(ge=1)] = 128
-    spread: NonNegative = 0.0
-    min: Annotated[int, Field(ge=1)] = 1
-    max: Annotated[int, Field(ge=1)] = 1_000_000
-
-
-class WorkloadSpec(_Strict):
-    kind: Literal["random", "dataset"] = "random"
-    input_tokens: LengthSpec = LengthSpec(mean=128)
-    output_tokens: LengthSpec = LengthSpec(mean=64)
-    shared_prefix_tokens: Annotated[int, Field(ge=0)] = 0
-    dataset_path: str = ""
-    # Distinct prompts built up front and cycled through.
-    num_prompts: Annotated[int, Field(ge=1)] = 256
-    # "" none, "server" (the target's /tokenize), or a local Hugging Face tokenizer dir.
-    tokenizer: str = "server"
-    seed: int = 0
-
-    @model_validator(mode="after")
-    def _dataset_needs_path(self) -> WorkloadSpec:
-        if self.kind == "dataset" and not self.dataset_path:
-            raise ValueError("workload.dataset_path is required when kind = 'dataset'")
-        return self
-
-
 # A level lasts this long unless load.duration_s says otherwise, or max_requests alone
 # bounds it; such a count-bound level still stops sending after COUNT_BOUND_LIMIT_S.
 DEFAULT_DURATION_S = 10.0
@@ -269,8 +239,12 @@ class LoadSpec(_Strict):
     None, there is no cool-down, and ``COUNT_BOUND_LIMIT_S`` is its safety limit).
     """
 
-    mode: Literal["concurrency", "poisson", "gamma"] = "concurrency"
+    # "trace": replay workload.trace at its recorded times; levels are speed-ups.
+    mode: Literal["concurrency", "poisson", "gamma", "trace"] = "concurrency"
     levels: Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1)] = [1.0]
+    # Every level this many times, interleaved (all levels, then all again): the spread
+    # between repeats is shown beside each level's own confidence interval.
+    repeats: Annotated[int, Field(ge=1)] = 1
     duration_s: Positive | None = None
     max_requests: Annotated[int, Field(ge=1)] | None = None
     warmup_s: NonNegative = 1.0
@@ -287,6 +261,10 @@ class LoadSpec(_Strict):
     def _bound(cls, data: Any) -> Any:
         # Without duration_s: the default duration, unless max_requests alone bounds the
         # level; then the cool-down defaults to none (a count has no known end).
+        if isinstance(data, dict) and data.get("mode") == "trace":
+            # A trace's requests are all measured, its duration is its own (duration_s,
+            # if given, cuts it short).
+            return {"warmup_s": 0.0, "cooldown_s": 0.0, **data}
         if not isinstance(data, dict) or data.get("duration_s") is not None:
             return data
         if data.get("max_requests") is None:
@@ -296,7 +274,7 @@ class LoadSpec(_Strict):
     @property
     def count_bound(self) -> bool:
         """True when load.max_requests alone bounds each level."""
-        return self.duration_s is None
+        return self.duration_s is None and self.mode != "trace"
 
     @property
     def level_limit_s(self) -> float:
@@ -310,7 +288,7 @@ class LoadSpec(_Strict):
                 "load.warmup_s + load.cooldown_s must be less than load.duration_s "
                 f"({self.warmup_s} + {self.cooldown_s} >= {self.duration_s})"
             )
-        if self.duration_s is None:
+        if self.count_bound:
             self._check_count_bound(self.max_requests or 0)
         if self.mode == "concurrency" and any(level != int(level) for level in self.levels):
             raise ValueError(
@@ -595,6 +573,41 @@ class ServingSpec(_Strict):
             raise ValueError(
                 "capacity.min_goodput_ratio counts requests meeting [slo]: set "
                 "slo.ttft_s, slo.tpot_s or slo.e2e_s"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _workload_fits_the_load(self) -> ServingSpec:
+        workload, load = self.workload, self.load
+        if (workload.kind == "trace") != (load.mode == "trace"):
+            raise ValueError(
+                "workload.kind = 'trace' and load.mode = 'trace' go together: a trace is "
+                "replayed at its own times (load.levels are speed-ups)"
+            )
+        if workload.kind == "trace" and (self.capacity or self.sweep or self.interference):
+            raise ValueError(
+                "a trace replay cannot be combined with [capacity], [sweep] or [interference]"
+            )
+        if workload.conversation is not None:
+            if self.target.api != "chat":
+                raise ValueError(
+                    "[workload.conversation] sends each turn's history as chat messages: "
+                    "set target.api = 'chat'"
+                )
+            if load.mode != "concurrency":
+                raise ValueError(
+                    "[workload.conversation] holds one conversation per stream: set "
+                    "load.mode = 'concurrency' (load.levels: conversations in parallel)"
+                )
+        if (workload.conversation or workload.prefix) and (self.sweep or self.interference):
+            raise ValueError(
+                "[workload.conversation] and [workload.prefix] set the prompts: they cannot "
+                "be combined with [sweep] or [interference]"
+            )
+        if load.repeats > 1 and (self.capacity is not None or self.interference is not None):
+            raise ValueError(
+                "load.repeats applies to a sweep of levels: a capacity search or an "
+                "interference run plans its own levels; remove load.repeats"
             )
         return self
 

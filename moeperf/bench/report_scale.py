@@ -146,6 +146,9 @@ def _level_table(
         "http_status": pa.array(http_status),
         "server_request_id": pa.nulls(n, pa.string()),
         "stream_end": pa.array(np.full(n, "done", dtype=object), pa.string(), mask=~good),
+        "conversation": pa.nulls(n, pa.string()),
+        "turn": pa.nulls(n, pa.int64()),
+        "cached_prompt_tokens": pa.nulls(n, pa.int64()),
         "schema_version": pa.array(np.full(n, SCHEMA_VERSION, dtype=np.int64)),
     }
     return pa.table(columns, schema=REQUEST_SCHEMA), level_end

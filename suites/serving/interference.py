@@ -55,7 +55,7 @@ from suites.serving.runner import (
     worker_config,
     write_summary,
 )
-from suites.serving.workload.prompts import build_prompt_pools
+from suites.serving.workload.prompts import PoolKey, build_prompt_pools
 from suites.serving.workload.sources import Prompt
 from suites.spec import InterferenceSpec, LengthSpec, ServingSpec
 
@@ -107,8 +107,8 @@ def _prompts(
     decode_spec = _with_lengths(spec, inter.decode_input_tokens, inter.decode_output_tokens)
     prefill_spec = _with_lengths(spec, inter.prefill_input_tokens, 1)
     headers = request_headers(spec.target, os.environ)
-    (decode,) = asyncio.run(build_prompt_pools(decode_spec, "", headers, (None,)))
-    (prefill,) = asyncio.run(build_prompt_pools(prefill_spec, "", headers, (None,)))
+    (decode,) = asyncio.run(build_prompt_pools(decode_spec, "", headers, (PoolKey(),)))
+    (prefill,) = asyncio.run(build_prompt_pools(prefill_spec, "", headers, (PoolKey(),)))
     return (
         decode + prefill,
         PromptPool(0, len(decode)),

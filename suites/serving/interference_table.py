@@ -7,18 +7,8 @@ from collections.abc import Mapping
 from rich.table import Table
 
 from collectors.interference_records import InterferenceSummary, interference_rows
-from collectors.quantiles import QuantileEstimate
 from collectors.serving_records import ScenarioSummary
-
-
-def _ms(estimate: QuantileEstimate | None) -> str:
-    if estimate is None:
-        return "-"
-    if estimate.ci_low is None or estimate.ci_high is None:
-        return f"{estimate.value * 1e3:,.1f}"
-    return (
-        f"{estimate.value * 1e3:,.1f} [{estimate.ci_low * 1e3:,.1f}, {estimate.ci_high * 1e3:,.1f}]"
-    )
+from suites.serving.cells import ms_cell as _ms
 
 
 def interference_table(

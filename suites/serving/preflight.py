@@ -32,7 +32,7 @@ class TargetUnauthorized(UsageError):
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """One GET: its HTTP status and body, or what went wrong instead (``problem``)."""
+    """One HTTP call: its status and body, or what went wrong instead (``problem``)."""
 
     status: int | None
     body: bytes = b""
@@ -62,7 +62,17 @@ Getter = Callable[[str, float], Answer]
 def http_get(url: str, timeout_s: float, headers: RequestHeaders = NO_HEADERS) -> Answer:
     """One GET with urllib, sending ``headers``; every failure becomes an ``Answer``
     naming it (with the headers' secrets masked: a server may echo them)."""
-    request = urllib.request.Request(url, headers=dict(headers.values))
+    return _http("GET", url, timeout_s, headers)
+
+
+def http_post(url: str, timeout_s: float, headers: RequestHeaders = NO_HEADERS) -> Answer:
+    """One POST without a body, as ``http_get`` (an admin action: a cache reset)."""
+    return _http("POST", url, timeout_s, headers)
+
+
+def _http(method: str, url: str, timeout_s: float, headers: RequestHeaders) -> Answer:
+    data = b"" if method == "POST" else None
+    request = urllib.request.Request(url, data=data, headers=dict(headers.values), method=method)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return Answer(response.status, response.read())

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from collectors.capacity_records import CapacitySummary
 from collectors.interference_records import InterferenceSummary
 from collectors.records import RequestRecord
@@ -30,6 +32,7 @@ from collectors.store import RunStore, RunWriter, interrupts_end_runs
 from collectors.summary import summarize_requests
 from collectors.sweep_records import SweepPointSummary, SweepSummary, fit_answer
 from collectors.tables import records_frame
+from collectors.workload_summary import repeat_levels, trace_replay, turn_summaries
 from suites.errors import UsageError
 from suites.serving.capacity.run import capacity_note, capacity_verdict, search_capacity
 from suites.serving.capacity.search import Verdict as FitVerdict
@@ -63,10 +66,21 @@ from suites.serving.observe.live import LiveObservers
 from suites.serving.preflight import TargetCheck, check_target, http_get, served_model
 from suites.serving.probe.adapt import adapt_target
 from suites.serving.probe.probe import probe_target
+from suites.serving.schedule import (
+    ALL_PROMPTS,
+    PROBE_DRAW,
+    PlannedLevel,
+    PromptPool,
+    level_schedule,
+    pool_keys,
+    scenario_name,
+)
 from suites.serving.sweep_fit import fit_scenario, fit_verdict, search_fit
-from suites.serving.workload.prompts import build_prompt_pools, build_prompts
+from suites.serving.workload.cache_reset import CacheReset, CacheResetter
+from suites.serving.workload.prompts import PoolKey, build_prompt_pools, read_spec_trace
 from suites.serving.workload.sources import Prompt
 from suites.serving.workload.sweep import ContextLimit, SweepPoint, context_limit, sweep_points
+from suites.serving.workload.trace import Trace
 from suites.spec import FitSpec, LoadSpec, ServingSpec
 
 # Workers start a level together this long after it is planned (spawn and connect time).
@@ -74,6 +88,9 @@ _LEVEL_START_DELAY_S = 0.3
 # One worker process per this many streams (or requests/s open loop), up to the cores.
 _STREAMS_PER_WORKER = 128
 _RATE_PER_WORKER = 100.0
+# A trace level's window lasts past its last arrival by this much (the send is never late
+# for want of a window); requests still running then are drained as at any level's end.
+_TRACE_END_MARGIN_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -84,6 +101,10 @@ class LevelOutcome:
     verdict: LevelVerdict
     input_tokens: int | None = None  # a sweep's prompt length
     fit_probe: bool = False  # a probe of [sweep.fit], not a load level of the sweep
+    # Before the level: the target's prefix cache reset, or why not (None: not asked).
+    cache_reset: CacheReset | None = None
+    repeat: int | None = None  # 1-based, with load.repeats > 1
+    unique: bool = False  # the no-reuse control of a prefix workload
 
     @property
     def invalid_reasons(self) -> tuple[str, ...]:
@@ -98,24 +119,6 @@ class Progress:
     def finished(self, status: str) -> None: ...
     def tick(self) -> None: ...
     def level_done(self, outcome: LevelOutcome) -> None: ...
-
-
-def scenario_name(mode: str, level: float, input_tokens: int | None = None) -> str:
-    name = f"c={int(level)}" if mode == "concurrency" else f"rate={level:g}"
-    return name if input_tokens is None else f"in={input_tokens} {name}"
-
-
-@dataclass(frozen=True, slots=True)
-class PromptPool:
-    """A slice of the run's prompts that levels draw from: all of them (count 0), or a
-    sweep's prompts of one length."""
-
-    start: int = 0
-    count: int = 0
-    input_tokens: int | None = None
-
-
-ALL_PROMPTS = PromptPool()
 
 
 def worker_count(spec: ServingSpec) -> int:
@@ -151,16 +154,22 @@ def plan_level(
     prompts: int,
     pool: PromptPool = ALL_PROMPTS,
     scenario: str | None = None,
+    trace: Trace | None = None,
 ) -> dict[int, LevelPlan]:
-    """Each worker's share of one level; ``prompts`` is the size of ``pool``."""
+    """Each worker's share of one level; ``prompts`` is the size of ``pool``. A trace
+    level (``load.mode = "trace"``, ``trace`` given) sends request i of the trace, with
+    prompt i of the pool, at its recorded time divided by the level (the speed-up)."""
     load = spec.load
     scenario = scenario or scenario_name(load.mode, level, pool.input_tokens)
+    duration_s = load.level_limit_s
+    if trace is not None:
+        duration_s = min(duration_s, trace.span_s / level + _TRACE_END_MARGIN_S)
     # What every worker's plan shares; each worker's share is filled in below.
     common = LevelPlan(
         scenario=scenario,
-        mode=load.mode,
+        mode="poisson" if load.mode == "trace" else load.mode,
         start_ns=start_ns,
-        duration_s=load.level_limit_s,
+        duration_s=duration_s,
         warmup_s=load.warmup_s,
         cooldown_s=load.cooldown_s,
         drain_timeout_s=load.drain_timeout_s,
@@ -182,21 +191,29 @@ def plan_level(
             )
             for i in range(active)
         }
-    offsets = arrival_offsets_s(
-        level,
-        load.level_limit_s,
-        burstiness=load.burstiness if load.mode == "gamma" else 1.0,
-        max_requests=load.max_requests,
-        seed=load.seed + index,
-    )
+    if trace is not None:
+        offsets = np.array([r.timestamp_s for r in trace.requests]) / level
+        if load.max_requests:
+            offsets = offsets[: load.max_requests]
+    else:
+        offsets = arrival_offsets_s(
+            level,
+            load.level_limit_s,
+            burstiness=load.burstiness if load.mode == "gamma" else 1.0,
+            max_requests=load.max_requests,
+            seed=load.seed + index,
+        )
     active = max(1, min(workers, len(offsets)))
     caps = split_evenly(load.max_concurrency, active) if load.max_concurrency else [0] * active
+    end = pool.start + len(offsets)
     return {
         i: dataclasses.replace(
             common,
             concurrency=caps[i],
             arrivals_s=share,
             prompt_offset=(i * prompts) // active,
+            # A trace's request k has its own prompt (its length, its shared blocks): k.
+            prompt_indices=tuple(range(pool.start + i, end, active)) if trace else (),
         )
         for i, share in enumerate(split_round_robin(offsets, active))
     }
@@ -242,7 +259,7 @@ def run_serving(
         if spec.target.kind == "url" and spec.target.probe:
             spec, target["probe"], probe_notes = _probed(spec, base_url, model, check, headers)
         sweep = _sweep(spec, check, model)
-        prompts, pools = _prompt_pools(spec, base_url, headers, sweep)
+        levels = _planned(spec, base_url, headers, sweep)
         run = store.create(
             "serving",
             spec_given=without_header_values(spec_given),
@@ -260,17 +277,7 @@ def run_serving(
             with run, interrupts_end_runs():
                 observers.start()
                 _run_levels(
-                    spec,
-                    run,
-                    base_url,
-                    model,
-                    prompts,
-                    progress,
-                    observers,
-                    warn_only,
-                    headers,
-                    pools,
-                    sweep,
+                    spec, run, base_url, model, levels, progress, observers, warn_only, headers
                 )
         finally:
             observers.finish(run.manifest.status)
@@ -300,20 +307,53 @@ def _sweep(spec: ServingSpec, check: TargetCheck, model: str) -> _Sweep | None:
     return _Sweep(points, limit, spec.max_output_tokens)
 
 
-def _prompt_pools(
+@dataclass(frozen=True, slots=True)
+class _Levels:
+    """Everything a run's levels need that is built before the first is sent."""
+
+    prompts: list[Prompt]  # all pools, one after another (the workers get them once)
+    pools: dict[PoolKey, PromptPool]  # where each pool lies in ``prompts``
+    schedule: list[PlannedLevel]  # empty for a capacity search (it plans as it goes)
+    sweep: _Sweep | None
+    trace: Trace | None
+
+    def probe_pool(self, spec: ServingSpec, input_tokens: int | None) -> PromptPool:
+        """The pool of a fit or capacity search's probes (see ``_probe_key``)."""
+        return self.pools[_probe_key(spec, input_tokens)]
+
+
+def _probe_key(spec: ServingSpec, input_tokens: int | None) -> PoolKey:
+    fresh = spec.workload.cache == "fresh" and spec.capacity is None
+    return PoolKey(input_tokens, draw=PROBE_DRAW if fresh else 0)
+
+
+def _planned(
     spec: ServingSpec, base_url: str, headers: RequestHeaders, sweep: _Sweep | None
-) -> tuple[list[Prompt], list[PromptPool]]:
-    """The run's prompts, and the slices its levels draw from (one per sweep length)."""
-    if sweep is None:
-        return asyncio.run(build_prompts(spec, base_url, headers)), [ALL_PROMPTS]
-    lengths = [p.input_tokens for p in sweep.points if p.sent]
-    built = asyncio.run(build_prompt_pools(spec, base_url, headers, lengths))
+) -> _Levels:
+    """The run's schedule and its prompts, one pool per key (suites/serving/schedule.py).
+
+    A capacity search decides its levels as it goes: it draws from one pool, cycled on
+    from probe to probe, with the cache reset before each where the target can.
+    """
+    lengths: list[int | None] = [None]
+    if sweep is not None:
+        lengths = [p.input_tokens for p in sweep.points if p.sent]
+    schedule = [] if spec.capacity is not None else level_schedule(spec, lengths)
+    probes: list[int | None] = []
+    if spec.capacity is not None:
+        probes = [None]
+    elif spec.sweep is not None and spec.sweep.fit is not None:
+        probes = list(lengths)
+    keys = pool_keys(schedule)
+    keys += [k for k in (_probe_key(spec, n) for n in probes) if k not in keys]
+    built = asyncio.run(build_prompt_pools(spec, base_url, headers, keys))
     prompts: list[Prompt] = []
-    pools = []
-    for length, pool in zip(lengths, built, strict=True):
-        pools.append(PromptPool(len(prompts), len(pool), length))
+    pools = {}
+    for key, pool in zip(keys, built, strict=True):
+        pools[key] = PromptPool(len(prompts), len(pool), key.input_tokens, key.unique)
         prompts += pool
-    return prompts, pools
+    trace = read_spec_trace(spec) if spec.workload.kind == "trace" else None
+    return _Levels(prompts, pools, schedule, sweep, trace)
 
 
 def _probed(
@@ -344,17 +384,15 @@ def _run_levels(
     run: RunWriter,
     base_url: str,
     model: str,
-    prompts: list[Prompt],
+    levels: _Levels,
     progress: Progress,
     observers: LiveObservers,
     warn_only: bool,
     headers: RequestHeaders = NO_HEADERS,
-    pools: list[PromptPool] | None = None,
-    sweep: _Sweep | None = None,
 ) -> None:
     load = spec.load
-    pools = pools or [ALL_PROMPTS]
-    run.add_note(_window_note(spec))
+    sweep = levels.sweep
+    run.add_note(_window_note(spec, levels.trace))
     if sweep is not None:
         run.add_note(_sweep_note(sweep))
     if spec.target.kind == "synthetic":
@@ -371,11 +409,13 @@ def _run_levels(
             "the host's cores with the load workers."
         )
     workers = worker_count(spec)
-    config = worker_config(spec, base_url, model, prompts, run, headers)
+    config = worker_config(spec, base_url, model, levels.prompts, run, headers)
     # From the config the workers get, after any change to it: what is sent is recorded.
     scrape_interval_s = spec.export.scrape_interval_s if spec.export.scrape_target else None
     run.record_request_settings(request_settings(config, scrape_interval_s))
     pool = WorkerPool(workers, config)
+    # Fresh: the prefix cache is emptied before every level, where the target can.
+    resetter = CacheResetter(base_url, headers) if spec.workload.cache == "fresh" else None
     # By request id: a record amended after its level replaces the first version.
     records: dict[str, RequestRecord] = {}
 
@@ -385,31 +425,44 @@ def _run_levels(
         observers.record(record)
 
     outcomes: list[LevelOutcome] = []
+    default_pool = levels.probe_pool(spec, None) if spec.capacity is not None else ALL_PROMPTS
 
     def run_level(
         level: float,
         max_requests: int | None = None,
-        prompt_pool: PromptPool = pools[0],
+        prompt_pool: PromptPool = default_pool,
         fit_probe: bool = False,
+        repeat: int | None = None,
     ) -> LevelOutcome:
         # A capacity probe may send more than load.max_requests (its warm-up included).
         level_spec = spec
         if max_requests is not None:
             bounded = spec.load.model_copy(update={"max_requests": max_requests})
             level_spec = spec.model_copy(update={"load": bounded})
-        scenario = scenario_name(load.mode, level, prompt_pool.input_tokens)
+        scenario = scenario_name(
+            load.mode, level, prompt_pool.input_tokens, prompt_pool.unique, repeat
+        )
         if fit_probe:
             assert spec.sweep is not None and spec.sweep.fit is not None
             assert prompt_pool.input_tokens is not None
             level_spec = spec.model_copy(update={"load": _fit_load(spec.sweep.fit, load)})
             scenario = fit_scenario(prompt_pool.input_tokens, level)
         level_load = level_spec.load
+        reset = resetter.reset() if resetter is not None else None
         start_ns = time.monotonic_ns() + int(_LEVEL_START_DELAY_S * 1e9)
-        size = prompt_pool.count or len(prompts)
+        size = prompt_pool.count or len(levels.prompts)
         plans = plan_level(
-            level_spec, level, len(outcomes), workers, start_ns, size, prompt_pool, scenario
+            level_spec,
+            level,
+            len(outcomes),
+            workers,
+            start_ns,
+            size,
+            prompt_pool,
+            scenario,
+            levels.trace,
         )
-        progress.level_started(scenario, level_load.level_limit_s)
+        progress.level_started(scenario, next(iter(plans.values())).duration_s)
         observers.level_started(scenario, level)
         reports = pool.run_level(plans, keep, progress.finished, progress.tick, observers.health)
         reasons = client_bottlenecks(
@@ -430,7 +483,15 @@ def _run_levels(
             verdict = LevelVerdict(scenario, "ok")  # none finished within the probe: judged by
             # the target's counters, not by its requests
         outcome = LevelOutcome(
-            scenario, level, reports, verdict, prompt_pool.input_tokens, fit_probe
+            scenario,
+            level,
+            reports,
+            verdict,
+            prompt_pool.input_tokens,
+            fit_probe,
+            reset,
+            repeat,
+            prompt_pool.unique,
         )
         outcomes.append(outcome)
         _note_count_limit(run, level_spec, outcome)
@@ -452,28 +513,52 @@ def _run_levels(
     try:
         pool.wait_ready()
         if spec.capacity is None:
-            for prompt_pool in pools:  # one per prompt length of a sweep, else all
-                for level in load.levels:
-                    run_level(level, prompt_pool=prompt_pool)
-                if spec.sweep is not None and spec.sweep.fit is not None:
-                    assert prompt_pool.input_tokens is not None
-                    fits[prompt_pool.input_tokens] = search_fit(
+            for planned in levels.schedule:
+                run_level(
+                    planned.level, prompt_pool=levels.pools[planned.key], repeat=planned.repeat
+                )
+                length = planned.key.input_tokens
+                if planned.fit_after and spec.sweep is not None and spec.sweep.fit is not None:
+                    assert length is not None
+                    fits[length] = search_fit(
                         spec.sweep.fit,
-                        prompt_pool.input_tokens,
-                        functools.partial(fit_probe, prompt_pool=prompt_pool),
+                        length,
+                        functools.partial(fit_probe, prompt_pool=levels.probe_pool(spec, length)),
                     )
         else:
             capacity = search_capacity(spec, spec.capacity, run_level, records.values())
     except BaseException:
         pool.drain(keep)
         observers.stop_scraping()
-        write_summary(run, spec, list(records.values()), outcomes, None, sweep=sweep, fits=fits)
+        write_summary(
+            run,
+            spec,
+            list(records.values()),
+            outcomes,
+            None,
+            sweep=sweep,
+            fits=fits,
+            trace=levels.trace,
+        )
         raise
     finally:
         pool.close()
     observers.stop_scraping()
     truth = _ground_truth(spec, base_url, list(records.values()))
-    write_summary(run, spec, list(records.values()), outcomes, truth, capacity, sweep, fits)
+    write_summary(
+        run,
+        spec,
+        list(records.values()),
+        outcomes,
+        truth,
+        capacity,
+        sweep,
+        fits,
+        trace=levels.trace,
+    )
+    note = _cache_note(spec, outcomes)
+    if note:
+        run.add_note(note)
     for length, fit in fits.items():
         run.add_note(f"Fit at {length} prompt tokens ({fit.criteria}): {fit_answer(fit)}.")
     if capacity is not None:
@@ -495,6 +580,29 @@ def _run_levels(
         run.invalidate(reason or "")
 
 
+def _cache_note(spec: ServingSpec, outcomes: list[LevelOutcome]) -> str:
+    """What the run did about the target's prefix cache, in one sentence."""
+    if spec.workload.cache == "reuse":
+        return (
+            "Prefix cache: workload.cache = 'reuse': every level drew from the same prompts "
+            "and nothing was reset, so later levels may be served from the cache."
+        )
+    resets = [o.cache_reset for o in outcomes if o.cache_reset is not None]
+    if not resets:
+        return ""
+    done = sum(r.done for r in resets)
+    if done == len(resets):
+        return (
+            f"Prefix cache: every level drew its own prompts, and the cache was reset "
+            f"before each ({resets[0].detail})."
+        )
+    failed = next(r.detail for r in resets if not r.done)
+    return (
+        f"Prefix cache: every level drew its own prompts; a reset before the level "
+        f"succeeded {done} of {len(resets)} times ({failed})."
+    )
+
+
 def worker_config(
     spec: ServingSpec,
     base_url: str,
@@ -504,6 +612,7 @@ def worker_config(
     headers: RequestHeaders,
 ) -> WorkerConfig:
     """What every load worker of the run is told once: where, what and how to send."""
+    conversation = spec.workload.conversation
     return WorkerConfig(
         base_url=base_url,
         api=spec.target.api,
@@ -521,11 +630,20 @@ def worker_config(
         min_tokens=spec.target.min_tokens,
         sampling=spec.sampling.as_sent(),
         headers=headers,
+        conversation_turns=conversation.turns if conversation else 0,
+        think_time_s=conversation.think_time_s if conversation else 0.0,
     )
 
 
-def _window_note(spec: ServingSpec) -> str:
+def _window_note(spec: ServingSpec, trace: Trace | None = None) -> str:
     load = spec.load
+    if trace is not None:
+        return (
+            f"Each level replayed the trace {trace.path} ({trace.count} requests over "
+            f"{trace.span_s:g} s as recorded, format {trace.format}) open loop, every "
+            "request at its recorded time divided by the level (the speed-up), with the "
+            "prompt synthesized for it; every request is measured (no warm-up or cool-down)."
+        )
     if load.count_bound:
         return (
             f"Each level ran until its {load.max_requests} requests were done (warm-up ones "
@@ -606,6 +724,7 @@ def write_summary(
     sweep: _Sweep | None = None,
     fits: dict[int, CapacitySummary] | None = None,
     interference: InterferenceSummary | None = None,
+    trace: Trace | None = None,
 ) -> None:
     frame = records_frame(records)
     slo = Slo(**spec.slo.model_dump())
@@ -613,12 +732,11 @@ def write_summary(
     scenarios = dict(summary.scenarios)
     for outcome in outcomes:
         harness_error_s = None
+        level_frame = frame[frame["scenario"] == outcome.scenario] if len(frame) else frame
         if truth is not None:
-            level_frame = frame[
-                (frame["scenario"] == outcome.scenario) & (frame["phase"] == "measure")
-            ]
-            errors = measurement_errors(level_frame, truth, run.manifest.anchor_monotonic_ns)
-            ok = int((level_frame["status"] == "ok").sum())
+            measured = level_frame[level_frame["phase"] == "measure"]
+            errors = measurement_errors(measured, truth, run.manifest.anchor_monotonic_ns)
+            ok = int((measured["status"] == "ok").sum())
             harness_error_s = summarize_errors(errors, ok)
         scenarios[outcome.scenario] = dataclasses.replace(
             scenarios.get(outcome.scenario) or empty_scenario(slo),
@@ -629,6 +747,16 @@ def write_summary(
             status=outcome.verdict.status,
             status_reason=outcome.verdict.reason,
             input_tokens=outcome.input_tokens,
+            cache_reset_done=outcome.cache_reset.done if outcome.cache_reset else None,
+            cache_reset=outcome.cache_reset.detail if outcome.cache_reset else None,
+            repeat=outcome.repeat,
+            unique=outcome.unique,
+            turns=turn_summaries(level_frame) if len(frame) else (),
+            trace_replay=(
+                trace_replay(level_frame, trace.count, outcome.level)
+                if trace is not None and len(frame)
+                else None
+            ),
         )
     judged = {o.scenario for o in outcomes}
     for name, entry in scenarios.items():
@@ -646,6 +774,7 @@ def write_summary(
             capacity=capacity,
             sweep=swept,
             interference=interference,
+            repeats=repeat_levels(scenarios),
         )
     )
 

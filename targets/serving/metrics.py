@@ -183,6 +183,11 @@ class ReferenceMetrics:
             buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
         )
+        self.prefix_cache_resets = Counter(
+            "reference_prefix_cache_resets",
+            "Prefix-cache resets applied (POST /reset_prefix_cache).",
+            registry=self.registry,
+        )
         # Touch every status so each series is exported from the start, at 0.
         for status in STATUSES:
             self.requests.labels(status)

@@ -1,8 +1,10 @@
 """The reference target's OpenAI-compatible HTTP API (FastAPI), in front of the engine.
 
 Endpoints: POST /v1/completions, POST /v1/chat/completions (both streamed as SSE or
-whole), GET /v1/models, GET /health, POST /tokenize, POST /detokenize, GET /metrics.
-Started with an API key, every /v1/* route answers 401 without it (``auth.py``).
+whole), GET /v1/models, GET /health, POST /tokenize, POST /detokenize, GET /metrics,
+POST /reset_prefix_cache (vLLM's: forget every cached prefix block). Started with an API
+key, every /v1/* route answers 401 without it (``auth.py``); the others stay open, as
+vLLM's do.
 
 The engine runs in its own thread (``EngineLoop``); how its outputs become a response is
 ``streaming.py``, in the shape the server's ``WireVariant`` gives each request.
@@ -99,6 +101,7 @@ def build_app(
     app.add_api_route("/tokenize", _tokenize, methods=["POST"])
     app.add_api_route("/detokenize", _detokenize, methods=["POST"])
     app.add_api_route("/metrics", _metrics, methods=["GET"])
+    app.add_api_route("/reset_prefix_cache", _reset_prefix_cache, methods=["POST"])
     return app
 
 
@@ -204,3 +207,12 @@ def _metrics(request: Request) -> Response:
     # hundred series) does not delay the chunks being streamed.
     registry = _state(request).metrics.registry
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _reset_prefix_cache(request: Request) -> Response:
+    """vLLM's /reset_prefix_cache: no later request hits a block cached before it."""
+    state = _state(request)
+    # Applied by the engine's thread at its next step; the event loop awaits, not blocks.
+    dropped = await asyncio.wrap_future(state.engine.request_prefix_cache_reset())
+    state.metrics.prefix_cache_resets.inc()
+    return JSONResponse({"reset": True, "dropped_blocks": dropped})

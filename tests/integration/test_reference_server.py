@@ -308,6 +308,38 @@ def test_repeated_prompt_reports_cached_tokens(server: ReadyChild) -> None:
     assert 16 <= cached < usage(second).prompt_tokens
 
 
+def test_reset_prefix_cache_stops_later_hits(server: ReadyChild) -> None:
+    api = client(server)
+    prompt = " ".join(f"reset {i}" for i in range(60))  # its own blocks, cached by nobody
+    hits = "reference_prefix_cache_hits_total"
+    resets = "reference_prefix_cache_resets_total"
+
+    def complete() -> int:
+        """The request's cached prompt tokens, as its usage reports them."""
+        result = api.completions.create(model=MODEL, prompt=prompt, max_tokens=2, temperature=0)
+        details = usage(result).prompt_tokens_details
+        assert details is not None and details.cached_tokens is not None
+        return details.cached_tokens
+
+    start = scrape(server)
+    assert complete() == 0
+    first = scrape(server)
+    cached = complete()
+    second = scrape(server)
+    assert cached >= 16 and second[hits] - first[hits] == cached
+
+    reply = post(server, "/reset_prefix_cache", b"")
+    assert reply.status_code == 200
+    body = reply.json()
+    assert body["reset"] is True and body["dropped_blocks"] >= cached // 16
+    assert complete() == 0
+    third = scrape(server)
+    assert third[hits] == second[hits]  # looked up, found nothing
+    queried = "reference_prefix_cache_queries_total"
+    assert third[queried] - second[queried] == len(tokenize(server, prompt))
+    assert third[resets] - start[resets] == 1
+
+
 def tokenize(server: ReadyChild, text: str) -> list[int]:
     return post(server, "/tokenize", {"model": MODEL, "prompt": text}).json()["tokens"]
 

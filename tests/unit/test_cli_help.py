@@ -90,7 +90,10 @@ def test_a_misspelt_shipped_spec_gets_the_right_name_suggested():
         resolve_spec_path("defualt")
     message = str(info.value)
     assert "no spec file 'defualt' (did you mean 'default'?)" in message
-    assert "shipped specs: capacity, default, long-context, long-context-full, nightly" in message
+    assert (
+        "shipped specs: capacity, default, long-context, long-context-full, multi-turn, nightly"
+        in message
+    )
     with pytest.raises(SpecError) as far:
         resolve_spec_path("zzzz")
     assert "did you mean" not in str(far.value)

@@ -46,6 +46,29 @@ def test_eviction_forgets_a_cached_block():
     assert pool.lookup(chain_hashes([1, 2], 2, 1)) == []
 
 
+def test_reset_forgets_every_cached_block_and_keeps_blocks_in_use():
+    pool = BlockPool(4, enable_prefix_caching=True)
+    hashes = chain_hashes(list(range(8)), 4, 2)
+    held, freed = pool.allocate_many(2)
+    pool.register(held, hashes[0])
+    pool.register(freed, hashes[1])
+    pool.free([freed])  # free, yet still cached
+    assert pool.reset_prefix_cache() == 2
+    assert pool.lookup(hashes) == []
+    assert held.ref_count == 1 and pool.num_used == 1  # still its sequence's
+    assert pool.reset_prefix_cache() == 0
+    # Every block can be cached again, the one in use included, and allocate still
+    # takes the free ones, least recently freed first.
+    pool.register(held, hashes[0])
+    assert pool.lookup(hashes) == [held] and held.ref_count == 2
+    pool.free([held, held])
+    taken = pool.allocate_many(4)
+    assert taken[0] is not held and held in taken
+    assert pool.lookup(hashes) == []  # reusing the block evicted it
+    with pytest.raises(NoFreeBlocksError):
+        pool.allocate()
+
+
 def test_prefix_caching_off_never_hits():
     pool = BlockPool(2, enable_prefix_caching=False)
     block = pool.allocate()

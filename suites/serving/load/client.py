@@ -101,6 +101,8 @@ async def stream_request(
                     usage = chunk.usage_completion_tokens
                     if chunk.usage_prompt_tokens is not None:
                         record.prompt_tokens = chunk.usage_prompt_tokens
+                    if chunk.usage_cached_tokens is not None:
+                        record.cached_prompt_tokens = chunk.usage_cached_tokens
                     if usage is not None:
                         record.output_tokens = usage
                     if chunk.has_choices:

@@ -27,8 +27,10 @@ def request_body(
     min_tokens: int | None = None,
     extra: dict[str, Any] | None = None,
     sampling: Sampling = GREEDY,
+    messages: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """A streaming request, asking for usage unless ``include_usage`` is off (then no
+    """A streaming request (chat: ``messages``, a conversation's history, when given; else
+    ``prompt`` as the one user message), asking for usage unless ``include_usage`` is off (then no
     ``stream_options`` at all, for servers that reject the field); of ``sampling``, only
     the fields that are set (the others are the server's default); ``extra`` fields are
     merged in last."""
@@ -47,7 +49,7 @@ def request_body(
     if min_tokens is not None:
         body["min_tokens"] = min_tokens
     if api == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = messages or [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
     if extra:
@@ -117,6 +119,9 @@ class ChunkContent:
     logprob_tokens: int | None
     has_choices: bool
     error: str | None = None
+    # usage.prompt_tokens_details.cached_tokens: prompt tokens the server's prefix cache
+    # held (OpenAI's field; vLLM with --enable-prompt-tokens-details, the reference target).
+    usage_cached_tokens: int | None = None
     # The chunk's choice has a finish_reason: generation ended (a server may then close
     # the stream without data: [DONE]).
     finished: bool = False
@@ -159,6 +164,7 @@ def parse_chunk(api: Api, chunk: dict[str, Any]) -> ChunkContent:
         logprob_tokens=logprob_tokens,
         has_choices=bool(choices),
         finished=finished,
+        usage_cached_tokens=(usage.get("prompt_tokens_details") or {}).get("cached_tokens"),
     )
 
 

@@ -41,6 +41,10 @@ class WorkerConfig:
     # Before every request id ("w0-17"): a run with several worker pools (one per arm of
     # an interference run) keeps its ids unique, as the store requires.
     request_id_prefix: str = ""
+    # Multi-turn ([workload.conversation]): each closed-loop stream holds conversations of
+    # this many turns (0: single requests), waiting think_time_s between reply and turn.
+    conversation_turns: int = 0
+    think_time_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,3 +70,5 @@ class LevelPlan:
     # (0: all of them); a sweep gives each prompt length its own slice.
     prompt_start: int = 0
     prompt_count: int = 0
+    # Open loop, a trace: the prompt (index into WorkerConfig.prompts) of each arrival.
+    prompt_indices: tuple[int, ...] = ()

@@ -21,6 +21,7 @@ import signal
 import time
 import traceback
 from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -113,6 +114,7 @@ class _Level:
         self.url = config.base_url.rstrip("/") + ENDPOINTS[config.api]
         self.deferred: list[StreamResult] = []
         self._sequence = itertools.count()
+        self._talks = itertools.count()  # conversation ids
         # Client-side token counts need every chunk's text, and a tokenizer.
         self._keep_texts = bool(config.tokenizer)
         self._slots: list[asyncio.Task] = []
@@ -206,7 +208,28 @@ class _Level:
                 task.add_done_callback(in_flight.discard)
                 await task
 
-        self._slots = [asyncio.create_task(stream_slot()) for _ in range(plan.concurrency)]
+        async def conversation_slot() -> None:
+            # One conversation after another: each turn sends the history so far, the
+            # moment the think time after the previous reply has passed.
+            turns, think_s = self.config.conversation_turns, self.config.think_time_s
+            while time.monotonic_ns() < end_ns:
+                conversation = f"{self.config.request_id_prefix}w{self.index}-c{next(self._talks)}"
+                history: list[dict[str, str]] = []
+                for turn in range(1, turns + 1):
+                    if time.monotonic_ns() >= end_ns or next(budget, None) is None:
+                        return
+                    turn_of = _Turn(conversation, turn, history)
+                    task = asyncio.create_task(self._one(plan, time.monotonic_ns(), turn_of))
+                    in_flight.add(task)
+                    task.add_done_callback(in_flight.discard)
+                    reply = await task
+                    if reply is None:  # the turn failed: the conversation cannot go on
+                        break
+                    if turn < turns and think_s > 0:
+                        await asyncio.sleep(think_s)
+
+        slot = conversation_slot if self.config.conversation_turns else stream_slot
+        self._slots = [asyncio.create_task(slot()) for _ in range(plan.concurrency)]
         # Returns at the end of the window, or earlier when the request budget is spent;
         # requests still in flight are left to the drain in run().
         await asyncio.wait(self._slots, timeout=max(0.0, (end_ns - time.monotonic_ns()) / 1e9))
@@ -214,7 +237,8 @@ class _Level:
     async def _open_loop(self, plan: LevelPlan, in_flight: set) -> None:
         limit = asyncio.Semaphore(plan.concurrency) if plan.concurrency > 0 else None
         end_ns = plan.start_ns + int(plan.duration_s * 1e9)
-        for offset_s in plan.arrivals_s:
+        prompts = self.config.prompts
+        for k, offset_s in enumerate(plan.arrivals_s):
             intended_abs_ns = plan.start_ns + int(offset_s * 1e9)
             await _sleep_until(intended_abs_ns)
             if limit is not None:
@@ -224,16 +248,29 @@ class _Level:
                 if limit is not None:
                     limit.release()
                 return
-            task = asyncio.create_task(self._one(plan, intended_abs_ns))
+            # A trace's arrival k has its own prompt; otherwise the level's cycle.
+            prompt = prompts[plan.prompt_indices[k]] if plan.prompt_indices else None
+            task = asyncio.create_task(self._one(plan, intended_abs_ns, prompt=prompt))
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
             if limit is not None:
                 task.add_done_callback(lambda _t: limit.release())
 
-    async def _one(self, plan: LevelPlan, intended_abs_ns: int) -> None:
+    async def _one(
+        self,
+        plan: LevelPlan,
+        intended_abs_ns: int,
+        turn: _Turn | None = None,
+        prompt: Prompt | None = None,
+    ) -> str | None:
+        """Send one request and record it; the reply's text when it ended ok (a
+        conversation's next turn needs it), else None."""
         config = self.config
         assert self._prompts is not None  # set by run() before any request
-        prompt = next(self._prompts)
+        prompt = prompt or next(self._prompts)
+        messages = None
+        if turn is not None:
+            messages = [*turn.history, {"role": "user", "content": prompt.text}]
         record = RequestRecord(
             request_id=f"{self.config.request_id_prefix}w{self.index}-{next(self._sequence)}",
             scenario=plan.scenario,
@@ -243,7 +280,10 @@ class _Level:
             send_ns=0,
             done_ns=0,
             status="cancelled",
-            client_prompt_tokens=prompt.prompt_tokens,
+            # A later turn's prompt is the whole history: its count is the server's.
+            client_prompt_tokens=prompt.prompt_tokens if turn is None or turn.turn == 1 else None,
+            conversation=turn.conversation if turn is not None else None,
+            turn=turn.turn if turn is not None else None,
         )
         body = request_body(
             config.api,
@@ -257,6 +297,7 @@ class _Level:
             min_tokens=config.min_tokens,
             extra=config.extra_body,
             sampling=config.sampling,
+            messages=messages,
         )
         self._sent += 1
         try:
@@ -278,6 +319,13 @@ class _Level:
         self.results.put(("record", record))
         if self._keep_texts:
             self.deferred.append(result)
+        if record.status != "ok":
+            return None
+        if turn is not None and messages is not None:
+            reply = "".join(result.texts)
+            turn.history[:] = [*messages, {"role": "assistant", "content": reply}]
+            return reply
+        return ""
 
     async def _send(self, body: dict[str, Any], record: RequestRecord) -> StreamResult:
         backoff = self._backoff
@@ -347,6 +395,16 @@ class _Level:
             on_answer,
             secrets=self.config.headers.secrets,
         )
+
+
+@dataclass(slots=True)
+class _Turn:
+    """One turn of a conversation: its id, the turn number (from 1), and the messages
+    so far (the request appends its user message and the reply once it ended ok)."""
+
+    conversation: str
+    turn: int
+    history: list[dict[str, str]]
 
 
 async def _sleep_until(deadline_ns: int) -> None:

@@ -102,7 +102,7 @@ async def random_prompts(
     input_len: LengthDist,
     output_len: LengthDist,
     shared_prefix_tokens: int = 0,
-    seed: int = 0,
+    seed: int | str = 0,
 ) -> list[Prompt]:
     """`count` random-token prompts of exact length in the target's tokenizer.
 
@@ -142,16 +142,43 @@ async def _prefixed_texts(
     """prefix + a random suffix for each i, exactly prefix_tokens + suffix_tokens[i] long as a
     whole: where the joint merges tokens, that suffix is rebuilt longer or shorter."""
     targets = [prefix_tokens + n for n in suffix_tokens]
+    prefixes = [prefix] * len(targets)
+    suffixes = await exact_suffixes(tokenizer, prefixes, targets, suffix_tokens, rngs)
+    return [prefix + suffix for suffix in suffixes]
+
+
+class JoinError(WorkloadError):
+    """No suffix made `prefixes[index]` + suffix exactly its target length in the tries;
+    `suffixes` are the last ones tried (exact where the join succeeded)."""
+
+    def __init__(self, message: str, index: int, suffixes: list[str]) -> None:
+        super().__init__(message)
+        self.index = index
+        self.suffixes = suffixes
+
+
+async def exact_suffixes(
+    tokenizer: TargetTokenizer,
+    prefixes: list[str],
+    targets: list[int],
+    suffix_tokens: list[int],
+    rngs: list[random.Random],
+    tries: int = _JOIN_TRIES,
+) -> list[str]:
+    """A random suffix for each i such that prefixes[i] + suffix encodes to exactly targets[i]
+    tokens. The first try has suffix_tokens[i] tokens, drawn from rngs[i]; where the joint
+    merges or splits tokens, that suffix is rebuilt longer or shorter (at least 1 token), all
+    pending ones in one batch per try, up to `tries` times. Each try succeeds by chance where a
+    suffix's first character decides the joint (a prefix ending in spaces), so a caller joining
+    many texts gives more tries. Raises JoinError, naming the first failure's index."""
     want = list(suffix_tokens)
-    texts = [""] * len(targets)
+    suffixes = [""] * len(targets)
     pending = list(range(len(targets)))
-    for _ in range(_JOIN_TRIES):
-        suffixes = await tokenizer.abuild_many(
-            [want[i] for i in pending], [rngs[i] for i in pending]
-        )
-        for i, suffix in zip(pending, suffixes, strict=True):
-            texts[i] = prefix + suffix
-        counts = await tokenizer.acount_many([texts[i] for i in pending])
+    for _ in range(tries):
+        built = await tokenizer.abuild_many([want[i] for i in pending], [rngs[i] for i in pending])
+        for i, suffix in zip(pending, built, strict=True):
+            suffixes[i] = suffix
+        counts = await tokenizer.acount_many([prefixes[i] + suffixes[i] for i in pending])
         still_pending = []
         for i, got in zip(pending, counts, strict=True):
             if got != targets[i]:
@@ -159,10 +186,12 @@ async def _prefixed_texts(
                 still_pending.append(i)
         pending = still_pending
         if not pending:
-            return texts
-    raise WorkloadError(
-        f"could not join the shared prefix and a suffix into exactly {targets[pending[0]]} tokens "
-        f"in {_JOIN_TRIES} tries ({len(pending)} prompts failed)"
+            return suffixes
+    raise JoinError(
+        f"could not join a prefix and a suffix into exactly {targets[pending[0]]} tokens "
+        f"in {tries} tries ({len(pending)} prompts failed)",
+        pending[0],
+        suffixes,
     )
 
 

@@ -5,7 +5,8 @@ When a block is full of computed, committed tokens it is hashed by its content a
 position in the sequence (the hash chains in its predecessor's hash, as vLLM's prefix
 caching does), so a later request with the same prefix reuses it instead of recomputing.
 A block nobody uses goes to the free list but keeps its cached content until the
-allocator needs it: least recently freed is evicted first.
+allocator needs it: least recently freed is evicted first. ``reset_prefix_cache`` forgets
+every cached hash at once (vLLM's ``POST /reset_prefix_cache``).
 """
 
 from __future__ import annotations
@@ -103,3 +104,17 @@ class BlockPool:
         block.block_hash = block_hash
         # An identical block computed concurrently by another request: keep the first.
         self._cached.setdefault(block_hash, block.block_id)
+
+    def reset_prefix_cache(self) -> int:
+        """Forget every cached block, so no later lookup hits; cached entries dropped.
+
+        Blocks in use keep their content and stay with their sequences. Every block's
+        hash is cleared, not only the ``_cached`` entries: ``register`` skips a block that
+        has a hash, so a stale one would keep that block out of the cache for good, and
+        ``allocate`` then has nothing to evict from a free block.
+        """
+        dropped = len(self._cached)
+        self._cached.clear()
+        for block in self.blocks:
+            block.block_hash = None
+        return dropped

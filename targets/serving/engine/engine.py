@@ -6,8 +6,10 @@ its last known token, verifies MTP drafts (the longest agreeing prefix is accept
 the main model's own next token), commits tokens with stop checks, lets the MTP module
 propose the next drafts, offers newly full blocks to the prefix cache and reports outputs.
 
-Thread-safe entry points (``add_request``, ``abort_request``, ``stats``) may be called
-from any thread; ``step`` from one thread only (see loop.py).
+Thread-safe entry points (``add_request``, ``abort_request``, ``stats``,
+``request_prefix_cache_reset``) may be called from any thread; ``step`` from one thread
+only (see loop.py). The block pool belongs to that thread: a prefix-cache reset is queued
+like a request and applied at the start of the next step.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from collections.abc import Sequence as Seq
+from concurrent.futures import Future
 from copy import deepcopy
 
 import torch
@@ -86,6 +89,7 @@ class Engine:
         self._inbox_lock = threading.Lock()
         self._inbox: list[Sequence] = []
         self._aborts: list[str] = []
+        self._resets: list[Future[int]] = []  # prefix-cache resets, answered by a step
         self._request_ids: set[str] = set()  # in the inbox, waiting or running
         self._live: dict[str, Sequence] = {}  # engine thread only
         self._work = threading.Event()  # set when there is something to do
@@ -127,6 +131,20 @@ class Engine:
             self._aborts.append(request_id)
             self._work.set()
 
+    def request_prefix_cache_reset(self) -> Future[int]:
+        """Queue a prefix-cache reset; the future gets the cached blocks it dropped once
+        the stepping thread applied it, at the start of its next step."""
+        done: Future[int] = Future()
+        with self._inbox_lock:
+            self._resets.append(done)
+            self._work.set()
+        return done
+
+    def reset_prefix_cache(self, timeout_s: float | None = None) -> int:
+        """Reset the prefix cache and wait for it: cached blocks dropped. Needs another
+        thread stepping the engine (``EngineLoop``); never call it from that thread."""
+        return self.request_prefix_cache_reset().result(timeout_s)
+
     def stats(self) -> EngineStats:
         """As of the end of the last step (requests queued since then count as waiting)."""
         with self._inbox_lock:
@@ -146,7 +164,7 @@ class Engine:
 
     def has_work(self) -> bool:
         with self._inbox_lock:
-            return bool(self._inbox or self._aborts or self._request_ids)
+            return bool(self._inbox or self._aborts or self._resets or self._request_ids)
 
     def wait_for_work(self, timeout_s: float) -> None:
         self._work.wait(timeout_s)
@@ -157,8 +175,11 @@ class Engine:
         """Run one iteration; False when there was nothing to run. One thread only."""
         emitted: list[tuple[Sequence, RequestOutput]] = []
         with self._inbox_lock:
-            inbox, aborts = self._inbox, self._aborts
-            self._inbox, self._aborts = [], []
+            inbox, aborts, resets = self._inbox, self._aborts, self._resets
+            self._inbox, self._aborts, self._resets = [], [], []
+        for done in resets:  # the first drops the cached blocks, any others find none
+            if done.set_running_or_notify_cancel():  # a cancelled reset is not applied
+                done.set_result(self.pool.reset_prefix_cache())
         self._admit(inbox, aborts, emitted)
         batch = self.scheduler.schedule()
         if batch:
@@ -170,7 +191,7 @@ class Engine:
             for seq, _ in emitted:
                 if seq.finish_reason:
                     self._request_ids.discard(seq.request_id)
-            if not (self._inbox or self._aborts or self._request_ids):
+            if not (self._inbox or self._aborts or self._resets or self._request_ids):
                 self._work.clear()
         for seq, output in emitted:
             seq.on_output(output)

@@ -10,6 +10,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 
 from targets.serving.engine.api import EngineStats, RequestOutput, SamplingParams
 from targets.serving.engine.engine import Engine
@@ -45,6 +46,14 @@ class EngineLoop:
 
     def abort_request(self, request_id: str) -> None:
         self.engine.abort_request(request_id)
+
+    def request_prefix_cache_reset(self) -> Future[int]:
+        """Applied by the loop's next step; the future gets the cached blocks dropped."""
+        return self.engine.request_prefix_cache_reset()
+
+    def reset_prefix_cache(self, timeout_s: float | None = None) -> int:
+        """Waits for the loop's next step to apply it, so not on the event loop."""
+        return self.engine.reset_prefix_cache(timeout_s)
 
     def stats(self) -> EngineStats:
         return self.engine.stats()

@@ -1,0 +1,110 @@
+"""The order a serving run's levels run in, and the prompt pool each one draws from.
+
+Without a capacity search every level is known before the run starts: each prompt length
+of a sweep, each load level, the no-reuse control of a prefix workload, all of it
+``load.repeats`` times over, interleaved (every level once, then every level again), so
+that drift over the run reaches every level alike. Each planned level names its pool
+(``PoolKey``): with ``workload.cache = "fresh"`` its own, so no level is a cache hit of
+another; with "reuse" one per prompt length and variant, shared by every level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from suites.serving.workload.prompts import PoolKey
+from suites.spec import ServingSpec
+
+# The pool that fit probes (and a capacity search) draw from, cycled on from probe to
+# probe: their levels are decided as the run goes, so they cannot each have their own.
+PROBE_DRAW = -1
+UNIQUE_SUFFIX = " unique"
+
+
+@dataclass(frozen=True, slots=True)
+class PromptPool:
+    """A slice of the run's prompts that levels draw from: all of them (count 0), or
+    one pool of several."""
+
+    start: int = 0
+    count: int = 0
+    input_tokens: int | None = None  # a sweep's prompt length
+    unique: bool = False  # the no-reuse control of [workload.prefix]
+
+
+ALL_PROMPTS = PromptPool()
+
+
+def scenario_name(
+    mode: str,
+    level: float,
+    input_tokens: int | None = None,
+    unique: bool = False,
+    repeat: int | None = None,
+) -> str:
+    """ "c=4", "rate=2", "trace x1"; "in=L ..." in a sweep; "... unique" for the no-reuse
+    control of a prefix workload; "... #2" for the second repeat."""
+    if mode == "concurrency":
+        name = f"c={int(level)}"
+    elif mode == "trace":
+        name = f"trace x{level:g}"
+    else:
+        name = f"rate={level:g}"
+    if input_tokens is not None:
+        name = f"in={input_tokens} {name}"
+    if unique:
+        name += UNIQUE_SUFFIX
+    if repeat is not None:
+        name += f" #{repeat}"
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedLevel:
+    level: float
+    key: PoolKey
+    repeat: int | None  # 1-based when load.repeats > 1, else None
+    # Run the length's fit search ([sweep.fit]) right after this level.
+    fit_after: bool = False
+
+    def scenario(self, mode: str) -> str:
+        return scenario_name(mode, self.level, self.key.input_tokens, self.key.unique, self.repeat)
+
+
+def level_schedule(spec: ServingSpec, lengths: Sequence[int | None]) -> list[PlannedLevel]:
+    """Every level of a run without a capacity search, in the order they run."""
+    repeats = spec.load.repeats
+    fresh = spec.workload.cache == "fresh"
+    controls = (False, True) if _has_control(spec) else (False,)
+    planned: list[PlannedLevel] = []
+    fits = spec.sweep is not None and spec.sweep.fit is not None
+    for repeat in range(1, repeats + 1):
+        for length in lengths:
+            for i, level in enumerate(spec.load.levels):
+                last = i == len(spec.load.levels) - 1
+                for unique in controls:
+                    draw = len(planned) if fresh else 0
+                    planned.append(
+                        PlannedLevel(
+                            level,
+                            PoolKey(length, unique, draw),
+                            repeat if repeats > 1 else None,
+                            fit_after=fits and repeat == 1 and last and unique == controls[-1],
+                        )
+                    )
+    return planned
+
+
+def _has_control(spec: ServingSpec) -> bool:
+    prefix = spec.workload.prefix
+    return prefix is not None and prefix.unique_control
+
+
+def pool_keys(schedule: Sequence[PlannedLevel]) -> list[PoolKey]:
+    """The distinct pools a schedule draws from, in first-use order."""
+    keys: list[PoolKey] = []
+    for planned in schedule:
+        if planned.key not in keys:
+            keys.append(planned.key)
+    return keys

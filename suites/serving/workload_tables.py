@@ -1,0 +1,191 @@
+"""The workload side of a serving run for the terminal: the prefix cache per level, TTFT
+with and without reuse, TTFT by conversation turn, a trace's replay, repeats."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rich.table import Table
+
+from collectors.serving_records import ScenarioSummary
+from collectors.target_counters import NOT_AVAILABLE
+from collectors.workload_records import RepeatLevel
+from collectors.workload_summary import ON_TIME_S
+from suites.serving.cells import DASH, ms_cell
+from suites.serving.schedule import UNIQUE_SUFFIX
+
+
+def hit_rate_cell(entry: ScenarioSummary) -> str:
+    """The level's prefix-cache hit rate from the target's counters, or why there is none."""
+    counters = entry.target_counters
+    if counters is None or (
+        counters.prefix_cache_hit_ratio is None and counters.prefix_cache_queries != 0
+    ):
+        return NOT_AVAILABLE
+    if counters.prefix_cache_hit_ratio is None:
+        return "no lookups"
+    return f"{counters.prefix_cache_hit_ratio:.1%}"
+
+
+def _reset_cell(entry: ScenarioSummary) -> str:
+    if entry.cache_reset is None:
+        return "not asked (workload.cache = 'reuse')"
+    return "reset" if entry.cache_reset_done else entry.cache_reset
+
+
+def cache_table(scenarios: Mapping[str, ScenarioSummary]) -> Table:
+    """Every level's TTFT beside the prefix-cache hit rate the target counted over it."""
+    table = Table(
+        title="prefix cache per level",
+        caption="hit rate: prompt tokens the target found in its prefix cache / prompt "
+        "tokens it looked up, over the level (its counters' increase); reset: the cache "
+        "emptied before the level",
+    )
+    for column in ("scenario", "TTFT p50 ms [95% CI]", "hit rate", "cache before the level"):
+        table.add_column(column, justify="left" if column == "scenario" else "right")
+    for name, entry in scenarios.items():
+        table.add_row(name, ms_cell(entry.latency_s.ttft_s.at(0.5)), hit_rate_cell(entry),
+                      _reset_cell(entry))  # fmt: skip
+    return table
+
+
+def reuse_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
+    """TTFT with shared prefixes against the same lengths without ("... unique"); None
+    when the run has no such pairs."""
+    pairs = [
+        (name, name.replace(UNIQUE_SUFFIX, "", 1))
+        for name, entry in scenarios.items()
+        if entry.unique and name.replace(UNIQUE_SUFFIX, "", 1) in scenarios
+    ]
+    if not pairs:
+        return None
+    table = Table(
+        title="TTFT with prefix reuse against without",
+        caption="without: prompts of the same lengths that share no prefix (the control "
+        "level); ratio: TTFT p50 with / without",
+    )
+    for column in ("level", "TTFT p50 with", "hit rate with", "TTFT p50 without",
+                   "hit rate without", "ratio"):  # fmt: skip
+        table.add_column(column, justify="left" if column == "level" else "right")
+    for unique, shared in pairs:
+        with_p50 = scenarios[shared].latency_s.ttft_s.at(0.5)
+        without_p50 = scenarios[unique].latency_s.ttft_s.at(0.5)
+        ratio = DASH
+        if with_p50 is not None and without_p50 is not None and without_p50.value > 0:
+            ratio = f"{with_p50.value / without_p50.value:.2f}"
+        table.add_row(
+            shared,
+            ms_cell(with_p50),
+            hit_rate_cell(scenarios[shared]),
+            ms_cell(without_p50),
+            hit_rate_cell(scenarios[unique]),
+            ratio,
+        )
+    return table
+
+
+def turns_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
+    """TTFT by turn index of every multi-turn level; None without conversations."""
+    if not any(entry.turns for entry in scenarios.values()):
+        return None
+    table = Table(
+        title="TTFT by conversation turn",
+        caption="turn k sends the history so far (k - 1 user messages and replies) plus a "
+        "new message; prompt tokens: the server's count, chat template included",
+    )
+    columns = ("scenario", "turn", "requests", "prompt tokens (mean)", "cached (server usage)",
+               "TTFT p50 ms [95% CI]")  # fmt: skip
+    for column in columns:
+        table.add_column(column, justify="left" if column == "scenario" else "right")
+    for name, entry in scenarios.items():
+        for turn in entry.turns:
+            tokens = DASH if turn.prompt_tokens_mean is None else f"{turn.prompt_tokens_mean:,.0f}"
+            cached = NOT_AVAILABLE if turn.cached_ratio is None else f"{turn.cached_ratio:.1%}"
+            table.add_row(name, str(turn.turn), str(turn.requests), tokens, cached,
+                          ms_cell(turn.ttft_s.at(0.5)))  # fmt: skip
+    return table
+
+
+def trace_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
+    """How each trace level kept to the trace's times; None without a trace."""
+    replays = [(name, e.trace_replay) for name, e in scenarios.items() if e.trace_replay]
+    if not replays:
+        return None
+    table = Table(
+        title="trace replay: sends against the trace's times",
+        caption=f"send lag: actual send - recorded time / speed-up; on time: within "
+        f"{ON_TIME_S * 1e3:g} ms",
+    )
+    for column in ("scenario", "speed-up", "trace requests", "sent", "send lag p50 ms",
+                   "send lag p99 ms", "on time"):  # fmt: skip
+        table.add_column(column, justify="left" if column == "scenario" else "right")
+    for name, replay in replays:
+        assert replay is not None
+        p50 = replay.send_lag_s.value_at(0.5)
+        p99 = replay.send_lag_s.value_at(0.99)
+        table.add_row(
+            name,
+            f"{replay.speedup:g}",
+            str(replay.trace_requests),
+            str(replay.sent),
+            DASH if p50 is None else f"{p50 * 1e3:.2f}",
+            DASH if p99 is None else f"{p99 * 1e3:.2f}",
+            DASH if replay.on_time_ratio is None else f"{replay.on_time_ratio:.1%}",
+        )
+    return table
+
+
+_METRIC_LABELS = {
+    "ttft_p50_s": ("TTFT p50", 1e3, "ms"),
+    "tpot_p50_s": ("TPOT p50", 1e3, "ms"),
+    "itl_p50_s": ("ITL p50", 1e3, "ms"),
+    "e2e_p50_s": ("E2E p50", 1e3, "ms"),
+    "output_tok_s": ("output", 1.0, "tok/s"),
+}
+
+
+def repeats_table(levels: tuple[RepeatLevel, ...]) -> Table | None:
+    """Each repeated level's metrics: per repeat, between repeats, within one run."""
+    if not levels:
+        return None
+    table = Table(
+        title="repeats: the spread between runs beside each run's own interval",
+        caption="between: 95% t-interval of the mean over repeats; within: median half-width "
+        "of each repeat's own 95% CI; dispersion: SD between repeats / the standard error "
+        "one repeat's CI implies (well above 1: runs differ more than one run shows)",
+    )
+    for column in ("level", "metric", "per repeat", "mean", "between (95%)", "within ±",
+                   "dispersion"):  # fmt: skip
+        table.add_column(column, justify="left" if column in ("level", "metric") else "right")
+    for level in levels:
+        for metric in level.metrics:
+            label, scale, unit = _METRIC_LABELS[metric.metric]
+
+            def cell(value: float | None, scale: float = scale) -> str:
+                return DASH if value is None else f"{value * scale:,.2f}"
+
+            between = DASH
+            if metric.between_low is not None and metric.between_high is not None:
+                between = f"{cell(metric.between_low)} - {cell(metric.between_high)}"
+            table.add_row(
+                level.level,
+                f"{label} ({unit})",
+                ", ".join(cell(v) for v in metric.values),
+                cell(metric.mean),
+                between,
+                cell(metric.within_half),
+                DASH if metric.dispersion_ratio is None else f"{metric.dispersion_ratio:.1f}",
+            )
+    return table
+
+
+def workload_tables(scenarios: Mapping[str, ScenarioSummary], repeats: tuple[RepeatLevel, ...],
+                    prefix_cache: bool) -> list[Table]:  # fmt: skip
+    """The tables a run has data for; the per-level cache table when ``prefix_cache``
+    (the workload shares prefixes or conversations, or resets were asked)."""
+    tables = [cache_table(scenarios)] if prefix_cache else []
+    for table in (reuse_table(scenarios), turns_table(scenarios), trace_table(scenarios),
+                  repeats_table(repeats)):  # fmt: skip
+        if table is not None:
+            tables.append(table)
+    return tables

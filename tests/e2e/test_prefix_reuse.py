@@ -1,0 +1,85 @@
+"""``moeperf run prefix-reuse`` and ``multi-turn`` on the embedded reference engine.
+
+Prefix reuse: prompts that share one of 4 long prefixes are served mostly from the prefix
+cache (the engine's own counters), and their TTFT is well below that of prompts of the
+same lengths that share none (the "unique" control level run beside them).
+
+Multi-turn: each turn sends the conversation so far, which the cache holds from the turn
+before: from the second turn on most prompt tokens are cached (the server's usage says how
+many, per request), and each turn's prompt is the previous one's plus a reply and a
+message.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from collectors.serving_records import ServingSummary
+from collectors.store import RunStore
+from moeperf.cli import main
+
+
+def _summary(runs) -> ServingSummary:
+    summary = RunStore(runs).open("latest").summary()
+    assert isinstance(summary, ServingSummary)
+    return summary
+
+
+def _hit_ratio(summary: ServingSummary, scenario: str) -> float:
+    counters = summary.scenarios[scenario].target_counters
+    assert counters is not None and counters.prefix_cache_hit_ratio is not None
+    return counters.prefix_cache_hit_ratio
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_shared_prefixes_hit_the_cache_and_cut_ttft(tmp_path, capsys):
+    # One level of the spec's two, for test time.
+    code = main(["--runs-dir", str(tmp_path), "run", "prefix-reuse", "--set", "load.levels=[2]"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed[-3000:]
+    summary = _summary(tmp_path)
+    assert list(summary.scenarios) == ["c=2", "c=2 unique"]
+    shared, unique = summary.scenarios["c=2"], summary.scenarios["c=2 unique"]
+    assert unique.unique and not shared.unique
+    # 384 of each prompt's 448 tokens are one of 4 prefixes: after each prefix's first
+    # request, at most 384 / 448 (the chat template adds a few) of its tokens are cached.
+    assert 0.6 < _hit_ratio(summary, "c=2") < 384 / 448
+    assert _hit_ratio(summary, "c=2 unique") < 0.05
+    with_reuse, without = shared.latency_s.ttft_s.at(0.5), unique.latency_s.ttft_s.at(0.5)
+    assert with_reuse is not None and without is not None
+    assert with_reuse.ci_high is not None and without.ci_low is not None
+    assert with_reuse.ci_high < without.ci_low, (with_reuse, without)
+    assert "TTFT with prefix reuse against without" in printed
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_later_turns_of_a_conversation_hit_the_cache(tmp_path, capsys):
+    code = main(["--runs-dir", str(tmp_path), "run", "multi-turn", "--set", "load.levels=[2]"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed[-3000:]
+    summary = _summary(tmp_path)
+    entry = summary.scenarios["c=2"]
+    turns = {t.turn: t for t in entry.turns}
+    assert set(turns) == {1, 2, 3, 4}, turns
+    assert turns[1].cached_ratio is not None and turns[1].cached_ratio < 0.2
+    for k in (2, 3, 4):
+        cached = turns[k].cached_ratio
+        assert cached is not None and cached > 0.5, (k, cached)
+    assert _hit_ratio(summary, "c=2") > 0.3
+    # Each turn's prompt (the server's count) is the turn before's plus its reply and a
+    # new 96-token message, in every conversation: more than 96 tokens longer (the reply's
+    # 32 generated tokens may re-encode as fewer, so not exactly 96 + 32 + the template).
+    requests = RunStore(tmp_path).open("latest").requests()
+    ok = requests[(requests["status"] == "ok") & requests["turn"].notna()]
+    conversations = 0
+    for _, talk in ok.sort_values("turn").groupby("conversation"):
+        tokens = talk["prompt_tokens"].tolist()
+        assert talk["turn"].tolist() == list(range(1, len(talk) + 1))
+        assert all(later - earlier > 96 for earlier, later in itertools.pairwise(tokens))
+        conversations += 1
+    assert conversations >= 4
+    assert "TTFT by conversation turn" in printed
