@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 # "latency": TTFT, TPOT, ITL, E2E; "throughput": output tokens/s; "micro": micro-benchmark
-# medians; "training": step time, tokens/s, MFU.
-METRIC_CLASSES = ("latency", "throughput", "micro", "training")
+# medians; "training": step time, tokens/s, MFU; "cache": the cached share of prompts.
+METRIC_CLASSES = ("latency", "throughput", "micro", "training", "cache")
 
 # Latency and throughput: 5%, about the run-to-run spread of medians in short serving runs;
 # micro-benchmarks are noisier (caches, turbo, scheduling): 10%. Tail percentiles vary far
@@ -30,6 +30,9 @@ DEFAULT_MIN_EFFECTS: Mapping[str, float] = {
     "throughput": 0.05,
     "micro": 0.10,
     "training": 0.05,
+    # The share of prompt tokens served from the prefix cache: 5%, as throughput (the
+    # share of a seeded workload moves little between runs; a broken cache moves it all).
+    "cache": 0.05,
 }
 
 # One serving metric by the statistic the gate compares it by ("ttft_s_p99"), at every
@@ -45,6 +48,7 @@ METRIC_KEYS = (
     "itl_s_p99",
     "e2e_s_p50",
     "request_output_tok_s_mean",
+    "cached_prompt_share_mean",
 )
 
 # The keys a spec's ``[gate] min_effects`` (and ``moeperf gate --min-effect``) may set:
@@ -58,5 +62,6 @@ MIN_EFFECT_KEYS = (
     "throughput",
     "micro",
     "training",
+    "cache",
     *METRIC_KEYS,
 )

@@ -4,7 +4,7 @@ Definitions (repeated in the README and every report):
 - TTFT by turn: the TTFT of a multi-turn scenario's measured ok requests, grouped by their
   turn index in the conversation (1 = the first message).
 - Send lag of a trace replay: actual send time - the trace's time / speed-up; on time:
-  within ``ON_TIME_S``.
+  within ``ON_TIME_S`` (5 ms).
 - Between repeats: the per-repeat values of a metric, their mean and the 95% t-interval of
   that mean (scipy's t distribution, n - 1 degrees of freedom).
 """

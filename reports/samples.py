@@ -21,6 +21,13 @@ scenario (load level):
   tables, the report, ``moeperf compare`` and the gate. Reported, never tested
   (``kind`` "reported"): one number per level, whose spread between runs (where the
   window's ends fall on the requests) one run cannot show (``reports.stats``).
+- ``turn{k}/ttft_s`` p50 of a multi-turn scenario ("c=4/turn2/ttft_s"): the TTFT of the
+  ok requests at turn k of their conversation; lower is better, class "latency".
+- ``cached_prompt_share`` mean: per ok request, the prompt tokens the server's prefix cache
+  held (its usage's ``prompt_tokens_details.cached_tokens``) / its prompt tokens; higher is
+  better, class "cache". Only where some request of the level had cached tokens: a level
+  that shares no prefix has no share to compare (a ratio of zeros), while a candidate whose
+  cache stopped hitting lacks the metric the baseline has, which fails as missing.
   Error ratio is not a gate metric: failures are counts, not samples, and need a binomial
   comparison rather than these tests.
 
@@ -66,7 +73,9 @@ class MetricSamples:
     statistic: str  # "p50", "p99", "mean", "median" or "tokens/window"
     values: np.ndarray = field(repr=False)
     direction: str  # "lower" or "higher" is better
-    metric_class: str  # "latency", "throughput", "micro" or "training" (collectors.min_effects)
+    metric_class: (
+        str  # "latency", "throughput", "micro", "training", "cache" (collectors.min_effects)
+    )
     unit: str
     # "tokens/window" only: the level's measured window (``values`` are output tokens).
     window_s: float = 0.0
@@ -139,6 +148,46 @@ def serving_samples(requests: pd.DataFrame) -> list[MetricSamples]:
                 )
         out.append(request_output_rate(str(scenario), rows))
         out.append(output_throughput(str(scenario), level))
+        out += _workload_samples(str(scenario), rows, metrics)
+    return out
+
+
+def _workload_samples(
+    scenario: str, ok: pd.DataFrame, metrics: pd.DataFrame
+) -> list[MetricSamples]:
+    """TTFT by conversation turn, and the cached share of prompts (the module docstring)."""
+    out = []
+    if "turn" in ok and ok["turn"].notna().any():
+        turns = ok["turn"].to_numpy()
+        ttft = metrics["ttft_s"].to_numpy(dtype=float)
+        for turn in sorted({int(t) for t in turns[pd.notna(turns)]}):
+            out.append(
+                MetricSamples(
+                    f"{scenario}/turn{turn}/ttft_s",
+                    "p50",
+                    ttft[turns == turn],
+                    "lower",
+                    "latency",
+                    "s",
+                    level=scenario,
+                )
+            )
+    if "cached_prompt_tokens" in ok:
+        told = ok.dropna(subset=["cached_prompt_tokens", "prompt_tokens"])
+        told = told[told["prompt_tokens"] > 0]
+        share = (told["cached_prompt_tokens"] / told["prompt_tokens"]).to_numpy(dtype=float)
+        if (share > 0).any():
+            out.append(
+                MetricSamples(
+                    f"{scenario}/cached_prompt_share",
+                    "mean",
+                    share,
+                    "higher",
+                    "cache",
+                    "ratio",
+                    level=scenario,
+                )
+            )
     return out
 
 

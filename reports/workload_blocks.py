@@ -138,8 +138,8 @@ def reuse_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
         )
     return Table(
         pd.DataFrame(rows),
-        "TTFT with prefix reuse against without: without, the control level (\"... "
-        "unique\"), prompts of the same lengths that share no prefix; ratio: TTFT p50 with / "
+        'TTFT with prefix reuse against without: without, the control level ("... '
+        'unique"), prompts of the same lengths that share no prefix; ratio: TTFT p50 with / '
         "without (below 1: the shared prefixes saved prefill time).",
     )
 
@@ -201,7 +201,7 @@ def trace_blocks(
         )
     if not rows:
         return []
-    names = [row["scenario"] for row in rows]
+    names = [name for name, entry in scenarios.items() if entry.trace_replay is not None]
     return [
         Table(
             pd.DataFrame(rows),

@@ -1,0 +1,52 @@
+"""A target with neither a prefix-cache reset nor prefix-cache counters (the synthetic
+server) gets "not available from this target" for both, never a crash or a zero; and a
+multi-turn run against it keeps every conversation's turns in order."""
+
+from __future__ import annotations
+
+import pytest
+
+from collectors.serving_records import ServingSummary
+from collectors.store import RunStore
+from collectors.target_counters import NOT_AVAILABLE
+from moeperf.cli import main
+
+SYNTHETIC = [
+    "--set", "target.kind=synthetic", "--set", "target.synthetic.jitter=none",
+    "--set", "target.synthetic.ttft_s=0.01", "--set", "target.synthetic.itl_s=0.005",
+    "--set", "workload.tokenizer=server", "--set", "workload.output_tokens.mean=4",
+    "--set", "workload.input_tokens.mean=32", "--set", "workload.num_prompts=32",
+    "--set", "harness.max_loop_lag_p99_s=1.0", "--set", "harness.max_cpu_fraction=1.0",
+]  # fmt: skip
+
+
+@pytest.mark.timeout(120)
+def test_no_reset_and_no_cache_counters_are_not_available(tmp_path, capsys):
+    code = main([
+        "--runs-dir", str(tmp_path), "run", "multi-turn", *SYNTHETIC,
+        "--set", "load.levels=[2]", "--set", "load.duration_s=3",
+        "--set", "workload.conversation.think_time_s=0",
+    ])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed[-3000:]
+    reader = RunStore(tmp_path).open("latest")
+    summary = reader.summary()
+    assert isinstance(summary, ServingSummary)
+    entry = summary.scenarios["c=2"]
+    assert entry.cache_reset_done is False
+    assert entry.cache_reset is not None
+    assert entry.cache_reset.startswith(f"{NOT_AVAILABLE} (POST /reset_prefix_cache: HTTP 404")
+    assert "Prefix cache: every level drew its own prompts; a reset before the level " \
+           "succeeded 0 of 1 times" in " ".join(reader.manifest.notes)  # fmt: skip
+    counters = entry.target_counters
+    assert counters is None or counters.prefix_cache_hit_ratio is None
+    assert NOT_AVAILABLE in printed
+    # The turns are counted per conversation, in order, and none is lost.
+    assert [t.turn for t in entry.turns] == [1, 2, 3, 4]
+    requests = reader.requests()
+    for _, talk in requests.groupby("conversation"):
+        assert talk.sort_values("intended_send_ns")["turn"].tolist() == list(
+            range(1, len(talk) + 1)
+        )
+        assert talk["scenario"].eq("c=2").all()
+    assert main(["--runs-dir", str(tmp_path), "report", "latest"]) == 0
