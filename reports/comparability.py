@@ -3,8 +3,9 @@
 A candidate is judged against a baseline only when both were measured on hosts of the same
 fingerprint (``collectors.fingerprint.fingerprint_key``: CPU model, cores, GPUs) and ran
 the same resolved spec in everything that decides what the numbers mean (``COMPARED``):
-suite; target kind and model; workload kind, input and output lengths, shared prefix
-and dataset; load mode and levels; SLOs. And the runs must have asked the same of the
+suite; target kind and model; workload kind, input and output lengths, shared prefix,
+dataset, prefixes, conversations, trace and cache mode; load mode, levels and repeats;
+SLOs. And the runs must have asked the same of the
 target: every request setting (``collectors.request_settings``: the API, sampling as sent,
 usage options, ignore_eos, min_tokens, the output cap's name, extra_body, the scrape
 interval), compared as ``request.<name>``, as recorded or, for runs stored before they
@@ -41,13 +42,29 @@ COMPARED: Mapping[str, tuple[str, ...]] = {
         "workload.output_tokens",
         "workload.shared_prefix_tokens",
         "workload.dataset_path",
+        "workload.prefix",
+        "workload.conversation",
+        "workload.trace",
+        "workload.cache",
         "load.mode",
         "load.levels",
+        "load.repeats",
         "slo",
     ),
     "training": ("suite", "kind", "trainer.model", "matrix"),
 }
 _ABSENT = object()
+# Fields added after runs were first stored: what an older run's absence means. Prefixes,
+# conversations, traces and repeats did not exist, so it ran without them. Its prompts were
+# drawn on from one pool, not per level, and nothing was reset: neither of today's
+# workload.cache modes, so that field is compared only between runs that both record it.
+_ABSENT_MEANS: Mapping[str, Any] = {
+    "workload.prefix": None,
+    "workload.conversation": None,
+    "workload.trace": None,
+    "load.repeats": 1,
+}
+_COMPARED_WHEN_RECORDED = frozenset({"workload.cache"})
 # The field names of request-setting differences start with this.
 REQUEST_PREFIX = "request."
 
@@ -129,6 +146,9 @@ def check_specs(
     differences = []
     for path in fields:
         a, b = _field(baseline, path), _field(candidate, path)
+        if path in _COMPARED_WHEN_RECORDED and _ABSENT in (a, b):
+            continue
+        a, b = (_ABSENT_MEANS.get(path, v) if v is _ABSENT else v for v in (a, b))
         if a != b:
             differences.append(
                 SpecDifference(path, None if a is _ABSENT else a, None if b is _ABSENT else b)

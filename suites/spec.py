@@ -242,9 +242,6 @@ class LoadSpec(_Strict):
     # "trace": replay workload.trace at its recorded times; levels are speed-ups.
     mode: Literal["concurrency", "poisson", "gamma", "trace"] = "concurrency"
     levels: Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1)] = [1.0]
-    # Every level this many times, interleaved (all levels, then all again): the spread
-    # between repeats is shown beside each level's own confidence interval.
-    repeats: Annotated[int, Field(ge=1)] = 1
     duration_s: Positive | None = None
     max_requests: Annotated[int, Field(ge=1)] | None = None
     warmup_s: NonNegative = 1.0
@@ -255,6 +252,9 @@ class LoadSpec(_Strict):
     max_concurrency: Annotated[int, Field(ge=0)] = 0
     workers: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
     seed: int = 0
+    # Every level this many times, interleaved (all levels, then all again): the spread
+    # between repeats is shown beside each level's own confidence interval.
+    repeats: Annotated[int, Field(ge=1)] = 1
 
     @model_validator(mode="before")
     @classmethod

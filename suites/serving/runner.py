@@ -249,6 +249,8 @@ def run_serving(
         )
     # Before a target starts or a byte is sent: an unset variable is an exit 2 here.
     headers = request_headers(spec.target, os.environ)
+    # Before a target starts, too: a trace that cannot be read is an exit 2 at once.
+    trace = read_spec_trace(spec) if spec.workload.kind == "trace" else None
     with target_url(spec) as (base_url, target):
         check = check_target(base_url, functools.partial(http_get, headers=headers))
         model = served_model(spec.target.model, check, base_url)
@@ -259,7 +261,7 @@ def run_serving(
         if spec.target.kind == "url" and spec.target.probe:
             spec, target["probe"], probe_notes = _probed(spec, base_url, model, check, headers)
         sweep = _sweep(spec, check, model)
-        levels = _planned(spec, base_url, headers, sweep)
+        levels = _planned(spec, base_url, headers, sweep, trace)
         run = store.create(
             "serving",
             spec_given=without_header_values(spec_given),
@@ -328,7 +330,11 @@ def _probe_key(spec: ServingSpec, input_tokens: int | None) -> PoolKey:
 
 
 def _planned(
-    spec: ServingSpec, base_url: str, headers: RequestHeaders, sweep: _Sweep | None
+    spec: ServingSpec,
+    base_url: str,
+    headers: RequestHeaders,
+    sweep: _Sweep | None,
+    trace: Trace | None = None,
 ) -> _Levels:
     """The run's schedule and its prompts, one pool per key (suites/serving/schedule.py).
 
@@ -352,7 +358,6 @@ def _planned(
     for key, pool in zip(keys, built, strict=True):
         pools[key] = PromptPool(len(prompts), len(pool), key.input_tokens, key.unique)
         prompts += pool
-    trace = read_spec_trace(spec) if spec.workload.kind == "trace" else None
     return _Levels(prompts, pools, schedule, sweep, trace)
 
 

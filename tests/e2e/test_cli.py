@@ -76,7 +76,7 @@ def test_a_typo_in_a_spec_field_names_it_and_suggests_the_right_one(tmp_path):
     [
         (
             ["run", "default", "--set", "load.mode=closed"],
-            ["load.mode", "'concurrency', 'poisson' or 'gamma'", "(got 'closed')"],
+            ["load.mode", "'concurrency', 'poisson', 'gamma' or 'trace'", "(got 'closed')"],
         ),
         (["run", "default", "--set", "load.mode"], ["--set 'load.mode'", "expected KEY=VALUE"]),
         (["run", "nosuchspec"], ["no spec file 'nosuchspec'", "shipped specs: capacity, default"]),

@@ -50,3 +50,29 @@ def test_no_reset_and_no_cache_counters_are_not_available(tmp_path, capsys):
         )
         assert talk["scenario"].eq("c=2").all()
     assert main(["--runs-dir", str(tmp_path), "report", "latest"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "trace.jsonl does not exist"),
+        ('{"timestamp": 0, "input_length": 64, "output_length": 8, "hash_ids": [1]}\n'
+         '{"timestamp": 5, "input_length": -1, "output_length": 8, "hash_ids": [2]}\n',
+         "line 2: input_length must be a positive integer, got -1"),
+    ],
+)  # fmt: skip
+def test_a_trace_that_cannot_be_read_exits_2_before_anything_runs(
+    tmp_path, capsys, content, message
+):
+    trace = tmp_path / "trace.jsonl"
+    if content is not None:
+        trace.write_text(content)
+    runs = tmp_path / "runs"
+    code = main([
+        "--runs-dir", str(runs), "run", "trace-replay", *SYNTHETIC,
+        "--set", f"workload.trace.path={trace}",
+    ])  # fmt: skip
+    err = " ".join(capsys.readouterr().err.split())  # the terminal wraps long lines
+    assert code == 2
+    assert message in err and "nothing was sent and no run was stored" in err
+    assert not runs.exists()

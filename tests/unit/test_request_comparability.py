@@ -156,3 +156,25 @@ def test_a_new_greedy_run_gates_against_the_committed_baseline(tmp_path):
     hot = store.open(write_run(store, sampled(temperature=1.0), seed=2)).manifest
     (difference,) = request_differences(baseline, hot)
     assert difference.describe() == "request.sampling.temperature: baseline 0.0, candidate 1.0"
+
+
+def test_workload_fields_added_later_read_as_what_older_runs_did(tmp_path):
+    # The committed baseline predates prefixes, conversations, traces, repeats and
+    # workload.cache: it ran none of the first four, and its cache mode is not compared.
+    runs = tmp_path / "runs"
+    shutil.copytree(BASELINE_V2, runs / "v2")
+    baseline = RunReader(runs / "v2").manifest
+    assert "cache" not in baseline.spec_resolved["workload"]
+    store = RunStore(runs)
+    repeated = {**NIGHTLY, "load": {**NIGHTLY["load"], "repeats": 2}}
+    new = store.open(write_run(store, GREEDY_NIGHTLY, seed=1, spec=repeated)).manifest
+    (difference,) = check_specs(baseline, new, force=True).differences
+    assert difference.describe() == "load.repeats: baseline 1, candidate 2"
+    # Between two new runs the cache mode is compared like any field.
+    reuse = {**NIGHTLY, "workload": {**NIGHTLY["workload"], "cache": "reuse"}}
+    fresh = store.open(write_run(store, GREEDY_NIGHTLY, seed=2)).manifest
+    warm = store.open(write_run(store, GREEDY_NIGHTLY, seed=3, spec=reuse)).manifest
+    (cache,) = check_specs(fresh, warm, force=True).differences
+    assert cache.field == "workload.cache"
+    with pytest.raises(SpecMismatchError, match=r"workload\.cache"):
+        check_specs(fresh, warm)

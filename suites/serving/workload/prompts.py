@@ -63,10 +63,16 @@ def read_spec_trace(spec: ServingSpec) -> Trace:
     """The trace of a ``kind = "trace"`` workload (exit 2 if it cannot be read)."""
     trace = spec.workload.trace
     assert trace is not None  # the spec's validator requires it for kind "trace"
+    path = trace_path(trace.path)
     try:
-        return read_trace(trace_path(trace.path), trace.format, trace.max_requests)
+        return read_trace(path, trace.format, trace.max_requests)
     except WorkloadError as exc:
-        raise UsageError(f"cannot read the trace: {exc}") from None
+        looked = ""
+        if not path.exists() and not path.is_absolute():
+            looked = f" (looked in {Path.cwd()} and in the shipped specs, {SPEC_DIR})"
+        raise UsageError(
+            f"cannot read the trace: {exc}{looked}; nothing was sent and no run was stored"
+        ) from None
 
 
 async def build_prompts(
