@@ -7,6 +7,17 @@ from dataclasses import dataclass
 
 from collectors.quantiles import Described
 
+# A prefix workload's no-reuse control level is named after its level: "c=4 unique".
+UNIQUE_SUFFIX = " unique"
+# How tables label each RepeatMetric.metric: (label, scale to the unit, unit).
+REPEAT_METRIC_LABELS: dict[str, tuple[str, float, str]] = {
+    "ttft_p50_s": ("TTFT p50", 1e3, "ms"),
+    "tpot_p50_s": ("TPOT p50", 1e3, "ms"),
+    "itl_p50_s": ("ITL p50", 1e3, "ms"),
+    "e2e_p50_s": ("E2E p50", 1e3, "ms"),
+    "output_tok_s": ("output", 1.0, "tok/s"),
+}
+
 
 @dataclass(frozen=True, slots=True)
 class TurnSummary:

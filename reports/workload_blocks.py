@@ -20,22 +20,14 @@ import pandas as pd
 from collectors.quantiles import QuantileEstimate
 from collectors.serving_records import ScenarioSummary, ServingSummary
 from collectors.target_counters import NOT_AVAILABLE
-from collectors.workload_records import RepeatLevel
+from collectors.workload_records import REPEAT_METRIC_LABELS, UNIQUE_SUFFIX, RepeatLevel
 from collectors.workload_summary import ON_TIME_S
 from reports.figures.trace_replay import arrival_series, trace_replay_chart
 from reports.figures.turns import turns_chart
 from reports.render import Chart, Table
 from reports.target_counters import NOT_SCRAPED
 
-UNIQUE_SUFFIX = " unique"  # the no-reuse control's name: "c=4 unique" for "c=4"
 NOT_ASKED = "not asked (workload.cache = 'reuse')"
-_METRICS = {
-    "ttft_p50_s": ("TTFT p50", 1e3, "ms"),
-    "tpot_p50_s": ("TPOT p50", 1e3, "ms"),
-    "itl_p50_s": ("ITL p50", 1e3, "ms"),
-    "e2e_p50_s": ("E2E p50", 1e3, "ms"),
-    "output_tok_s": ("output", 1.0, "tok/s"),
-}
 
 
 def _ms(estimate: QuantileEstimate | None) -> float | None:
@@ -223,7 +215,7 @@ def repeats_table(levels: tuple[RepeatLevel, ...]) -> Table | None:
     rows: list[dict[str, Any]] = []
     for level in levels:
         for metric in level.metrics:
-            label, scale, unit = _METRICS.get(metric.metric, (metric.metric, 1.0, ""))
+            label, scale, unit = REPEAT_METRIC_LABELS.get(metric.metric, (metric.metric, 1.0, ""))
 
             def scaled(value: float | None, scale: float = scale) -> float | None:
                 return None if value is None else value * scale

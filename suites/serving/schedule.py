@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from collectors.workload_records import UNIQUE_SUFFIX
 from suites.serving.workload.prompts import PoolKey
 from suites.spec import ServingSpec
 
 # The pool that fit probes (and a capacity search) draw from, cycled on from probe to
 # probe: their levels are decided as the run goes, so they cannot each have their own.
 PROBE_DRAW = -1
-UNIQUE_SUFFIX = " unique"
 
 
 @dataclass(frozen=True, slots=True)

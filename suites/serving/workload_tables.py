@@ -9,10 +9,9 @@ from rich.table import Table
 
 from collectors.serving_records import ScenarioSummary
 from collectors.target_counters import NOT_AVAILABLE
-from collectors.workload_records import RepeatLevel
+from collectors.workload_records import REPEAT_METRIC_LABELS, UNIQUE_SUFFIX, RepeatLevel
 from collectors.workload_summary import ON_TIME_S
 from suites.serving.cells import DASH, ms_cell
-from suites.serving.schedule import UNIQUE_SUFFIX
 
 
 def hit_rate_cell(entry: ScenarioSummary) -> str:
@@ -135,15 +134,6 @@ def trace_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
     return table
 
 
-_METRIC_LABELS = {
-    "ttft_p50_s": ("TTFT p50", 1e3, "ms"),
-    "tpot_p50_s": ("TPOT p50", 1e3, "ms"),
-    "itl_p50_s": ("ITL p50", 1e3, "ms"),
-    "e2e_p50_s": ("E2E p50", 1e3, "ms"),
-    "output_tok_s": ("output", 1.0, "tok/s"),
-}
-
-
 def repeats_table(levels: tuple[RepeatLevel, ...]) -> Table | None:
     """Each repeated level's metrics: per repeat, between repeats, within one run."""
     if not levels:
@@ -159,7 +149,7 @@ def repeats_table(levels: tuple[RepeatLevel, ...]) -> Table | None:
         table.add_column(column, justify="left" if column in ("level", "metric") else "right")
     for level in levels:
         for metric in level.metrics:
-            label, scale, unit = _METRIC_LABELS[metric.metric]
+            label, scale, unit = REPEAT_METRIC_LABELS[metric.metric]
 
             def cell(value: float | None, scale: float = scale) -> str:
                 return DASH if value is None else f"{value * scale:,.2f}"
