@@ -61,6 +61,11 @@ class ReferenceTargetConfig(BaseModel):
     dtype: Literal["float32", "bfloat16"] = _DEFAULTS.dtype
     threads: int = Field(_DEFAULTS.threads, ge=0)
     seed: int = Field(0, ge=0, description="torch's global seed, for unseeded sampled requests")
+    unsafe_accept_all_drafts: bool = Field(
+        False,
+        description="a broken MTP verifier for tests of the harness: every draft accepted "
+        "unchecked (outputs are wrong); never on in a benchmark",
+    )
     send_done: bool = Field(_WIRE.send_done, description="end streams with data: [DONE]")
     usage: UsageMode = Field(_WIRE.usage, description="as_requested, end_only or never")
     role_chunk: bool = Field(_WIRE.role_chunk, description="chat: a role-only first chunk")
@@ -89,6 +94,7 @@ class ReferenceTargetConfig(BaseModel):
             max_context_len=self.max_context_len,
             dtype=self.dtype,
             threads=self.threads,
+            unsafe_accept_all_drafts=self.unsafe_accept_all_drafts,
         )
 
     def wire_variant(self) -> WireVariant:

@@ -4,12 +4,18 @@ The bodies are pydantic models in strict mode (a string where a number belongs i
 error, not a conversion), so a benchmark never measures something other than it asked
 for. Unknown fields are ignored, as vLLM does, except those in ``_NEUTRAL``: the server
 cannot honour them, so any value but their neutral one is refused with HTTP 400.
+
+Prompt log-probabilities come two ways on /v1/completions, as vLLM offers them: OpenAI's
+legacy ``echo`` (with ``logprobs: k``, the response's logprobs start with the prompt's
+tokens, the first one's logprob null) and vLLM's ``prompt_logprobs: k`` (a list in the
+choice). ``return_tokens_as_token_ids`` (vLLM's) names tokens "token_id:ID" in logprobs,
+so a client gets the exact ids back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -69,6 +75,8 @@ class _Generation(_Body):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     user: str | None = None
+    # vLLM's extension: tokens in logprobs as "token_id:ID", not their text.
+    return_tokens_as_token_ids: bool | None = False
 
 
 class CompletionRequest(_Generation):
@@ -76,6 +84,8 @@ class CompletionRequest(_Generation):
 
     prompt: str | list[int] | list[str] | list[list[int]]
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    echo: bool | None = False  # the prompt first in the text (and in the logprobs)
+    prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # vLLM's extension
 
 
 class TextPart(_Body):
@@ -114,7 +124,8 @@ class DetokenizeRequest(_Body):
     tokens: list[int]
 
 
-# Fields the server cannot honour -> their neutral values (anything else is a 400).
+# Fields the server cannot honour -> their neutral values (anything else is a 400). echo
+# and prompt_logprobs are fields of completions; chat cannot honour them.
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "echo": (None, False),
     "best_of": (None, 1),
@@ -241,6 +252,11 @@ class GenerationJob:
     include_usage: bool
     continuous_usage: bool  # usage on every chunk (vLLM's continuous_usage_stats)
     logprobs: bool
+    # Completions' echo: the prompt's text first (None: no echo), and with logprobs its
+    # tokens first in them (params.prompt_logprobs then asks the engine for them).
+    echo_text: str | None = None
+    prompt_logprobs: int | None = None  # vLLM's prompt_logprobs list: its top n
+    tokens_as_ids: bool = False  # return_tokens_as_token_ids
 
 
 def completion_job(served: ServedModel, raw: bytes) -> GenerationJob:
@@ -250,7 +266,33 @@ def completion_job(served: ServedModel, raw: bytes) -> GenerationJob:
     prompt = completion_prompt(served, body)
     # OpenAI's legacy default: 16 tokens.
     max_tokens = body.max_tokens if body.max_tokens is not None else 16
-    return _job(served, body, prompt, max_tokens, logprobs=body.logprobs, chat=False)
+    job = _job(served, body, prompt, max_tokens, logprobs=body.logprobs, chat=False)
+    return _with_prompt_logprobs(served, body, job)
+
+
+def _with_prompt_logprobs(
+    served: ServedModel, body: CompletionRequest, job: GenerationJob
+) -> GenerationJob:
+    """``job`` with echo and prompt_logprobs: the engine computes the prompt's logprobs
+    with the larger top n either asks for."""
+    if body.prompt_logprobs is not None and body.stream:
+        # As vLLM: a streamed choice has no prompt_logprobs field to carry them.
+        raise BadRequest(
+            "'prompt_logprobs' is not available with 'stream': true", "prompt_logprobs"
+        )
+    echo_text = _prompt_text(served, body, job.prompt_ids) if body.echo else None
+    echoed = body.logprobs if body.echo else None
+    wanted = [n for n in (body.prompt_logprobs, echoed) if n is not None]
+    params = replace(job.params, prompt_logprobs=max(wanted) if wanted else None)
+    return replace(job, params=params, echo_text=echo_text, prompt_logprobs=body.prompt_logprobs)
+
+
+def _prompt_text(served: ServedModel, body: CompletionRequest, ids: list[int]) -> str:
+    """The prompt as echoed: the text given, else its token ids decoded."""
+    value = body.prompt
+    if isinstance(value, list) and value and isinstance(value[0], str):
+        value = value[0]
+    return value if isinstance(value, str) else served.tokenizer.decode(ids)
 
 
 def chat_job(served: ServedModel, raw: bytes) -> GenerationJob:
@@ -320,4 +362,5 @@ def _job(
         include_usage=bool(options and options.include_usage),
         continuous_usage=bool(options and options.continuous_usage_stats),
         logprobs=logprobs is not None,
+        tokens_as_ids=bool(body.return_tokens_as_token_ids),
     )

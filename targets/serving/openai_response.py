@@ -6,13 +6,21 @@ UTF-8 character), and cuts the text at the first stop string. ``ResponseWriter``
 one request's SSE chunks and its whole (non-streamed) body in vLLM's shapes: legacy
 ``logprobs`` objects for completions, ``logprobs.content`` for chat, and ``usage`` with
 ``prompt_tokens_details.cached_tokens``.
+
+Completions with ``echo`` put the prompt's text first in the first chunk (or the body),
+and with ``logprobs`` its tokens first in the logprobs: the first prompt token's logprob
+and top logprobs are null, as OpenAI's legacy API and vLLM give them. vLLM's
+``prompt_logprobs`` list (whole bodies only) holds None for the first prompt token, then
+per token ``{token id: {logprob, rank, decoded_token}}`` for the token and the top n.
+With ``tokens_as_ids`` every token in logprobs is named "token_id:ID" (vLLM's
+``return_tokens_as_token_ids``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from targets.openai_wire import sse_event, usage_json
@@ -93,6 +101,8 @@ class Delta:
     completion_tokens: int
     cached_tokens: int
     stop_reason: str | None = None  # the stop string that ended the request (vLLM's field)
+    # The engine's prompt logprobs (None for the first token), on the first delta when asked.
+    prompt_logprobs: Sequence[TokenLogprob | None] | None = None
 
 
 def usage(delta: Delta) -> dict[str, Any]:
@@ -114,7 +124,15 @@ class ResponseWriter:
     created: int
     model: str
     logprobs: bool
+    # Completions' echo: the prompt's text (None: no echo), its ids, and the top n of each
+    # prompt token's logprobs; vLLM's prompt_logprobs list and its top n (None: not asked).
+    echo_text: str | None = None
+    prompt_ids: Sequence[int] = ()
+    echo_top: int = 0
+    prompt_top: int | None = None
+    tokens_as_ids: bool = False  # tokens named "token_id:ID" in logprobs
     _text_offset: int = field(default=0, init=False)  # completions' legacy text_offset
+    _echoed: bool = field(default=False, init=False)
 
     def _head(self) -> dict[str, Any]:
         kind = "chat.completion.chunk" if self.chat else "text_completion"
@@ -136,11 +154,12 @@ class ResponseWriter:
     def chunk(self, delta: Delta, with_usage: bool) -> bytes:
         """The chunk of one engine output: all its tokens, never split."""
         choice: dict[str, Any] = {"index": 0}
+        echo_text, echoed = self._echo(delta.prompt_logprobs)
         if self.chat:
             choice["delta"] = {"content": delta.text}
         else:
-            choice["text"] = delta.text
-        choice["logprobs"] = self._logprobs(delta.logprobs)
+            choice["text"] = echo_text + delta.text
+        choice["logprobs"] = self._logprobs(delta.logprobs, echoed)
         choice["finish_reason"] = delta.finish_reason
         choice["stop_reason"] = delta.stop_reason
         payload = {**self._head(), "choices": [choice]}
@@ -157,50 +176,103 @@ class ResponseWriter:
         last = deltas[-1]
         text = "".join(d.text for d in deltas)
         lps = [lp for d in deltas for lp in d.logprobs or ()] if self.logprobs else None
+        prompt_lps = next((d.prompt_logprobs for d in deltas if d.prompt_logprobs), None)
+        echo_text, echoed = self._echo(prompt_lps)
         choice: dict[str, Any] = {"index": 0}
         if self.chat:
             choice["message"] = {"role": "assistant", "content": text}
         else:
-            choice["text"] = text
-        choice["logprobs"] = self._logprobs(lps)
+            choice["text"] = echo_text + text
+        choice["logprobs"] = self._logprobs(lps, echoed)
         choice["finish_reason"] = last.finish_reason
         choice["stop_reason"] = last.stop_reason
+        if self.prompt_top is not None:
+            choice["prompt_logprobs"] = self._prompt_logprobs(prompt_lps)
         kind = "chat.completion" if self.chat else "text_completion"
         payload = {**self._head(), "object": kind, "choices": [choice]}
         if with_usage:
             payload["usage"] = usage(last)
         return _dumps(payload)
 
-    def _logprobs(self, lps: list[TokenLogprob] | None) -> dict[str, Any] | None:
+    def _echo(
+        self, prompt_lps: Sequence[TokenLogprob | None] | None
+    ) -> tuple[str, list[tuple[int, TokenLogprob | None]]]:
+        """What echo puts first, once: the prompt's text, and (with logprobs) its tokens
+        with their logprobs, top n cut to echo's (none if the engine gave none)."""
+        if self.echo_text is None or self._echoed:
+            return "", []
+        self._echoed = True
+        if not self.logprobs or prompt_lps is None:
+            return self.echo_text, []
+        cut = [
+            None if lp is None else replace(lp, top=lp.top[: self.echo_top]) for lp in prompt_lps
+        ]
+        return self.echo_text, list(zip(self.prompt_ids, cut, strict=True))
+
+    def _token(self, token_id: int) -> str:
+        return f"token_id:{token_id}" if self.tokens_as_ids else self.tokenizer.decode([token_id])
+
+    def _logprobs(
+        self,
+        lps: list[TokenLogprob] | None,
+        echoed: Sequence[tuple[int, TokenLogprob | None]] = (),
+    ) -> dict[str, Any] | None:
         if not self.logprobs or lps is None:
             return None
-        decode = self.tokenizer.decode
         if self.chat:
-            return {"content": [self._chat_entry(lp, decode) for lp in lps]}
-        tokens = [decode([lp.token_id]) for lp in lps]
+            return {"content": [self._chat_entry(lp) for lp in lps]}
+        entries = [*echoed, *((lp.token_id, lp) for lp in lps)]
+        tokens = [self._token(token_id) for token_id, _ in entries]
         offsets = []
-        for token in tokens:
+        for token_id, _ in entries:
             offsets.append(self._text_offset)
-            self._text_offset += len(token)
+            self._text_offset += len(self.tokenizer.decode([token_id]))
         return {
             "tokens": tokens,
-            "token_logprobs": [lp.logprob for lp in lps],
+            "token_logprobs": [None if lp is None else lp.logprob for _, lp in entries],
             # The chosen token too, as OpenAI's legacy API and vLLM give it.
             "top_logprobs": [
-                {decode([t]): v for t, v in ((lp.token_id, lp.logprob), *lp.top)} for lp in lps
+                None
+                if lp is None
+                else {self._token(t): v for t, v in ((lp.token_id, lp.logprob), *lp.top)}
+                for _, lp in entries
             ],
             "text_offset": offsets,
         }
 
-    @staticmethod
-    def _chat_entry(lp: TokenLogprob, decode: Callable[[Sequence[int]], str]) -> dict[str, Any]:
-        token = decode([lp.token_id])
+    def _prompt_logprobs(
+        self, prompt_lps: Sequence[TokenLogprob | None] | None
+    ) -> list[dict[str, Any] | None] | None:
+        """vLLM's prompt_logprobs: per prompt token (None for the first) the token and the
+        top n, each ``{logprob, rank, decoded_token}`` under its id."""
+        if prompt_lps is None:
+            return None
+        n = self.prompt_top or 0
+        out: list[dict[str, Any] | None] = []
+        for lp in prompt_lps:
+            if lp is None:
+                out.append(None)
+                continue
+            ranked = [(lp.token_id, lp.logprob, lp.rank)]
+            ranked += [(t, v, rank) for rank, (t, v) in enumerate(lp.top[:n], start=1)]
+            entry: dict[str, Any] = {}
+            for token_id, logprob, rank in ranked:
+                # The prompt token keeps its own rank where it is also among the top n.
+                entry.setdefault(
+                    str(token_id),
+                    {"logprob": logprob, "rank": rank, "decoded_token": self._token(token_id)},
+                )
+            out.append(entry)
+        return out
+
+    def _chat_entry(self, lp: TokenLogprob) -> dict[str, Any]:
+        token = self._token(lp.token_id)
         return {
             "token": token,
             "logprob": lp.logprob,
             "bytes": list(token.encode()),
             "top_logprobs": [
-                {"token": (s := decode([t])), "logprob": v, "bytes": list(s.encode())}
+                {"token": (s := self._token(t)), "logprob": v, "bytes": list(s.encode())}
                 for t, v in lp.top
             ],
         }

@@ -144,6 +144,11 @@ async def _generate(
         created=int(time.time()),
         model=state.served.name,
         logprobs=job.logprobs,
+        echo_text=job.echo_text,
+        prompt_ids=job.prompt_ids,
+        echo_top=job.params.logprobs or 0,
+        prompt_top=job.prompt_logprobs,
+        tokens_as_ids=job.tokens_as_ids,
     )
     deltas = engine_deltas(state, job, stream, received)
     headers = {"X-Request-Id": request_id}

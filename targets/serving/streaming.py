@@ -123,6 +123,7 @@ async def engine_deltas(
             completion_tokens=output.output_tokens - (len(tokens) - kept),
             cached_tokens=output.cached_prompt_tokens,
             stop_reason=text.stop_reason,
+            prompt_logprobs=output.prompt_logprobs,
         )
         if finish is not None:
             if finish != "abort":

@@ -447,7 +447,14 @@ BAD_REQUESTS: list[tuple[str, dict[str, object] | bytes, int, str | None]] = [
     ("/v1/completions", {"prompt": PROMPT, "stop": [""]}, 400, "stop"),
     ("/v1/completions", {"prompt": PROMPT, "stop": 3}, 400, "stop"),
     ("/v1/completions", {"prompt": PROMPT, "seed": -1}, 400, "seed"),
-    ("/v1/completions", {"prompt": PROMPT, "echo": True}, 400, "echo"),
+    # echo and prompt_logprobs are served (test_reference_prompt_logprobs.py); a streamed
+    # prompt_logprobs is not, as vLLM's.
+    (
+        "/v1/completions",
+        {"prompt": PROMPT, "prompt_logprobs": 1, "stream": True},
+        400,
+        "prompt_logprobs",
+    ),
     ("/v1/completions", {"prompt": PROMPT, "best_of": 3}, 400, "best_of"),
     ("/v1/completions", {"prompt": PROMPT, "presence_penalty": 0.5}, 400, "presence_penalty"),
     ("/v1/completions", {"prompt": PROMPT, "stream_options": {}}, 400, "stream_options"),

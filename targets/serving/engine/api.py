@@ -25,6 +25,10 @@ class EngineConfig:
     max_context_len: int = 2048  # prompt + output tokens
     dtype: Literal["float32", "bfloat16"] = "float32"
     threads: int = 0  # torch intra-op threads; 0 leaves torch's default
+    # A broken verifier, for tests of the harness only: every MTP draft is accepted
+    # unchecked, so outputs are no longer the main model's (suites' output equality
+    # must catch it). Never on in a real benchmark.
+    unsafe_accept_all_drafts: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -55,6 +59,9 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     logprobs: int | None = None  # None: none; n >= 0: each token's logprob and the top n
+    # None: none; n >= 0: each prompt token's logprob and the top n at its position (the
+    # first token has none). Such a request takes no prefix-cache hit (prompt_logprobs.py).
+    prompt_logprobs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,7 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: tuple[tuple[int, float], ...] = ()  # (token id, logprob), most likely first
+    rank: int | None = None  # 1: the most likely token; given for prompt tokens
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,9 @@ class RequestOutput:
     prompt_tokens: int
     output_tokens: int  # generated so far, these included
     cached_prompt_tokens: int  # prompt tokens served from the prefix cache
+    # Asked for (SamplingParams.prompt_logprobs): every prompt token's, once, in the
+    # request's first output; None for the first prompt token, which has no context.
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
 
     @property
     def finished(self) -> bool:

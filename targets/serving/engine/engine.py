@@ -1,9 +1,11 @@
 """The engine: requests in, one batched forward per step, tokens out.
 
 ``step()`` asks the scheduler for this step's requests and tokens, runs the main model
-once over all of them packed together (paged attention), samples where a request reached
-its last known token, verifies MTP drafts (the longest agreeing prefix is accepted, plus
-the main model's own next token), commits tokens with stop checks, lets the MTP module
+once over all of them packed together (paged attention), keeps the prompt logprobs of
+requests that asked for them (prompt_logprobs.py), samples where a request reached
+its last known token, verifies MTP drafts (greedy: the longest prefix agreeing with the
+main model's argmax; sampled: rejection sampling; either way plus one token of the main
+model's own, engine/sampler.py), commits tokens with stop checks, lets the MTP module
 propose the next drafts, offers newly full blocks to the prefix cache and reports outputs.
 
 Thread-safe entry points (``add_request``, ``abort_request``, ``stats``,
@@ -24,7 +26,7 @@ import torch
 from torch import Tensor
 
 from targets.model.model import MoETransformer
-from targets.serving.engine import sampler
+from targets.serving.engine import prompt_logprobs, sampler
 from targets.serving.engine.api import (
     EngineConfig,
     EngineCounters,
@@ -214,6 +216,7 @@ class Engine:
 
     def _run(self, batch: list[ScheduledSeq], emitted: list) -> None:
         hidden = self._forward_main(batch)
+        prompt_logprobs.collect(self.model, batch, hidden)
         new_tokens = self._sample_and_commit(batch, hidden)
         still_running = [item.seq for item in batch if item.seq.finish_reason is None]
         if self.drafter is not None and still_running:
@@ -284,12 +287,11 @@ class Engine:
         for item, offset, count in spans:
             seq = item.seq
             item_logits = logits[offset : offset + count]
-            targets = sampler.sample(item_logits, seq.params, seq.generator)
-            accepted = 0
-            while accepted < len(item.drafts) and item.drafts[accepted] == targets[accepted]:
-                accepted += 1
+            drafts = sampler.Drafts(item.drafts, self._draft_probs(seq, len(item.drafts)))
+            tokens, accepted = sampler.verify(
+                item_logits, drafts, seq.params, seq.generator, self.config.unsafe_accept_all_drafts
+            )
             self._count_speculation(item.drafts, accepted)
-            tokens = targets[: accepted + 1]  # accepted drafts equal their targets
             seq.num_computed = item.start + item.num_new + accepted
             tokens = self._append_with_stops(seq, tokens)
             top_n = seq.params.logprobs
@@ -300,6 +302,13 @@ class Engine:
             )
             committed[seq] = (tokens, lps)
         return committed
+
+    @staticmethod
+    def _draft_probs(seq: Sequence, count: int) -> Tensor | None:
+        """The distributions a sampled request's first ``count`` drafts were drawn from."""
+        if not count or seq.params.temperature == 0.0:
+            return None
+        return torch.stack(seq.draft_probs[:count])
 
     def _count_speculation(self, drafts: list[int], accepted: int) -> None:
         if not drafts:
@@ -385,8 +394,12 @@ class Engine:
         for seq, output in emitted:
             seq.on_output(output)
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
-        """Run ``prompts`` to completion on the calling thread (tests and benchmarks)."""
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams | Seq[SamplingParams]
+    ) -> list[list[int]]:
+        """Run ``prompts`` to completion on the calling thread (tests and benchmarks),
+        with the same ``params`` for all or one per prompt."""
+        each = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
         done: set[str] = set()
 
         def collect(out: RequestOutput) -> None:
@@ -397,8 +410,8 @@ class Engine:
         base = len(self._request_ids) + self.counters.steps
         ids = [f"generate-{base}-{i}" for i in range(len(prompts))]
         outputs: dict[str, list[int]] = {rid: [] for rid in ids}
-        for rid, prompt in zip(ids, prompts, strict=True):
-            self.add_request(rid, prompt, params, collect)
+        for rid, prompt, request_params in zip(ids, prompts, each, strict=True):
+            self.add_request(rid, prompt, request_params, collect)
         while len(done) < len(ids):
             if not self.step():
                 raise RuntimeError("the engine scheduled nothing while requests were pending")
@@ -416,4 +429,5 @@ class Engine:
             prompt_tokens=seq.prompt_len,
             output_tokens=seq.num_output,
             cached_prompt_tokens=seq.cached_prompt_tokens,
+            prompt_logprobs=prompt_logprobs.take(seq),
         )

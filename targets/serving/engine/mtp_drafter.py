@@ -8,8 +8,11 @@ first draft; further drafts chain the module on its own output (as vLLM and SGLa
 more drafts than trained MTP modules), writing entries beyond the committed tokens that the
 next step's catch-up overwrites: that is the rollback of rejected drafts.
 
-Drafts are greedy (argmax). Verification by the main model decides what is committed, so
-the output never depends on the drafts, only the number of steps does.
+A greedy request's drafts are the module's argmax; a sampled request's are drawn from the
+module's distribution after the request's temperature and top-p (kept with the drafts:
+rejection sampling needs it, engine/sampler.py). Verification by the main model decides
+what is committed, so the output never depends on the drafts, only the number of steps
+does.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import torch
 from torch import Tensor
 
 from targets.model.model import MoETransformer
+from targets.serving.engine import sampler
 from targets.serving.engine.kv_cache import KVCache
 from targets.serving.engine.paged_attention import PagedAttention, Segment
 from targets.serving.engine.sequence import Sequence
@@ -61,6 +65,7 @@ class MTPDrafter:
             last_rows.append(row - 1)
             e.seq.num_mtp_computed = e.first + e.count
             e.seq.draft_ids = []
+            e.seq.draft_probs = []
         drafting = [
             (e.seq, out[r : r + 1])
             for e, r, wants in zip(entries, last_rows, wants_drafts, strict=True)
@@ -71,9 +76,9 @@ class MTPDrafter:
             if not drafting:
                 break
             hidden = torch.cat([h for _, h in drafting])
-            proposals = self.model.mtp_logits(_MODULE, hidden).argmax(dim=-1).tolist()
-            for (seq, _), token in zip(drafting, proposals, strict=True):
-                seq.draft_ids.append(token)
+            logits = self.model.mtp_logits(_MODULE, hidden)
+            for row, (seq, _) in enumerate(drafting):
+                self._propose(seq, logits[row : row + 1])
             if depth + 1 == self.num_drafts:
                 break
             chained = [
@@ -82,6 +87,15 @@ class MTPDrafter:
             ]
             out = self._forward(chained)
             drafting = [(seq, out[i : i + 1]) for i, (seq, _) in enumerate(drafting)]
+
+    @staticmethod
+    def _propose(seq: Sequence, logits: Tensor) -> None:
+        if seq.params.temperature == 0.0:
+            seq.draft_ids.append(int(logits.argmax()))
+            return
+        q = sampler.sampling_probs(logits, seq.params)
+        seq.draft_ids.append(int(torch.multinomial(q[0], 1, generator=seq.generator)))
+        seq.draft_probs.append(q[0])
 
     def _draft_budget(self, seq: Sequence) -> int:
         # No draft beyond the request's last allowed token: it could never be committed.

@@ -51,16 +51,16 @@ class PagedAttention:
         if self.batched is not None:
             query_rows, valid, context_slots, mask = self.batched
             qb = q[query_rows].transpose(1, 2)  # [B, H, Q, D]
-            kb = k_cache[context_slots].transpose(1, 2)  # [B, Hkv, K, D]
-            vb = v_cache[context_slots].transpose(1, 2)
+            kb = _gather(k_cache, context_slots).transpose(1, 2)  # [B, Hkv, K, D]
+            vb = _gather(v_cache, context_slots).transpose(1, 2)
             ob = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, enable_gqa=True)
             out[query_rows[valid]] = ob.transpose(1, 2)[valid]
         return out
 
 
 def _attend_one(q: Tensor, k_cache: Tensor, v_cache: Tensor, seg: Segment) -> Tensor:
-    k = k_cache[seg.context_slots].transpose(0, 1)[None]  # [1, Hkv, K, D]
-    v = v_cache[seg.context_slots].transpose(0, 1)[None]
+    k = _gather(k_cache, seg.context_slots).transpose(0, 1)[None]  # [1, Hkv, K, D]
+    v = _gather(v_cache, seg.context_slots).transpose(0, 1)[None]
     qh = q.transpose(0, 1)[None]  # [1, H, Q, D]
     if seg.first_position == 0:
         out = F.scaled_dot_product_attention(qh, k, v, is_causal=True, enable_gqa=True)
@@ -69,6 +69,13 @@ def _attend_one(q: Tensor, k_cache: Tensor, v_cache: Tensor, seg: Segment) -> Te
         mask = torch.arange(k.shape[2])[None, :] <= query_pos[:, None]
         out = F.scaled_dot_product_attention(qh, k, v, attn_mask=mask, enable_gqa=True)
     return out[0].transpose(0, 1)
+
+
+def _gather(cache: Tensor, slots: Tensor) -> Tensor:
+    """``cache[slots]`` for slots of any shape, by ``index_select`` on the flat slots:
+    several times faster on CPU than advanced indexing (a decode step at 1,900 tokens of
+    context spent most of its attention time in the gather)."""
+    return cache.index_select(0, slots.reshape(-1)).view(*slots.shape, *cache.shape[1:])
 
 
 def _pad_short_segments(segments: list[Segment]) -> tuple[Tensor, Tensor, Tensor, Tensor]:

@@ -79,7 +79,8 @@ class Scheduler:
                 self.pool.free(seq.blocks)
                 seq.reset_for_recompute()
                 break  # first come, first served: nobody overtakes the head of the queue
-            self.counters.prefix_cache_queries += seq.num_tokens
+            if seq.params.prompt_logprobs is None:  # the others are not looked up
+                self.counters.prefix_cache_queries += seq.num_tokens
             self.counters.prefix_cache_hits += hit_tokens
             self.waiting.popleft()
             self.running.append(seq)
@@ -146,7 +147,11 @@ class Scheduler:
         bs = self.config.block_size
         # At least one token must be computed, for the logits of the next one.
         cacheable = (seq.num_tokens - 1) // bs
-        if not self.pool.enable_prefix_caching or cacheable == 0:
+        # A request asking for prompt logprobs needs the logits of every prompt position,
+        # which cached blocks (keys and values) do not give: it computes its whole prompt,
+        # as vLLM's scheduler has it (prompt_logprobs.py).
+        wants_logits = seq.params.prompt_logprobs is not None
+        if not self.pool.enable_prefix_caching or cacheable == 0 or wants_logits:
             return 0
         hashes = chain_hashes(seq.token_ids, bs, cacheable)
         hit = self.pool.lookup(hashes)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from targets.serving.engine.api import FinishReason, RequestOutput, SamplingParams
+from targets.serving.engine.api import FinishReason, RequestOutput, SamplingParams, TokenLogprob
 from targets.serving.engine.block_pool import Block
 
 
@@ -26,7 +26,13 @@ class Sequence:
     num_mtp_computed: int = 0  # MTP entries (positions) written with committed inputs
     block_hashes: list[int] = field(default_factory=list)  # leading full blocks, registered
     draft_ids: list[int] = field(default_factory=list)  # MTP's proposal for the next step
+    # A sampled request's: the distribution each draft was drawn from ([V] each).
+    draft_probs: list[torch.Tensor] = field(default_factory=list)
     cached_prompt_tokens: int = 0
+    # Filled at prefill when params.prompt_logprobs asks (prompt_logprobs.py): one entry per
+    # prompt token so far, None for the first; handed out once (prompt_logprobs_sent).
+    prompt_logprobs: list[TokenLogprob | None] = field(default_factory=list)
+    prompt_logprobs_sent: bool = False
     finish_reason: FinishReason | None = None
 
     @property
@@ -52,3 +58,4 @@ class Sequence:
         self.num_mtp_computed = 0
         self.block_hashes = []
         self.draft_ids = []
+        self.draft_probs = []

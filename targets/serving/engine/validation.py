@@ -33,3 +33,5 @@ def validate_request(
         raise InvalidRequestError("temperature must be >= 0 and top_p in (0, 1]")
     if params.logprobs is not None and not 0 <= params.logprobs <= 20:
         raise InvalidRequestError("logprobs must be between 0 and 20")
+    if params.prompt_logprobs is not None and not 0 <= params.prompt_logprobs <= 20:
+        raise InvalidRequestError("prompt_logprobs must be between 0 and 20")
