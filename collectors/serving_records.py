@@ -11,6 +11,7 @@ from typing import ClassVar, Literal
 
 from collectors.capacity_records import CapacitySummary
 from collectors.interference_records import InterferenceSummary
+from collectors.mtp_ab_records import MtpAbSummary
 from collectors.quantiles import CI_METHOD, EMPTY, ESTIMATOR, Described
 from collectors.sweep_records import SweepSummary
 from collectors.target_counters import TargetCounters
@@ -215,3 +216,5 @@ class ServingSummary:
     interference: InterferenceSummary | None = None
     # Levels run more than once (load.repeats): the spread between their repeats.
     repeats: tuple[RepeatLevel, ...] = ()
+    # An MTP A/B run ([mtp_ab]): its blocks, arms' figures, effects and output equality.
+    mtp_ab: MtpAbSummary | None = None

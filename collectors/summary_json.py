@@ -23,6 +23,7 @@ import numpy as np
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
+from collectors.accuracy_records import AccuracySummary
 from collectors.errors import CollectorError
 from collectors.micro_summary import BenchmarkSummary, MicroSummary
 from collectors.schema import (
@@ -33,9 +34,9 @@ from collectors.schema import (
 from collectors.serving_records import ServingSummary, empty_scenario
 from collectors.training_summary import TrainingSummary
 
-RunSummary = ServingSummary | TrainingSummary | MicroSummary
+RunSummary = ServingSummary | TrainingSummary | MicroSummary | AccuracySummary
 _BY_SUITE: dict[str, type[RunSummary]] = {
-    cls.SUITE: cls for cls in (ServingSummary, TrainingSummary, MicroSummary)
+    cls.SUITE: cls for cls in (ServingSummary, TrainingSummary, MicroSummary, AccuracySummary)
 }
 # A benchmark's rounds (a Described) are written inline in its entry, as version 1 did.
 _ROUNDS_FIELDS = ("count", "mean", "quantiles")

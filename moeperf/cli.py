@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal
 
 from rich.console import Console
 
+from collectors.accuracy_records import AccuracySummary
 from collectors.errors import MoeperfError
 from collectors.serving_records import ServingSummary
 from collectors.store import RunInterrupted, RunStore
@@ -64,6 +65,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     store = RunStore(args.runs_dir)
     if loaded.spec.suite == "training":
         return _run_training(args, console, store, loaded)
+    if loaded.spec.suite == "accuracy":
+        return _run_accuracy(args, console, store, loaded)
     from suites.serving.runner import run_serving
 
     bar = ProgressBar(console)
@@ -94,6 +97,21 @@ def _run_training(
         store,
         lambda run: announce_run(run, console),
         pushgateway_url=_pushgateway_url(args),
+        say=plain_lines(console),
+    )
+    return _show_ended(store, run_id, console, warn_only=args.warn_only)
+
+
+def _run_accuracy(
+    args: argparse.Namespace, console: Console, store: RunStore, loaded: LoadedSpec
+) -> int:
+    from suites.accuracy.run import run_accuracy
+
+    run_id = run_accuracy(
+        loaded.accuracy,
+        loaded.given,
+        store,
+        lambda run: announce_run(run, console),
         say=plain_lines(console),
     )
     return _show_ended(store, run_id, console, warn_only=args.warn_only)
@@ -151,6 +169,13 @@ def _show(store: RunStore, run: str, console: Console) -> None:
             console.print(table)
         console.print(f"results: {reader.directory}")
         return
+    if isinstance(summary, AccuracySummary):
+        from suites.accuracy.tables import accuracy_tables
+
+        for item in accuracy_tables(summary):
+            console.print(item, markup=False, highlight=False)
+        console.print(f"results: {reader.directory}")
+        return
     if isinstance(summary, ServingSummary):
         unavailable = metrics_unavailable(reader.server_metrics())
         for scenario, entry in summary.scenarios.items():
@@ -173,6 +198,11 @@ def _show(store: RunStore, run: str, console: Console) -> None:
             from suites.serving.interference_table import interference_table
 
             console.print(interference_table(summary.interference, summary.scenarios))
+        if summary.mtp_ab is not None:
+            from suites.serving.mtp_ab.tables import mtp_ab_tables
+
+            for item in mtp_ab_tables(summary.mtp_ab):
+                console.print(item, markup=False, highlight=False)
         from suites.serving.workload_tables import workload_tables
 
         scenarios = summary.scenarios.values()

@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Sequence
 from types import ModuleType
 
-from collectors import latency, quantiles, summary, workload_summary
+from collectors import latency, mtp_ab_records, quantiles, summary, workload_summary
 from collectors import prefill as prefill_rates
 from reports.figures import (
     baseline_trend,
@@ -49,6 +49,7 @@ DEFINITIONS: tuple[ModuleType, ...] = (
     quantiles,
     prefill_rates,
     workload_summary,
+    mtp_ab_records,
 )
 CHARTS: tuple[ModuleType, ...] = (
     concurrency,

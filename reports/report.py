@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.accuracy_records import AccuracySummary
 from collectors.capacity_records import CapacitySummary
 from collectors.errors import CollectorError
 from collectors.interference_records import InterferenceSummary, interference_rows
@@ -24,6 +25,7 @@ from collectors.store import RunStore
 from collectors.summary import summarize_requests
 from collectors.sweep_records import SweepSummary, fit_answer
 from collectors.target_counters import metrics_unavailable
+from reports.accuracy_blocks import accuracy_blocks
 from reports.appendix import appendix_html
 from reports.errors import ReportUsageError
 from reports.figures.capacity import capacity_probes
@@ -42,6 +44,7 @@ from reports.figures.sweep import sweep_chart, sweep_frame, sweep_table_frame
 from reports.figures.timeline import scenario_starts, timeline, timeline_frame
 from reports.figures.training_events import training_timeline
 from reports.figures.training_throughput import policy_throughput, policy_throughput_frame
+from reports.mtp_ab_blocks import mtp_ab_blocks
 from reports.page_path import choose_page_path, several_runs_name
 from reports.render import Chart, Details, Section, Table, pretty_json, render_page, write_page
 from reports.request_view import request_facts
@@ -406,6 +409,8 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
         blocks += _sweep_blocks(run.summary.sweep, scenarios)
     if isinstance(run.summary, ServingSummary) and run.summary.interference is not None:
         blocks += _interference_blocks(run.summary.interference, scenarios)
+    if isinstance(run.summary, ServingSummary) and run.summary.mtp_ab is not None:
+        blocks += mtp_ab_blocks(run.summary.mtp_ab)
     repeats = run.summary.repeats if isinstance(run.summary, ServingSummary) else ()
     blocks += workload_blocks(ServingSummary(scenarios=scenarios, repeats=repeats), requests)
     counters = target_counters_table(scenarios, metrics_unavailable(run.server_metrics))
@@ -494,10 +499,16 @@ def _micro_blocks(run: RunData) -> list[Chart | Table]:
     ]
 
 
+def _accuracy_blocks(run: RunData) -> list[Chart | Table]:
+    summary = run.summary if isinstance(run.summary, AccuracySummary) else None
+    return list(accuracy_blocks(summary))
+
+
 _BLOCKS: dict[str, Callable[[RunData], list[Chart | Table]]] = {
     "serving": _serving_blocks,
     "training": _training_blocks,
     "micro": _micro_blocks,
+    "accuracy": _accuracy_blocks,
 }
 
 

@@ -45,6 +45,11 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats as sps
 
+from collectors.bootstrap import MEAN_RESAMPLE_CAP as MEAN_RESAMPLE_CAP
+from collectors.bootstrap import RATE_STATISTIC as RATE_STATISTIC
+from collectors.bootstrap import bootstrap_ratio_ci as bootstrap_ratio_ci
+from collectors.bootstrap import bootstrap_statistic as bootstrap_statistic
+from collectors.bootstrap import quantile_of as quantile_of
 from collectors.min_effects import DEFAULT_MIN_EFFECTS as DEFAULT_MIN_EFFECTS
 from collectors.min_effects import METRIC_CLASSES as METRIC_CLASSES
 from collectors.min_effects import MIN_EFFECT_KEYS as MIN_EFFECT_KEYS
@@ -60,31 +65,8 @@ MIN_SAMPLES = 8
 # Percentiles also need enough samples that their 95% order-statistic interval
 # (collectors.quantiles.quantile_ci) exists: 36 for p90, 368 for p99, 3688 for p99.9.
 PERCENTILE_CI_LEVEL = 0.95
-MEAN_RESAMPLE_CAP = 20_000
-_CHUNK_VALUES = 4_000_000  # resampled values held in memory at once
-# The headline output tokens/s: ok output tokens / measured window (collectors.summary).
-RATE_STATISTIC = "tokens/window"
 # scipy's ``alternative`` of a test.
 Alternative = Literal["two-sided", "less", "greater"]
-
-
-def quantile_of(statistic: str) -> float | None:
-    """The quantile a statistic names ("p99" -> 0.99, "median" -> 0.5), None for the mean
-    and for "tokens/window"."""
-    if statistic == "median":
-        return 0.5
-    if statistic in ("mean", RATE_STATISTIC):
-        return None
-    if statistic.startswith("p"):
-        try:
-            q = float(statistic[1:]) / 100
-        except ValueError:
-            q = -1.0
-        if 0 < q < 1:
-            return q
-    raise ValueError(
-        f"unknown statistic {statistic!r}; valid: mean, median, pNN (e.g. p99), {RATE_STATISTIC}"
-    )
 
 
 def point_value(values: np.ndarray, statistic: str) -> float:
@@ -133,81 +115,6 @@ def min_effect_for(
             if key in table:
                 return float(table[key])
     return FALLBACK_MIN_EFFECT
-
-
-def _bootstrap_quantile(
-    values: np.ndarray, q: float, n_boot: int, rng: np.random.Generator
-) -> np.ndarray:
-    """n_boot draws of the linear-estimator quantile of a bootstrap resample (exact)."""
-    x = np.sort(values)
-    n = len(x)
-    h = (n - 1) * q
-    k = math.floor(h)  # 0-based: order statistics k+1 and k+2 (1-based) are interpolated
-    frac = h - k
-    u1 = rng.beta(k + 1, n - k, size=n_boot)
-    low = x[np.minimum((u1 * n).astype(np.int64), n - 1)]
-    if frac == 0 or k + 1 >= n:
-        return low
-    u2 = u1 + (1 - u1) * rng.beta(1, n - k - 1, size=n_boot)
-    high = x[np.minimum((u2 * n).astype(np.int64), n - 1)]
-    return low + frac * (high - low)
-
-
-def _bootstrap_mean(
-    values: np.ndarray, n_boot: int, rng: np.random.Generator, cap: int
-) -> np.ndarray:
-    x = np.asarray(values, dtype=float)
-    if len(x) > cap:
-        x = rng.choice(x, size=cap, replace=False)
-    n = len(x)
-    per_chunk = max(1, _CHUNK_VALUES // n)
-    means = np.empty(n_boot)
-    for start in range(0, n_boot, per_chunk):
-        stop = min(n_boot, start + per_chunk)
-        means[start:stop] = x[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
-    return means
-
-
-def bootstrap_statistic(
-    values: np.ndarray,
-    statistic: str,
-    n_boot: int = 2000,
-    rng: np.random.Generator | None = None,
-    cap: int = MEAN_RESAMPLE_CAP,
-) -> np.ndarray:
-    """n_boot bootstrap replicates of ``statistic`` of ``values`` (not "tokens/window": a
-    rate of totals is reported, never resampled)."""
-    if statistic == RATE_STATISTIC:
-        raise ValueError(f"{RATE_STATISTIC} is reported, not resampled")
-    rng = rng if rng is not None else np.random.default_rng(0)
-    values = np.asarray(values, dtype=float)
-    q = quantile_of(statistic)
-    if q is None:
-        return _bootstrap_mean(values, n_boot, rng, cap)
-    return _bootstrap_quantile(values, q, n_boot, rng)
-
-
-def bootstrap_ratio_ci(
-    a: np.ndarray,
-    b: np.ndarray,
-    statistic: str,
-    n_boot: int = 2000,
-    level: float = 0.95,
-    rng: np.random.Generator | None = None,
-) -> tuple[float, float] | None:
-    """Percentile-bootstrap interval of statistic(b) / statistic(a); None if undefined
-    (no samples, or a baseline replicate that is not positive)."""
-    if not len(a) or not len(b):
-        return None
-    rng = rng if rng is not None else np.random.default_rng(0)
-    boot_a = bootstrap_statistic(a, statistic, n_boot, rng)
-    boot_b = bootstrap_statistic(b, statistic, n_boot, rng)
-    if not np.all(boot_a > 0):
-        return None
-    ratios = boot_b / boot_a
-    tail = (1 - level) / 2
-    low, high = np.quantile(ratios, [tail, 1 - tail])
-    return float(low), float(high)
 
 
 def rate_of_totals(tokens: np.ndarray, window_s: float) -> float:

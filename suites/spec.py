@@ -48,6 +48,7 @@ from suites.workload_spec import LengthSpec, WorkloadSpec
 from targets.synthetic.config import SyntheticConfig
 
 if TYPE_CHECKING:
+    from suites.accuracy.spec import AccuracySpec
     from suites.training.spec import TrainingSpec
     from targets.serving.config import ReferenceTargetConfig
 
@@ -546,6 +547,56 @@ class InterferenceSpec(_Strict):
         return value
 
 
+class MtpAbSpec(_Strict):
+    """``[mtp_ab]``: MTP off against k draft tokens, A/B (suites/serving/mtp_ab/). One arm
+    per entry of ``drafts`` (the first, 0, is the control: MTP off). The reference target
+    runs one target per arm, started together; a url target gives one server per arm
+    (``urls``) or one shell command per arm (``hooks``) that reconfigures the one server,
+    run before each of that arm's blocks (the target must then answer within
+    ``hook_timeout_s``). At each level of ``load.levels`` and each decoding mode, every arm
+    runs ``blocks`` times, interleaved A B C, C B A, A B C ... so drift over time hits every
+    arm alike; each block is one level of ``load.duration_s``. Greedy mode also checks that
+    every arm's output tokens equal MTP off's for ``equality_prompts`` prompts."""
+
+    drafts: Annotated[
+        list[Annotated[int, Field(ge=0, le=16)]], Field(min_length=2, max_length=8)
+    ] = [0, 1, 2]
+    urls: list[str] = []
+    hooks: list[str] = []
+    hook_timeout_s: Positive = 300.0
+    blocks: Annotated[int, Field(ge=1, le=20)] = 2
+    modes: Annotated[list[Literal["greedy", "sampled"]], Field(min_length=1)] = [
+        "greedy",
+        "sampled",
+    ]
+    # The sampled mode's temperature (greedy is 0); the [sampling] section's is not used.
+    sampled_temperature: Annotated[float, Field(gt=0, le=2)] = 1.0
+    # Prompts whose greedy outputs are compared across arms (0: no check).
+    equality_prompts: Annotated[int, Field(ge=0, le=1024)] = 16
+
+    @model_validator(mode="after")
+    def _arms(self) -> MtpAbSpec:
+        if self.drafts[0] != 0:
+            raise ValueError("mtp_ab.drafts must start with 0: MTP off is the control arm")
+        if len(set(self.drafts)) != len(self.drafts):
+            raise ValueError("mtp_ab.drafts lists a draft count twice")
+        if len(set(self.modes)) != len(self.modes):
+            raise ValueError("mtp_ab.modes lists a mode twice")
+        if self.urls and self.hooks:
+            raise ValueError("give mtp_ab.urls (a server per arm) or mtp_ab.hooks, not both")
+        for name in ("urls", "hooks"):
+            given = getattr(self, name)
+            if given and len(given) != len(self.drafts):
+                raise ValueError(
+                    f"mtp_ab.{name} needs one entry per arm of mtp_ab.drafts "
+                    f"({len(self.drafts)}), got {len(given)}"
+                )
+        for url in self.urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"mtp_ab.urls: {url!r} is not an http:// or https:// URL")
+        return self
+
+
 class ServingSpec(_Strict):
     suite: Literal["serving"] = "serving"
     name: str
@@ -564,6 +615,8 @@ class ServingSpec(_Strict):
     sweep: SweepSpec | None = None
     # Set: prefill interference against the chunked-prefill size (reference target only).
     interference: InterferenceSpec | None = None
+    # Set: MTP off against k draft tokens, interleaved A/B blocks.
+    mtp_ab: MtpAbSpec | None = None
 
     @model_validator(mode="after")
     def _goodput_needs_slo(self) -> ServingSpec:
@@ -632,6 +685,46 @@ class ServingSpec(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _mtp_ab_arms(self) -> ServingSpec:
+        ab = self.mtp_ab
+        if ab is None:
+            return self
+        kind = self.target.kind
+        if kind == "synthetic":
+            raise ValueError("[mtp_ab] needs target.kind = 'reference' or 'url'")
+        if kind == "reference" and (ab.urls or ab.hooks):
+            raise ValueError(
+                "[mtp_ab] on the reference target starts one target per arm: remove "
+                "mtp_ab.urls and mtp_ab.hooks"
+            )
+        if kind == "reference" and "mtp_tokens" in self.target.reference:
+            raise ValueError(
+                "[mtp_ab] sets target.reference.mtp_tokens in each arm: remove it (list the "
+                "draft counts in mtp_ab.drafts)"
+            )
+        if kind == "url" and not (ab.urls or ab.hooks):
+            raise ValueError(
+                "[mtp_ab] against a url target needs mtp_ab.urls (one server per arm) or "
+                "mtp_ab.hooks (a command per arm that reconfigures target.url)"
+            )
+        if self.capacity or self.sweep or self.interference:
+            raise ValueError(
+                "[mtp_ab] cannot be combined with [capacity], [sweep] or [interference]"
+            )
+        workload = self.workload
+        if workload.kind != "random" or workload.conversation or workload.prefix:
+            raise ValueError(
+                "[mtp_ab] needs workload.kind = 'random' without [workload.conversation] or "
+                "[workload.prefix]: every arm gets the same prompts"
+            )
+        if self.load.mode != "concurrency" or self.load.repeats != 1:
+            raise ValueError(
+                "[mtp_ab] runs load.levels as concurrent streams (load.mode = 'concurrency'), "
+                "and repeats each arm by itself (mtp_ab.blocks): remove load.repeats"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _sweep_sets_the_prompts(self) -> ServingSpec:
         if self.sweep is None:
             return self
@@ -686,7 +779,7 @@ class LoadedSpec:
 
     # As given, overrides applied: what the run's manifest stores.
     given: dict[str, Any]
-    spec: ServingSpec | TrainingSpec
+    spec: ServingSpec | TrainingSpec | AccuracySpec
     # The spec file, or what built the data ("calibrate"): named in errors.
     source: str
 
@@ -700,8 +793,15 @@ class LoadedSpec:
     @property
     def training(self) -> TrainingSpec:
         """The spec, for a command that runs training specs only (SpecError otherwise)."""
-        if isinstance(self.spec, ServingSpec):
-            raise SpecError(f"{self.source}: suite 'serving'; a training spec is needed")
+        if self.spec.suite != "training":
+            raise SpecError(f"{self.source}: suite {self.spec.suite!r}; a training spec is needed")
+        return self.spec
+
+    @property
+    def accuracy(self) -> AccuracySpec:
+        """The spec, for the accuracy suite (SpecError otherwise)."""
+        if self.spec.suite != "accuracy":
+            raise SpecError(f"{self.source}: suite {self.spec.suite!r}; an accuracy spec is needed")
         return self.spec
 
 
@@ -733,7 +833,8 @@ def validate_spec(
     data: Mapping[str, Any], source: str, overrides: Sequence[str] = ()
 ) -> LoadedSpec:
     """``data`` with ``overrides`` applied, validated as the spec of its suite: a
-    ``ServingSpec``, or a ``suites.training.spec.TrainingSpec`` for suite "training".
+    ``ServingSpec``, a ``suites.training.spec.TrainingSpec`` for suite "training", or a
+    ``suites.accuracy.spec.AccuracySpec`` for suite "accuracy".
 
     A ``SpecError`` lists every problem, under ``source`` or under the ``--set`` that
     caused it. ``data`` itself is left as it is.
@@ -742,10 +843,16 @@ def validate_spec(
     suite = given.get("suite", "serving")
     if suite == "training":
         return LoadedSpec(given, _training_spec(given, source, overrides), source)
+    if suite == "accuracy":
+        from suites.accuracy.spec import validate_accuracy
+
+        return LoadedSpec(given, validate_accuracy(given, source, overrides), source)
     if suite != "serving":
         culprits = blame(overrides, [("suite",)])
         where = ", ".join(f"--set {o.text}" for o in culprits) or source
-        raise SpecError(f"{where}: unknown suite {suite!r}; valid suites: serving, training")
+        raise SpecError(
+            f"{where}: unknown suite {suite!r}; valid suites: serving, training, accuracy"
+        )
     try:
         spec = ServingSpec.model_validate(given)
     except ValidationError as exc:

@@ -21,6 +21,8 @@ import numpy as np
 
 from collectors.capacity_records import CapacitySummary
 from collectors.interference_records import InterferenceSummary
+from collectors.mtp_ab_records import MtpAbSummary
+from collectors.mtp_ab_summary import with_figures
 from collectors.records import RequestRecord
 from collectors.serving_records import (
     ServingSummary,
@@ -245,6 +247,12 @@ def run_serving(
         from suites.serving.interference import run_interference
 
         return run_interference(
+            spec, spec_given, store, progress, on_started, pushgateway_url, say, warn_only
+        )
+    if spec.mtp_ab is not None:
+        from suites.serving.mtp_ab.run import run_mtp_ab
+
+        return run_mtp_ab(
             spec, spec_given, store, progress, on_started, pushgateway_url, say, warn_only
         )
     # Before a target starts or a byte is sent: an unset variable is an exit 2 here.
@@ -730,6 +738,7 @@ def write_summary(
     fits: dict[int, CapacitySummary] | None = None,
     interference: InterferenceSummary | None = None,
     trace: Trace | None = None,
+    mtp_ab: MtpAbSummary | None = None,
 ) -> None:
     frame = records_frame(records)
     slo = Slo(**spec.slo.model_dump())
@@ -772,6 +781,8 @@ def write_summary(
             scenarios[name] = dataclasses.replace(entry, status="invalid", status_reason=reason)
     scenarios = with_target_counters(scenarios, run.directory)  # from the stored scrapes
     swept = _sweep_summary(sweep, outcomes, fits or {}) if sweep is not None else None
+    if mtp_ab is not None and len(frame):
+        mtp_ab = with_figures(mtp_ab, frame, scenarios)
     run.write_summary(
         dataclasses.replace(
             summary,
@@ -779,7 +790,9 @@ def write_summary(
             capacity=capacity,
             sweep=swept,
             interference=interference,
-            repeats=repeat_levels(scenarios),
+            # An A/B run's blocks repeat each arm: its own summary compares them.
+            repeats=repeat_levels(scenarios) if mtp_ab is None else (),
+            mtp_ab=mtp_ab,
         )
     )
 

@@ -79,7 +79,10 @@ def test_a_typo_in_a_spec_field_names_it_and_suggests_the_right_one(tmp_path):
             ["load.mode", "'concurrency', 'poisson', 'gamma' or 'trace'", "(got 'closed')"],
         ),
         (["run", "default", "--set", "load.mode"], ["--set 'load.mode'", "expected KEY=VALUE"]),
-        (["run", "nosuchspec"], ["no spec file 'nosuchspec'", "shipped specs: capacity, default"]),
+        (
+            ["run", "nosuchspec"],
+            ["no spec file 'nosuchspec'", "shipped specs: accuracy, capacity, default"],
+        ),
         (
             ["run", "default", "--set", "load.warmup_s=5", "--set", "load.duration_s=4"],
             ["load.warmup_s + load.cooldown_s must be less than load.duration_s"],

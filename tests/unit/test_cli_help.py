@@ -91,7 +91,8 @@ def test_a_misspelt_shipped_spec_gets_the_right_name_suggested():
     message = str(info.value)
     assert "no spec file 'defualt' (did you mean 'default'?)" in message
     # The shipped names in order (new specs join the list; these are always among them).
-    assert "shipped specs: capacity, default, long-context, long-context-full, " in message
+    shipped = "shipped specs: accuracy, capacity, default, long-context, long-context-full, "
+    assert shipped in message
     assert ", nightly, " in message and message.endswith("training-oom-long")
     with pytest.raises(SpecError) as far:
         resolve_spec_path("zzzz")

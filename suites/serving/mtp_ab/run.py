@@ -1,0 +1,358 @@
+"""MTP A/B (``[mtp_ab]``): MTP off against k draft tokens, the same seeded workload in
+interleaved blocks, per level and decoding mode, with greedy output equality checked
+first (suites/serving/mtp_ab/equality.py). The arms and the block order are in arms.py;
+the figures in collectors/mtp_ab_summary.py.
+
+Each block is one level of ``load.duration_s`` (its warm-up and cool-down excluded from
+its figures) from the same prompts: every block starts at the same place in one pool, so
+the arms send the same prompts in the same order. The target's counters are scraped at
+each block's start and end (a scraper per arm, nothing in between): its draft and
+acceptance counts are the increase over the block, never a lifetime value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from collectors.mtp_ab_records import MtpAbBlock, MtpAbEquality, MtpAbSummary, arm_name
+from collectors.records import RequestRecord
+from collectors.store import RunStore, RunWriter, interrupts_end_runs
+from suites.serving.load.auth import RequestHeaders, request_headers, without_header_values
+from suites.serving.load.pool import WorkerPool
+from suites.serving.load.request_settings import request_settings
+from suites.serving.load.validity import (
+    client_bottlenecks,
+    judge_level,
+    measured_counts,
+    run_verdict,
+)
+from suites.serving.mtp_ab.arms import Arm, prepare, schedule, serving_arms
+from suites.serving.mtp_ab.equality import arm_outputs, compare
+from suites.serving.observe.live import LiveObservers
+from suites.serving.observe.scraper import TargetScraper
+from suites.serving.preflight import check_target, http_get, served_model
+from suites.serving.runner import (
+    LevelOutcome,
+    Progress,
+    plan_level,
+    worker_config,
+    worker_count,
+    write_summary,
+)
+from suites.serving.workload.cache_reset import CacheResetter
+from suites.serving.workload.prompts import PoolKey, build_prompt_pools
+from suites.serving.workload.sources import Prompt
+from suites.spec import MtpAbSpec, ServingSpec
+
+_START_DELAY_S = 0.3  # workers start a block together this long after it is planned
+_NO_POLLING_S = 1e9  # the arms' scrapers scrape at block edges only
+
+
+def mode_spec(spec: ServingSpec, ab: MtpAbSpec, mode: str) -> ServingSpec:
+    """The spec one mode's requests are sent under: greedy, or the sampled temperature
+    (the [sampling] section's top_p, top_k and seed kept)."""
+    temperature = 0.0 if mode == "greedy" else ab.sampled_temperature
+    sampling = spec.sampling.model_copy(update={"temperature": temperature})
+    return spec.model_copy(update={"sampling": sampling})
+
+
+class _Scrapers:
+    """One /metrics scraper per arm, on one event loop, scraping at block edges."""
+
+    def __init__(self, arms: list[Arm], run: RunWriter, headers: RequestHeaders):
+        self._loop = asyncio.new_event_loop()
+        anchor_ns = run.manifest.anchor_monotonic_ns
+        self._session = self._loop.run_until_complete(_session())
+        self._by_drafts = {
+            arm.drafts: TargetScraper(
+                arm.url,
+                _NO_POLLING_S,
+                run.append_server_metrics,
+                self._session,
+                clock_ns=lambda: time.monotonic_ns() - anchor_ns,
+                headers=headers,
+            )
+            for arm in arms
+        }
+
+    def window(self, drafts: int, scenario: str | None) -> None:
+        """Close the arm's current window with a scrape and open ``scenario`` (None: none)."""
+        self._loop.run_until_complete(self._by_drafts[drafts].start_window(scenario))
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._session.close())
+        self._loop.close()
+
+
+async def _session() -> aiohttp.ClientSession:
+    return aiohttp.ClientSession()
+
+
+def _prompts(spec: ServingSpec, base_url: str, headers: RequestHeaders) -> list[Prompt]:
+    (pool,) = asyncio.run(build_prompt_pools(spec, base_url, headers, (PoolKey(),)))
+    return pool
+
+
+def run_mtp_ab(
+    spec: ServingSpec,
+    spec_given: dict[str, Any],
+    store: RunStore,
+    progress: Progress,
+    on_started: Callable[[RunWriter], None],
+    pushgateway_url: str | None,
+    say: Callable[[str], None],
+    warn_only: bool,
+) -> str:
+    """Every block of ``spec.mtp_ab`` (the module docstring); return the run id."""
+    ab = spec.mtp_ab
+    assert ab is not None
+    headers = request_headers(spec.target, os.environ)
+    get = functools.partial(http_get, headers=headers)
+    # The arms' counters are scraped at block edges (below), not by the live observers.
+    export = spec.export.model_copy(update={"scrape_target": False})
+    levels = [int(level) for level in spec.load.levels]
+    with serving_arms(spec) as (arms, described):
+        check = check_target(arms[0].url, get)
+        model = served_model(spec.target.model, check, arms[0].url)
+        for arm in arms[1:]:
+            if arm.hook is None:
+                check_target(arm.url, get)  # every arm answers before anything is stored
+        prompts = _prompts(spec, "" if spec.target.kind == "reference" else arms[0].url, headers)
+        run = store.create(
+            "serving",
+            spec_given=without_header_values(spec_given),
+            spec_resolved=without_header_values(spec.model_dump(mode="json")),
+            target={**described, "model": model, "api": spec.target.api},
+        )
+        run.add_note(_note(spec, ab, levels))
+        on_started(run)
+        observed = spec.model_copy(update={"export": export})
+        observers = LiveObservers(observed, run, arms[0].url, model, pushgateway_url, say)
+        records: dict[str, RequestRecord] = {}
+        outcomes: list[LevelOutcome] = []
+        blocks: list[MtpAbBlock] = []
+        equality: MtpAbEquality | None = None
+
+        def keep(record: RequestRecord) -> None:
+            run.append_request(record)
+            records[record.request_id] = record
+            observers.record(record)
+
+        def summary() -> MtpAbSummary:
+            return MtpAbSummary(
+                drafts=tuple(ab.drafts),
+                modes=tuple(ab.modes),
+                levels=tuple(levels),
+                blocks_per_arm=ab.blocks,
+                block_s=spec.load.level_limit_s,
+                sampled_temperature=ab.sampled_temperature,
+                blocks=tuple(blocks),
+                equality=equality,
+            )
+
+        scrapers = _Scrapers(arms, run, headers)
+        try:
+            with run, interrupts_end_runs():
+                observers.start()
+                try:
+                    if "greedy" in ab.modes and ab.equality_prompts:
+                        equality = _equality(spec, ab, arms, model, prompts, headers, get)
+                    for mode in ab.modes:
+                        _run_mode(
+                            mode_spec(spec, ab, mode), ab, mode, arms, model, prompts, run,
+                            headers, get, keep, records, outcomes, blocks, progress,
+                            observers, scrapers,
+                        )  # fmt: skip
+                except BaseException:
+                    write_summary(run, spec, list(records.values()), outcomes, None,
+                                  mtp_ab=summary())  # fmt: skip
+                    raise
+                write_summary(run, spec, list(records.values()), outcomes, None, mtp_ab=summary())
+                _end(run, outcomes, equality, warn_only)
+        finally:
+            scrapers.close()
+            observers.finish(run.manifest.status)
+        return run.run_id
+
+
+def _equality(
+    spec: ServingSpec,
+    ab: MtpAbSpec,
+    arms: list[Arm],
+    model: str,
+    prompts: list[Prompt],
+    headers: RequestHeaders,
+    get: Callable[[str, float], Any],
+) -> MtpAbEquality:
+    chosen = prompts[: ab.equality_prompts]
+    streams = max(int(level) for level in spec.load.levels)
+    output_tokens = spec.max_output_tokens
+    outputs = {}
+    for arm in arms:
+        prepare(arm, ab, get)
+        outputs[arm.drafts] = asyncio.run(
+            arm_outputs(arm.url, spec.target.api, model, chosen, output_tokens, streams, headers)
+        )
+    return compare(outputs, streams, output_tokens)
+
+
+def _run_mode(
+    spec: ServingSpec,
+    ab: MtpAbSpec,
+    mode: str,
+    arms: list[Arm],
+    model: str,
+    prompts: list[Prompt],
+    run: RunWriter,
+    headers: RequestHeaders,
+    get: Callable[[str, float], Any],
+    keep: Callable[[RequestRecord], None],
+    records: dict[str, RequestRecord],
+    outcomes: list[LevelOutcome],
+    blocks: list[MtpAbBlock],
+    progress: Progress,
+    observers: LiveObservers,
+    scrapers: _Scrapers,
+) -> None:
+    """Every block of one decoding mode, one worker pool per arm."""
+    workers = worker_count(spec)
+    by_drafts = {arm.drafts: arm for arm in arms}
+    pools: dict[int, WorkerPool] = {}
+    try:
+        for arm in arms:
+            config = dataclasses.replace(
+                worker_config(spec, arm.url, model, prompts, run, headers),
+                request_id_prefix=f"{mode}-k{arm.drafts}-",
+            )
+            if not outcomes and not pools:
+                run.record_request_settings(request_settings(config, None))
+            pools[arm.drafts] = WorkerPool(workers, config)
+        for pool in pools.values():
+            pool.wait_ready()
+        levels = [int(level) for level in spec.load.levels]
+        # Fresh: the arm's prefix cache emptied before each block, where the target can
+        # (every block sends the same prompts: a cached one would favour later blocks).
+        resetters = {
+            arm.drafts: CacheResetter(arm.url, headers)
+            for arm in arms
+            if spec.workload.cache == "fresh"
+        }
+        for block in schedule(ab, mode, levels):
+            arm = by_drafts[block.drafts]
+            prepare(arm, ab, get)
+            reset = resetters[arm.drafts].reset() if resetters else None
+            scrapers.window(arm.drafts, block.scenario)
+            try:
+                outcome = _block(
+                    spec,
+                    pools[arm.drafts],
+                    block,
+                    workers,
+                    len(prompts),
+                    keep,
+                    records,
+                    progress,
+                    observers,
+                    len(outcomes),
+                )
+                outcomes.append(dataclasses.replace(outcome, cache_reset=reset))
+            finally:
+                scrapers.window(arm.drafts, None)
+            blocks.append(block)
+    finally:
+        for pool in pools.values():
+            pool.close()
+
+
+def _block(
+    spec: ServingSpec,
+    pool: WorkerPool,
+    block: MtpAbBlock,
+    workers: int,
+    prompts: int,
+    keep: Callable[[RequestRecord], None],
+    records: dict[str, RequestRecord],
+    progress: Progress,
+    observers: LiveObservers,
+    index: int,
+) -> LevelOutcome:
+    start_ns = time.monotonic_ns() + int(_START_DELAY_S * 1e9)
+    plans = plan_level(
+        spec, block.streams, index, workers, start_ns, prompts, scenario=block.scenario
+    )
+    progress.level_started(block.scenario, next(iter(plans.values())).duration_s)
+    observers.level_started(block.scenario, block.streams)
+    reports = pool.run_level(plans, keep, progress.finished, progress.tick, observers.health)
+    reasons = client_bottlenecks(
+        reports,
+        open_loop=False,
+        capped=False,
+        max_loop_lag_p99_s=spec.harness.max_loop_lag_p99_s,
+        max_cpu_fraction=spec.harness.max_cpu_fraction,
+        min_achieved_rate_ratio=spec.harness.min_achieved_rate_ratio,
+    )
+    verdict = judge_level(
+        block.scenario, measured_counts(records.values(), block.scenario), reasons
+    )
+    outcome = LevelOutcome(block.scenario, float(block.streams), reports, verdict)
+    progress.level_done(outcome)
+    observers.level_done(block.scenario, client_bound=verdict.status == "invalid")
+    return outcome
+
+
+def _end(
+    run: RunWriter,
+    outcomes: list[LevelOutcome],
+    equality: MtpAbEquality | None,
+    warn_only: bool,
+) -> None:
+    status, reason = run_verdict([o.verdict for o in outcomes])
+    if equality is not None and equality.mismatches:
+        first = equality.mismatches[0]
+        status = "failed"
+        reason = (
+            f"greedy output with MTP differs from MTP off for {len(equality.mismatches)} "
+            f"prompt/arm pair(s); first: prompt {first.prompt}, {arm_name(first.drafts)}, "
+            f"at output {equality.position_unit} {first.position} "
+            f"({first.off_token!r} with MTP off, {first.arm_token!r} with it)"
+        )
+    if status != "complete" and warn_only:
+        run.add_note(f"--warn-only: the run ended {status}, and the command exits 0 all the same")
+    if status == "failed":
+        run.fail(reason or "")
+    elif status == "invalid":
+        run.invalidate(reason or "")
+
+
+def _note(spec: ServingSpec, ab: MtpAbSpec, levels: list[int]) -> str:
+    arms = ", ".join(arm_name(d) for d in ab.drafts)
+    where = {
+        "reference": "one reference target per arm, started together",
+        "url": "one server per arm (mtp_ab.urls)"
+        if ab.urls
+        else "a hook per arm reconfiguring target.url",
+    }[spec.target.kind]
+    modes = " and ".join(
+        m if m == "greedy" else f"sampled (temperature {ab.sampled_temperature:g})"
+        for m in ab.modes
+    )
+    return (
+        f"MTP A/B: arms {arms} ({where}); at {', '.join(f'c={x}' for x in levels)} and "
+        f"{modes}, every arm ran {ab.blocks} block(s) of {spec.load.level_limit_s:g} s, "
+        "interleaved (A B ..., then reversed), each from the same prompts in the same order; "
+        "the target's counters were scraped at each block's start and end. "
+        + (
+            f"Greedy output equality first: {ab.equality_prompts} prompts to every arm, "
+            f"{max(levels)} at a time."
+            if "greedy" in ab.modes and ab.equality_prompts
+            else "No output-equality check (mode greedy not run, or mtp_ab.equality_prompts = 0)."
+        )
+    )

@@ -1,0 +1,84 @@
+"""``[mtp_ab]`` against url targets: one server per arm (``mtp_ab.urls``), and one server
+with a shell command per arm (``mtp_ab.hooks``) run before each of that arm's blocks.
+
+The servers are reference targets moeperf does not start for the run (``moeperf target
+serve`` processes), so the suite sees them as any server: through HTTP, /tokenize and the
+reference dialect of /metrics.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from collectors.serving_records import ServingSummary
+from collectors.store import RunStore
+from moeperf.cli import main
+from suites.serving.embedded.process import running_target
+
+SERVER = {"threads": 1, "enable_prefix_caching": False, "max_running_requests": 8}
+SMALL = [
+    "--set", "target.kind='url'", "--set", "target.api='completions'",
+    "--set", "workload.tokenizer='server'", "--set", "mtp_ab.drafts=[0, 2]",
+    "--set", "load.levels=[2]", "--set", "load.duration_s=1.5", "--set", "load.warmup_s=0.2",
+    "--set", "load.cooldown_s=0.2", "--set", "mtp_ab.equality_prompts=4",
+    "--set", "harness.max_loop_lag_p99_s=1.0", "--set", "harness.max_cpu_fraction=1.0",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_one_server_per_arm(tmp_path, capsys):
+    with (
+        running_target("targets.serving", {**SERVER, "mtp_tokens": 0}, 180.0) as off,
+        running_target("targets.serving", {**SERVER, "mtp_tokens": 2}, 180.0) as two,
+    ):
+        code = main([
+            "--runs-dir", str(tmp_path), "run", "mtp-ab", *SMALL,
+            "--set", f"target.url='{off}'", "--set", f"mtp_ab.urls={json.dumps([off, two])}",
+            "--set", "mtp_ab.blocks=1", "--set", "mtp_ab.modes=['greedy']",
+        ])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed[-3000:]
+    reader = RunStore(tmp_path).open("latest")
+    summary = reader.summary()
+    assert isinstance(summary, ServingSummary) and summary.mtp_ab is not None
+    ab = summary.mtp_ab
+    assert ab.equality is not None and ab.equality.passed
+    arms = {a.drafts: a for a in ab.arm_levels}
+    assert arms[0].draft_tokens == 0  # the off server drafted nothing over its block
+    assert arms[2].tokens_per_step is not None and arms[2].tokens_per_step > 1.5
+    assert reader.manifest.target["arms"]["urls"] == [off, two]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_hooks_run_before_each_block_of_their_arm(tmp_path, capsys):
+    log = tmp_path / "hooks.log"
+    hooks = [f"echo off >> {log}", f"echo k2 >> {log}"]
+    with running_target("targets.serving", {**SERVER, "mtp_tokens": 2}, 180.0) as url:
+        code = main([
+            "--runs-dir", str(tmp_path / "runs"), "run", "mtp-ab", *SMALL,
+            "--set", f"target.url='{url}'", "--set", f"mtp_ab.hooks={json.dumps(hooks)}",
+            "--set", "mtp_ab.blocks=2", "--set", "mtp_ab.modes=['greedy']",
+        ])  # fmt: skip
+        printed = capsys.readouterr().out
+        assert code == 0, printed[-3000:]
+        # Equality first (each arm once), then the blocks: A B, B A.
+        assert log.read_text().split() == ["off", "k2", "off", "k2", "k2", "off"]
+        manifest = RunStore(tmp_path / "runs").open("latest").manifest
+        assert manifest.target["arms"]["hooks"] is True  # the commands are not stored
+        assert str(log) not in json.dumps(manifest.target)
+
+        failing = [f"echo off >> {log}", "echo reconfigure failed >&2; exit 3"]
+        code = main([
+            "--runs-dir", str(tmp_path / "runs"), "run", "mtp-ab", *SMALL,
+            "--set", f"target.url='{url}'", "--set", f"mtp_ab.hooks={json.dumps(failing)}",
+            "--set", "mtp_ab.blocks=1", "--set", "mtp_ab.modes=['greedy']",
+        ])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 2
+    assert (
+        "the mtp_ab hook of the k=2 arm exited 3: reconfigure failed" in captured.err + captured.out
+    )
