@@ -40,12 +40,7 @@ from suites.serving.load.auth import request_headers, without_header_values
 from suites.serving.load.plan import LevelPlan
 from suites.serving.load.pool import WorkerPool
 from suites.serving.load.request_settings import request_settings
-from suites.serving.load.validity import (
-    client_bottlenecks,
-    judge_level,
-    measured_counts,
-    run_verdict,
-)
+from suites.serving.load.validity import judged_level, run_verdict
 from suites.serving.observe.live import LiveObservers
 from suites.serving.preflight import check_target, http_get, served_model
 from suites.serving.runner import (
@@ -294,16 +289,13 @@ def _level(
     outcomes = []
     for worker, plan in plans.items():
         mine = [r for r in reports if r.worker == worker]
-        reasons = client_bottlenecks(
+        verdict = judged_level(
+            spec.harness,
+            plan.scenario,
             mine,
+            records.values(),
             open_loop=plan.mode != "concurrency",
-            capped=False,
-            max_loop_lag_p99_s=spec.harness.max_loop_lag_p99_s,
-            max_cpu_fraction=spec.harness.max_cpu_fraction,
-            min_achieved_rate_ratio=spec.harness.min_achieved_rate_ratio,
         )
-        counts = measured_counts(records.values(), plan.scenario)
-        verdict = judge_level(plan.scenario, counts, reasons)
         # The level: streams (closed loop), or the long prompts' rate (open loop).
         level = float(plan.concurrency) if plan.mode == "concurrency" else rate
         outcome = LevelOutcome(plan.scenario, level, mine, verdict)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from collectors.manifest import RunStatus
 from collectors.records import RequestRecord
@@ -135,3 +136,32 @@ def client_bottlenecks(
             f"({sent / offered:.0%} < {min_achieved_rate_ratio:.0%})"
         )
     return reasons
+
+
+class HarnessLimits(Protocol):
+    """The ``[harness]`` limits a level is judged by (``suites.spec.HarnessSpec``)."""
+
+    max_loop_lag_p99_s: float
+    max_cpu_fraction: float
+    min_achieved_rate_ratio: float
+
+
+def judged_level(
+    harness: HarnessLimits,
+    scenario: str,
+    reports: list[WorkerSummary],
+    records: Iterable[RequestRecord],
+    *,
+    open_loop: bool,
+    capped: bool = False,
+) -> LevelVerdict:
+    """One level's verdict from its workers' reports and its request records."""
+    reasons = client_bottlenecks(
+        reports,
+        open_loop=open_loop,
+        capped=capped,
+        max_loop_lag_p99_s=harness.max_loop_lag_p99_s,
+        max_cpu_fraction=harness.max_cpu_fraction,
+        min_achieved_rate_ratio=harness.min_achieved_rate_ratio,
+    )
+    return judge_level(scenario, measured_counts(records, scenario), reasons)

@@ -28,12 +28,7 @@ from collectors.store import RunStore, RunWriter, interrupts_end_runs
 from suites.serving.load.auth import RequestHeaders, request_headers, without_header_values
 from suites.serving.load.pool import WorkerPool
 from suites.serving.load.request_settings import request_settings
-from suites.serving.load.validity import (
-    client_bottlenecks,
-    judge_level,
-    measured_counts,
-    run_verdict,
-)
+from suites.serving.load.validity import judged_level, run_verdict
 from suites.serving.mtp_ab.arms import Arm, prepare, schedule, serving_arms
 from suites.serving.mtp_ab.equality import arm_outputs, compare
 from suites.serving.observe.live import LiveObservers
@@ -291,17 +286,7 @@ def _block(
     progress.level_started(block.scenario, next(iter(plans.values())).duration_s)
     observers.level_started(block.scenario, block.streams)
     reports = pool.run_level(plans, keep, progress.finished, progress.tick, observers.health)
-    reasons = client_bottlenecks(
-        reports,
-        open_loop=False,
-        capped=False,
-        max_loop_lag_p99_s=spec.harness.max_loop_lag_p99_s,
-        max_cpu_fraction=spec.harness.max_cpu_fraction,
-        min_achieved_rate_ratio=spec.harness.min_achieved_rate_ratio,
-    )
-    verdict = judge_level(
-        block.scenario, measured_counts(records.values(), block.scenario), reasons
-    )
+    verdict = judged_level(spec.harness, block.scenario, reports, records.values(), open_loop=False)
     outcome = LevelOutcome(block.scenario, float(block.streams), reports, verdict)
     progress.level_done(outcome)
     observers.level_done(block.scenario, client_bound=verdict.status == "invalid")
