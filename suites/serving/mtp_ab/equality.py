@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 
 from collectors.mtp_ab_records import MtpAbEquality, MtpAbMismatch
 from suites.serving.load.auth import RequestHeaders
@@ -66,17 +66,17 @@ async def arm_outputs(
     headers: RequestHeaders,
 ) -> list[ArmOutput]:
     """Every prompt's greedy output from one arm, ``streams`` requests in flight."""
-    path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
+    url = base_url.rstrip("/") + ("/v1/chat/completions" if api == "chat" else "/v1/completions")
     limit = asyncio.Semaphore(streams)
-    async with httpx.AsyncClient(
-        base_url=base_url, timeout=_TIMEOUT_S, headers=dict(headers.values)
-    ) as client:
+    timeout = aiohttp.ClientTimeout(total=_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout, headers=dict(headers.values)) as session:
 
         async def one(prompt: Prompt) -> ArmOutput:
             async with limit:
-                response = await client.post(path, json=_body(api, model, prompt, output_tokens))
-                response.raise_for_status()
-                return _output(api, response.json())
+                body = _body(api, model, prompt, output_tokens)
+                async with session.post(url, json=body) as response:
+                    response.raise_for_status()
+                    return _output(api, await response.json())
 
         return list(await asyncio.gather(*(one(p) for p in prompts)))
 
