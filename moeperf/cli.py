@@ -18,6 +18,7 @@ from collectors.target_counters import metrics_unavailable
 from collectors.training_summary import TrainingSummary
 from moeperf import report_commands, target_commands
 from moeperf.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_code
+from moeperf.plan_command import add_plan_commands
 from moeperf.probe_command import add_probe_command
 from reports.request_view import request_facts
 from suites.errors import UsageError
@@ -391,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     report_commands.add_gate_commands(commands, reports_common)
     target_commands.add_target_commands(commands)
     add_probe_command(commands)
+    add_plan_commands(commands)
 
     dashboards = commands.add_parser("dashboards", help="Grafana dashboards")
     dashboards_commands = dashboards.add_subparsers(dest="dashboards_command", required=True)

@@ -1,0 +1,7 @@
+"""The planner's error: a model or deployment it cannot plan, the user's to fix (exit 2)."""
+
+from suites.errors import UsageError
+
+
+class PlanError(UsageError):
+    """A config.json or deployment the planner cannot use; the message names the field."""
