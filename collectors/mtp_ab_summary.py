@@ -13,7 +13,7 @@ import pandas as pd
 from collectors.bootstrap import bootstrap_ratio_ci
 from collectors.latency import itl_samples_s, per_request
 from collectors.mtp_ab_records import (
-    LOWER_IS_BETTER,
+    TESTED_METRICS,
     MtpAbArmLevel,
     MtpAbBlock,
     MtpAbCrossover,
@@ -36,11 +36,11 @@ def with_figures(
     arm_levels, pooled = [], {}
     for key, blocks in _groups(summary.blocks).items():
         names = tuple(b.scenario for b in blocks)
-        arm_levels.append(_arm_level(key, names, samples, scenarios))
         pooled[key] = {
             metric: values[values["scenario"].isin(names)][column].dropna().to_numpy(float)
             for metric, (values, column) in samples.items()
         }
+        arm_levels.append(_arm_level(key, names, pooled[key], scenarios))
     by_key = {(a.drafts, a.mode, a.streams): a for a in arm_levels}
     effects = [
         effect
@@ -89,17 +89,13 @@ def _median(values: np.ndarray) -> float | None:
 def _arm_level(
     key: Key,
     names: tuple[str, ...],
-    samples: dict[str, tuple[pd.DataFrame, str]],
+    values: dict[str, np.ndarray],  # the blocks' pooled samples, by metric
     scenarios: Mapping[str, ScenarioSummary],
 ) -> MtpAbArmLevel:
-    def values(metric: str) -> np.ndarray:
-        frame, column = samples[metric]
-        return frame[frame["scenario"].isin(names)][column].dropna().to_numpy(float)
-
     entries = [scenarios[n] for n in names if n in scenarios]
     window_s = sum(e.window_s for e in entries)
     tokens = sum(e.output_tokens for e in entries)
-    chunk_values = values("tokens_per_chunk")
+    chunk_values = values["tokens_per_chunk"]
     counters = [e.target_counters for e in entries if e.target_counters is not None]
 
     def total(field: str) -> float | None:
@@ -130,9 +126,9 @@ def _arm_level(
         streams=key[2],
         scenarios=names,
         requests=sum(e.ok for e in entries),
-        ttft_p50_s=_median(values("ttft_s p50")),
-        tpot_p50_s=_median(values("tpot_s p50")),
-        itl_p50_s=_median(values("itl_s p50")),
+        ttft_p50_s=_median(values["ttft_s p50"]),
+        tpot_p50_s=_median(values["tpot_s p50"]),
+        itl_p50_s=_median(values["itl_s p50"]),
         output_tokens_per_s=tokens / window_s if window_s > 0 else None,
         tokens_per_chunk=float(chunk_values.mean()) if len(chunk_values) else None,
         draft_tokens=draft_tokens,
@@ -147,11 +143,11 @@ def _effects(
 ) -> list[MtpAbEffect]:
     key, off_key = (arm.drafts, arm.mode, arm.streams), (0, arm.mode, arm.streams)
     out = []
-    for metric in LOWER_IS_BETTER:
+    for metric in TESTED_METRICS:
         a, b = pooled[off_key][metric], pooled[key][metric]
         ratio = float(np.median(b) / np.median(a)) if len(a) and len(b) and np.median(a) else None
         ci = bootstrap_ratio_ci(a, b, "median", _N_BOOT, _CONFIDENCE, np.random.default_rng(0))
-        verdict = "not tested" if ci is None else _verdict(ci, lower_is_better=True)
+        verdict = "not tested" if ci is None else _verdict(ci)
         low, high = ci if ci is not None else (None, None)
         out.append(
             MtpAbEffect(arm.drafts, arm.mode, arm.streams, metric, ratio, low, high, verdict)
@@ -169,12 +165,13 @@ def _effects(
     return out
 
 
-def _verdict(ci: tuple[float, float], lower_is_better: bool) -> str:
+def _verdict(ci: tuple[float, float]) -> str:
+    """A latency ratio's verdict: lower is better."""
     low, high = ci
     if high < 1:
-        return "better" if lower_is_better else "worse"
+        return "better"
     if low > 1:
-        return "worse" if lower_is_better else "better"
+        return "worse"
     return "no difference"
 
 
