@@ -11,6 +11,27 @@ running per replica * (1 + mtp_drafts)) tokens in a step and a = activation byte
   logits                            R * V / tp * 4 (fp32), R = running per replica * (1 + drafts)
 bytes = a * (2 N h + max(attention, feed-forward)) + logits. Routing skew can double the
 MoE term on the hottest device; the allocator headroom (buffers.py) is meant to absorb it.
+
+Layout "reference" (our engine, targets/serving/engine, one device) counts what that engine
+holds at once instead, in the larger of its two biggest steps: the last prefill chunk of
+a max-context prompt (N = chunk tokens, their context C = max_context_tokens) and a decode
+step of every running request at max context (N = R (1 + drafts), R running):
+  residual + normed input          2 N h
+  attention (gathers the context)  N (H d rotated q + 2 Hkv d rotated k and v + 2 H d the
+                                   attention output and its buffer) + 2 G Hkv d, G the
+                                   context rows gathered from the paged cache (prefill: C;
+                                   decode, padded into one call: R C); a boolean causal mask
+                                   of N C bytes (not in activation dtype)
+  MoE (S = N k slots)              the larger of 3 S h + N h (grouped input, output and
+                                   weighted output, and the combined result) and 2 S h +
+                                   3 N I_e (an expert's gate, up and product, at most N rows)
+  rotary cos and sin               2 N d * 4 (fp32)
+  MTP drafting (drafts > 0)        + 5 N h: the drafter's step after the main one keeps the
+                                   main hidden state, the gathered previous states, their
+                                   concatenation and the [N, 2h] input of its projection
+  logits                           rows sampled (prefill: 1; decode: N) * V * 4 (fp32)
+It is checked against the engine's measured peak of live tensors (README, "Memory
+planning"; tests/unit/test_plan_activations.py).
 """
 
 from __future__ import annotations
@@ -26,9 +47,12 @@ from suites.plan.model_config import ModelShape
 class ActivationPlan:
     step_tokens: int
     bytes: int
+    step: str = "largest step"  # which step it is ("prefill chunk", "decode batch")
 
 
 def plan_activations(m: ModelShape, d: DeployConfig) -> ActivationPlan:
+    if d.layout == "reference":
+        return _reference(m, d)
     a = PLAIN_BYTES[d.activation_dtype]
     n = max(d.chunked_prefill_tokens, d.decode_tokens)
     heads = m.num_heads // d.tp
@@ -50,3 +74,33 @@ def plan_activations(m: ModelShape, d: DeployConfig) -> ActivationPlan:
         ffn = max(ffn, moe)
     logits = d.decode_tokens * m.vocab // d.tp * 4
     return ActivationPlan(n, a * (2 * n * m.hidden + max(attn, ffn)) + logits)
+
+
+def _reference(m: ModelShape, d: DeployConfig) -> ActivationPlan:
+    context = d.max_context_tokens
+    chunk = min(d.chunked_prefill_tokens, context)
+    prefill = ActivationPlan(chunk, _reference_step(m, d, chunk, context, 1), "prefill chunk")
+    rows = d.decode_tokens
+    decode = ActivationPlan(
+        rows, _reference_step(m, d, rows, d.running_per_replica * context, rows), "decode batch"
+    )
+    return max(prefill, decode, key=lambda p: p.bytes)
+
+
+def _reference_step(
+    m: ModelShape, d: DeployConfig, n: int, gathered_rows: int, logit_rows: int
+) -> int:
+    """One step of the reference engine over n tokens whose attention gathers
+    ``gathered_rows`` context rows (module docstring)."""
+    a = PLAIN_BYTES[d.activation_dtype]
+    heads, kv, hd = m.num_heads, m.num_kv_heads, m.head_dim
+    attn = n * (heads * hd + 2 * kv * hd + 2 * heads * hd) + 2 * gathered_rows * kv * hd
+    slots = n * m.experts_per_token
+    moe = max(
+        3 * slots * m.hidden + n * m.hidden,
+        2 * slots * m.hidden + 3 * n * m.expert_intermediate,
+    )
+    mask = n * d.max_context_tokens
+    rope = 2 * n * hd * 4
+    mtp = 5 * n * m.hidden if d.mtp_drafts else 0
+    return a * (2 * n * m.hidden + max(attn, moe) + mtp) + mask + rope + logit_rows * m.vocab * 4

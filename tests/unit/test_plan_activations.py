@@ -1,0 +1,47 @@
+"""The planner's activation estimate against the reference engine's measured peak, and the
+meter itself (``moeperf.bench.live_tensors``) against allocations of known size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from moeperf.bench.live_tensors import LiveTensorBytes
+from moeperf.bench.plan_check import ACTIVATION_TOLERANCE, CASES, TORCH_DTYPES, measure
+from suites.plan.model_config import load_model_config
+from targets.model.checkpoint import default_model_dir, load_model_dir
+
+
+def test_the_meter_counts_what_is_alive_at_once():
+    with LiveTensorBytes() as live:
+        a = torch.ones(1000)  # 4,000 bytes
+        b = torch.ones(500, dtype=torch.float64)  # 4,000 bytes: 8,000 at once
+        a.view(10, 100).add_(1)  # a view and an in-place result: nothing new
+        del a, b
+        c = torch.ones(250)  # 1,000 bytes, after both were freed
+        peak_then = live.peak_bytes
+        current = live.current_bytes
+    assert peak_then == 8000
+    assert current == 1000
+    del c
+
+
+@pytest.fixture(scope="module")
+def shape():
+    return load_model_config(default_model_dir() / "config.json")
+
+
+# A prefill chunk and a decode batch, fp32 and bf16, with and without MTP drafts.
+CHECKED = [CASES[0], CASES[3], CASES[5], CASES[6]]
+
+
+@pytest.mark.parametrize("case", CHECKED, ids=[c.label for c in CHECKED])
+def test_activations_are_within_the_stated_tolerance_of_the_engines_peak(shape, case):
+    model, _ = load_model_dir(default_model_dir(), dtype=TORCH_DTYPES[case.dtype])
+    measured = measure(model, shape, case)
+    assert measured.weight_bytes == measured.plan.weights.device_bytes
+    assert measured.kv_bytes_per_token == measured.plan.cache.bytes_per_token
+    assert abs(measured.activation_ratio - 1) <= ACTIVATION_TOLERANCE, (
+        measured.plan.activations,
+        measured.activation_peak_bytes,
+    )
