@@ -27,6 +27,37 @@ class SweepPointSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class SweepPlanPoint:
+    """The memory planner's prediction for one prompt length (suites/serving/sweep_plan)."""
+
+    input_tokens: int
+    tokens_per_sequence: int  # prompt + the most output tokens a request asks for
+    kv_bytes_per_sequence: int  # tokens_per_sequence x KV bytes per token
+    blocks_per_sequence: int | None  # ceil(tokens / block tokens); None: no block size
+    fit_sequences: int | None  # such sequences the cache holds at once; None: size unknown
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPlan:
+    """``[plan]``: what the memory planner (suites/plan) predicts for the sweep's lengths,
+    drawn beside the measured KV usage. An estimate from the model's config and the
+    deployment, not a measurement."""
+
+    model: str  # the config.json planned
+    deployment: str  # the deployment in one line
+    kv_bytes_per_token: int
+    state_bytes_per_sequence: int  # linear-attention state; 0 for full attention only
+    block_tokens: int | None
+    cache_bytes: int | None  # the KV cache the fits are counted in
+    cache_blocks: int | None
+    cache_source: str  # where the cache size comes from
+    points: tuple[SweepPlanPoint, ...]
+
+    def point(self, input_tokens: int) -> SweepPlanPoint | None:
+        return next((p for p in self.points if p.input_tokens == input_tokens), None)
+
+
+@dataclass(frozen=True, slots=True)
 class SweepSummary:
     """The sweep's lengths, ascending, with the limit and output length they were fit to."""
 
@@ -34,6 +65,7 @@ class SweepSummary:
     context_source: str  # where the limit was read
     max_output_tokens: int
     points: tuple[SweepPointSummary, ...]
+    plan: SweepPlan | None = None  # [plan]: the planner's prediction per length
 
     def not_available(self) -> tuple[SweepPointSummary, ...]:
         return tuple(p for p in self.points if p.not_available is not None)

@@ -189,12 +189,12 @@ def _show(store: RunStore, run: str, console: Console) -> None:
 
             console.print(capacity_table(summary.capacity))
         if summary.sweep is not None:
-            from suites.serving.sweep_table import fit_table, sweep_table
+            from suites.serving.sweep_table import fit_table, plan_table, sweep_table
 
             console.print(sweep_table(summary.sweep, summary.scenarios))
-            fits = fit_table(summary.sweep)
-            if fits is not None:
-                console.print(fits)
+            for extra in (fit_table(summary.sweep), plan_table(summary.sweep, summary.scenarios)):
+                if extra is not None:
+                    console.print(extra)
         if summary.interference is not None:
             from suites.serving.interference_table import interference_table
 

@@ -23,6 +23,7 @@ from collectors.quantiles import QuantileEstimate
 from collectors.serving_records import NO_SLO, ScenarioSummary, ServingSummary, Slo
 from collectors.store import RunStore
 from collectors.summary import summarize_requests
+from collectors.sweep_plan_compare import plan_comparison
 from collectors.sweep_records import SweepSummary, fit_answer
 from collectors.target_counters import metrics_unavailable
 from reports.accuracy_blocks import accuracy_blocks
@@ -276,18 +277,58 @@ def _sweep_blocks(
         "prompt tok/s is prompt tokens x ok measured requests / the measured window."
     )
     frame = sweep_frame(sweep, scenarios)
-    fits = _fit_table(sweep)
+    extra = [t for t in (_fit_table(sweep), _plan_table(sweep, scenarios)) if t is not None]
+    planner = (
+        " Dotted with crosses: the memory planner's blocks for that many sequences (an "
+        "estimate, [plan])."
+        if sweep.plan is not None
+        else ""
+    )
     return [
         Table(sweep_table_frame(sweep, frame), caption),
-        *([fits] if fits is not None else []),
+        *extra,
         Chart(
-            sweep_chart(frame, sweep.not_available()),
+            sweep_chart(frame, sweep.not_available(), plan=sweep.plan),
             "x: prompt tokens (log scale); one colour per load level; hollow markers: the "
             "level failed or is invalid; grey dotted lines: lengths not available from this "
-            "target (hover the label for why).",
+            "target (hover the label for why)." + planner,
             drawn_by=("sweep",),
         ),
     ]
+
+
+def _plan_table(sweep: SweepSummary, scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
+    """[plan]: the memory planner's prediction per length beside what was measured."""
+    plan = sweep.plan
+    rows = plan_comparison(sweep, scenarios)
+    if plan is None or not rows:
+        return None
+    frame = pd.DataFrame(
+        {
+            "prompt tokens": r.input_tokens,
+            "tokens per sequence (prompt + output)": r.tokens_per_sequence,
+            "KV bytes per sequence (planned)": r.kv_bytes_per_sequence,
+            "state bytes per sequence (planned)": r.state_bytes_per_sequence,
+            "blocks per sequence (planned)": r.predicted_blocks,
+            "blocks in use at 1 stream (measured)": r.measured_blocks,
+            "sequences that fit (planned)": r.predicted_fit,
+            "streams that fit (measured)": r.measured_fit,
+        }
+        for r in rows
+    )
+    return Table(
+        frame,
+        f'The memory planner (suites/plan, README "Memory planning"; an estimate from '
+        f"{plan.model}) beside the sweep's measurements. {plan.deployment}. KV bytes per "
+        f"token {plan.kv_bytes_per_token:,}, linear-attention state per sequence "
+        f"{plan.state_bytes_per_sequence:,} bytes (flat in the context). A sequence holds "
+        "prompt + output tokens at its last token; planned blocks are those tokens over "
+        f"the block size ({plan.block_tokens or 'not known'}), rounded up; sequences that "
+        f"fit: the cache's blocks over that (cache: {plan.cache_source}). Measured: the "
+        "blocks in use at the highest scrape of the one-stream level, and the fit search's "
+        "answer (all c running at once, none preempted: at least the planned count, since "
+        "preemption waits until the cache is full).",
+    )
 
 
 def _interference_blocks(

@@ -597,6 +597,28 @@ class MtpAbSpec(_Strict):
         return self
 
 
+class PlanSpec(_Strict):
+    """``[plan]``: the memory planner's prediction (suites/plan, README "Memory planning")
+    drawn beside a sweep's measured KV usage. ``model``: a Hugging Face config.json (or a
+    directory holding one); the reference target's own model when unset. The deployment:
+    a DEPLOY file (``deploy``) or its fields inline (``[plan.deployment]``); on the
+    reference target, unset, it is the target's own (one device, its dtype, context,
+    running requests, chunk and drafts; layout "reference"), and the cache is its
+    num_kv_blocks. ``block_tokens``: the target's KV block size (the reference's own when
+    unset; vLLM's default is 16), so that blocks can be predicted."""
+
+    model: str | None = None
+    deploy: str | None = None
+    deployment: dict[str, Any] = {}
+    block_tokens: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _one_deployment(self) -> PlanSpec:
+        if self.deploy is not None and self.deployment:
+            raise ValueError("give plan.deploy (a file) or [plan.deployment], not both")
+        return self
+
+
 class ServingSpec(_Strict):
     suite: Literal["serving"] = "serving"
     name: str
@@ -617,6 +639,27 @@ class ServingSpec(_Strict):
     interference: InterferenceSpec | None = None
     # Set: MTP off against k draft tokens, interleaved A/B blocks.
     mtp_ab: MtpAbSpec | None = None
+    # Set: the memory planner's KV prediction beside a sweep's measured KV usage.
+    plan: PlanSpec | None = None
+
+    @model_validator(mode="after")
+    def _plan_beside_a_sweep(self) -> ServingSpec:
+        plan = self.plan
+        if plan is None:
+            return self
+        if self.sweep is None:
+            raise ValueError(
+                "[plan] draws the planner's KV prediction beside a sweep over prompt "
+                "lengths: it needs [sweep] (or use moeperf plan memory)"
+            )
+        if self.target.kind != "reference" and (
+            plan.model is None or (plan.deploy is None and not plan.deployment)
+        ):
+            raise ValueError(
+                "[plan] for a url or synthetic target needs plan.model (its config.json) and "
+                "plan.deploy or [plan.deployment]: only the reference target's are known"
+            )
+        return self
 
     @model_validator(mode="after")
     def _goodput_needs_slo(self) -> ServingSpec:
@@ -859,7 +902,21 @@ def validate_spec(
         raise spec_error(source, problems_of(exc, ServingSpec), overrides) from None
     if spec.target.kind == "reference":
         reference_config(spec.target.reference, source, overrides)
+    if spec.plan is not None:
+        from suites.serving.sweep_plan import resolve_plan  # needs the planner: only here
+
+        resolve_plan(spec, source)  # a config or deployment it cannot use: exit 2 now
     return LoadedSpec(given, spec, source)
+
+
+def spec_data_path(path: str) -> Path:
+    """Where a file a spec names is: as given (absolute, or relative to the working
+    directory), else relative to the shipped specs (``traces/small-mooncake.jsonl``)."""
+    given = Path(path).expanduser()
+    if given.is_absolute() or given.exists():
+        return given
+    shipped = SPEC_DIR / given
+    return shipped if shipped.exists() else given
 
 
 # PyPI's Linux torch wheel is the CUDA build (with ~20 nvidia-* packages, several GB): a

@@ -20,6 +20,10 @@ long) on a log axis; one colour per load level, the same in every panel:
   the target states) where any level has that count, else the highest usage in percent
   of the cache; the axis title says which. Where no level has either, the panel says
   "KV-cache usage: not available from this target".
+  With ``[plan]`` (``collectors.sweep_records.SweepPlan``), beside each concurrency level c
+  a black dotted line with crosses: the memory planner's c x ceil((prompt + output tokens) /
+  block tokens) blocks (in percent of the cache's blocks when the panel is a percentage):
+  an estimate from the model's config, not a measurement.
 
 A point of a level whose status is not "ok" (failed or invalid: its numbers cover only
 the requests that finished) is a hollow marker; a level without a number for a panel has
@@ -42,7 +46,7 @@ from plotly.subplots import make_subplots
 from collectors.prefill import prefill_rates
 from collectors.quantiles import QuantileEstimate
 from collectors.serving_records import ScenarioSummary
-from collectors.sweep_records import SweepPointSummary, SweepSummary
+from collectors.sweep_records import SweepPlan, SweepPointSummary, SweepSummary
 from collectors.target_counters import NOT_AVAILABLE
 from reports.figures.log_axis import log_ticks
 from reports.figures.text import color, empty, plotly_text, styled
@@ -338,10 +342,57 @@ def _log_y(fig: go.Figure, values: np.ndarray, unit: str, panel: int) -> None:
         )
 
 
+def _planned(
+    fig: go.Figure, part: pd.DataFrame, plan: SweepPlan, name: str, column: str, hue: str
+) -> None:
+    """The planner's blocks for level ``name`` ("c=N") in panel (d), dotted."""
+    if not name.startswith("c="):
+        return  # a request rate is no count of sequences
+    streams = float(name[2:])
+    lengths, values = [], []
+    for length in part["input_tokens"]:
+        point = plan.point(int(length))
+        if point is None or point.blocks_per_sequence is None:
+            continue
+        blocks = streams * point.blocks_per_sequence
+        if column == "kv_usage_max_ratio":
+            if not plan.cache_blocks:
+                continue
+            blocks = 100.0 * blocks / plan.cache_blocks
+        lengths.append(float(length))
+        values.append(blocks)
+    if not values:
+        return
+    unit = "% of blocks" if column == "kv_usage_max_ratio" else "blocks"
+    fig.add_trace(
+        go.Scatter(
+            x=lengths,
+            y=values,
+            mode="lines+markers",
+            name=plotly_text(f"{name} planner"),
+            legendgroup=plotly_text(name),
+            line={"color": "#212121", "dash": "dot", "width": 2},
+            marker={
+                "color": hue,
+                "size": 11,
+                "symbol": "x-thin",
+                "line": {"width": 2, "color": "#212121"},
+            },
+            hovertemplate=f"planner (estimate): %{{y:,.1f}} {unit}<br>%{{x:,}} prompt tokens",
+        ),
+        row=2,
+        col=2,
+    )
+
+
 def sweep_chart(
-    frame: pd.DataFrame, not_available: Sequence[SweepPointSummary], title: str = TITLE
+    frame: pd.DataFrame,
+    not_available: Sequence[SweepPointSummary],
+    title: str = TITLE,
+    plan: SweepPlan | None = None,
 ) -> go.Figure:
-    """``sweep_frame`` output in four panels, the lengths ``not_available`` marked."""
+    """``sweep_frame`` output in four panels, the lengths ``not_available`` marked; with
+    ``plan``, the planner's blocks beside the measured ones in panel (d)."""
     if frame.empty:
         return empty(title, "no scenario of the sweep has a summary")
     fig = make_subplots(
@@ -382,6 +433,8 @@ def sweep_chart(
         for panel, columns, factor, style, what in series:
             style = {**style, "showlegend": not listed}
             listed |= _series(fig, part, panel, columns, factor, style, what)
+        if plan is not None and kv is not None:  # over the measured line, which it may equal
+            _planned(fig, part, plan, name, kv[0], hue)
     if not has_tpot:
         _note(fig, 3, NO_TPOT)
         # An empty panel's default 0-4 scale would read as numbers.

@@ -32,7 +32,7 @@ from collectors.serving_records import (
 )
 from collectors.store import RunStore, RunWriter, interrupts_end_runs
 from collectors.summary import summarize_requests
-from collectors.sweep_records import SweepPointSummary, SweepSummary, fit_answer
+from collectors.sweep_records import SweepPlan, SweepPointSummary, SweepSummary, fit_answer
 from collectors.tables import records_frame
 from collectors.workload_summary import repeat_levels, trace_replay, turn_summaries
 from suites.errors import UsageError
@@ -78,6 +78,7 @@ from suites.serving.schedule import (
     scenario_name,
 )
 from suites.serving.sweep_fit import fit_scenario, fit_verdict, search_fit
+from suites.serving.sweep_plan import resolve_plan, sweep_plan
 from suites.serving.workload.cache_reset import CacheReset, CacheResetter
 from suites.serving.workload.prompts import PoolKey, build_prompt_pools, read_spec_trace
 from suites.serving.workload.sources import Prompt
@@ -301,6 +302,7 @@ class _Sweep:
     points: tuple[SweepPoint, ...]
     limit: ContextLimit
     max_output_tokens: int
+    plan: SweepPlan | None = None  # [plan]: the planner's prediction per length sent
 
 
 def _sweep(spec: ServingSpec, check: TargetCheck, model: str) -> _Sweep | None:
@@ -314,7 +316,11 @@ def _sweep(spec: ServingSpec, check: TargetCheck, model: str) -> _Sweep | None:
             f"no prompt length of [sweep] fits the target: {points[0].not_available}; "
             "lower the lengths or the output tokens; nothing was sent and no run was stored"
         )
-    return _Sweep(points, limit, spec.max_output_tokens)
+    predicted = None
+    if spec.plan is not None:
+        sent = [p.input_tokens for p in points if p.sent]
+        predicted = sweep_plan(resolve_plan(spec), sent, spec.max_output_tokens)
+    return _Sweep(points, limit, spec.max_output_tokens, predicted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -813,4 +819,5 @@ def _sweep_summary(
             )
             for p in sweep.points
         ),
+        plan=sweep.plan,
     )

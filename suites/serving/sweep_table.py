@@ -10,6 +10,7 @@ from rich.table import Table
 from collectors.prefill import prefill_rates
 from collectors.quantiles import QuantileEstimate
 from collectors.serving_records import ScenarioSummary
+from collectors.sweep_plan_compare import plan_comparison
 from collectors.sweep_records import SweepSummary, fit_answer
 from collectors.target_counters import NOT_AVAILABLE
 
@@ -116,3 +117,30 @@ def fit_table(sweep: SweepSummary) -> Table | None:
 
 
 _FIT_VERDICT = {True: "fit", False: "did not", None: "not judged"}
+
+
+def plan_table(sweep: SweepSummary, scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
+    """[plan]: the planner's KV prediction beside the measured blocks and fit; None without."""
+    rows = plan_comparison(sweep, scenarios)
+    if sweep.plan is None or not rows:
+        return None
+    plan = sweep.plan
+    table = Table(
+        title=f"memory planner vs measured ({plan.kv_bytes_per_token:,} KV bytes per token, "
+        f"{plan.state_bytes_per_sequence:,} state bytes per sequence; an estimate)",
+        caption=f"{plan.model}; {plan.deployment}; cache: {plan.cache_source}",
+    )
+    for column in ("prompt tokens", "tokens/seq", "KV bytes/seq", "blocks/seq planned",
+                   "blocks in use at 1 stream", "fit planned", "fit measured"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for r in rows:
+        table.add_row(
+            str(r.input_tokens),
+            str(r.tokens_per_sequence),
+            f"{r.kv_bytes_per_sequence:,}",
+            _DASH if r.predicted_blocks is None else str(r.predicted_blocks),
+            _DASH if r.measured_blocks is None else f"{r.measured_blocks:g}",
+            _DASH if r.predicted_fit is None else str(r.predicted_fit),
+            _DASH if r.measured_fit is None else str(r.measured_fit),
+        )
+    return table

@@ -15,6 +15,10 @@ at one stream; its KV cache has 512 blocks of 16 tokens. The test runs its two l
   preemption; c whose prompts alone do not fit (c x ceil(P / 16) > 512) cannot all be
   prefilled without one. So the found fit F lies between floor(512 / full blocks) and
   floor(512 / prompt blocks), and F + 1 failed; at P = 4,064 both bounds are 2.
+- [plan] (the memory planner, suites/plan): the shipped model at fp32 keeps 2,560 KV bytes
+  per token (5 attention slots x 2 x 2 kv heads x 32 x 4 bytes); it predicts
+  ceil((P + 32) / 16) blocks per sequence, which the measured blocks in use never exceed,
+  and floor(512 / those) sequences that fit, which the measured fit reaches.
 """
 
 from __future__ import annotations
@@ -76,6 +80,23 @@ def test_kv_usage_and_the_concurrent_fit_follow_the_context(tmp_path, capsys):
             assert probe.passed is not None, probe.reason
     assert blocks == sorted(blocks) and len(set(blocks)) == len(blocks), blocks
     assert ttft == sorted(ttft), ttft
+    plan = summary.sweep.plan
+    assert plan is not None and plan.kv_bytes_per_token == 2560
+    assert plan.cache_blocks == KV_BLOCKS and plan.block_tokens == BLOCK_TOKENS
+    for point, used in zip(summary.sweep.points, blocks, strict=True):
+        predicted = plan.point(point.input_tokens)
+        assert predicted is not None
+        full_blocks = math.ceil((point.input_tokens + OUTPUT_TOKENS) / BLOCK_TOKENS)
+        assert predicted.blocks_per_sequence == full_blocks
+        assert predicted.kv_bytes_per_sequence == (point.input_tokens + OUTPUT_TOKENS) * 2560
+        assert predicted.fit_sequences == KV_BLOCKS // full_blocks
+        assert used <= predicted.blocks_per_sequence
+        assert point.fit is not None and point.fit.passed_level is not None
+        assert point.fit.passed_level >= predicted.fit_sequences
+    assert "memory planner vs measured" in printed
+    assert main(["--runs-dir", str(tmp_path), "report", "latest"]) == 0
+    page = (RunStore(tmp_path).open("latest").directory / "report.html").read_text()
+    assert "sequences that fit (planned)" in page and "c=1 planner" in page
     assert summary.sweep.points[-1].fit is not None
     assert summary.sweep.points[-1].fit.passed_level == 2  # both bounds are 2 at 4,064
     assert "concurrent requests that fit" in printed

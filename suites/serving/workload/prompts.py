@@ -18,7 +18,7 @@ from suites.serving.workload.sources import (
 )
 from suites.serving.workload.tokenizer import TargetTokenizer, TokenizerError, resolve_tokenizer
 from suites.serving.workload.trace import Trace, read_trace, trace_prompts
-from suites.spec import SPEC_DIR, LengthSpec, ServingSpec
+from suites.spec import SPEC_DIR, LengthSpec, ServingSpec, spec_data_path
 
 
 def length_dist(spec: LengthSpec) -> LengthDist:
@@ -50,13 +50,8 @@ def pool_seed(base: int, key: PoolKey) -> int | str:
 
 
 def trace_path(path: str) -> Path:
-    """Where a spec's trace is: as given (absolute, or relative to the working directory),
-    else relative to the shipped specs (``traces/small-mooncake.jsonl``)."""
-    given = Path(path).expanduser()
-    if given.is_absolute() or given.exists():
-        return given
-    shipped = SPEC_DIR / given
-    return shipped if shipped.exists() else given
+    """Where a spec's trace is (``suites.spec.spec_data_path``)."""
+    return spec_data_path(path)
 
 
 def read_spec_trace(spec: ServingSpec) -> Trace:
