@@ -140,12 +140,16 @@ class Routing:
 
 
 class MoE(nn.Module):
-    def __init__(self, cfg: MoEConfig, layer: int):
+    """Top-k of E experts per token. ``expert`` builds one expert: Mixtral's by default; the
+    hybrid model passes Qwen's SwiGLU, whose weights have other names."""
+
+    def __init__(self, cfg: Any, layer: int, expert: Callable[[], nn.Module] | None = None):
         super().__init__()
         self.layer = layer
         self.top_k = cfg.top_k
         self.gate = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=False)
-        self.experts = nn.ModuleList(Expert(cfg) for _ in range(cfg.num_experts))
+        make = expert or (lambda: Expert(cfg))
+        self.experts = nn.ModuleList(make() for _ in range(cfg.num_experts))
         # Added to the router logits when set: how a benchmark forces routing skew, as
         # Megatron's moe_router_force_biased does. A tensor [E], or a function of this
         # micro-batch's logits returning one. Not a weight; never saved.

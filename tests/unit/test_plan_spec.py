@@ -12,7 +12,7 @@ import pytest
 from moeperf.cli import main
 from suites.errors import SpecError
 from suites.serving.sweep_plan import resolve_plan, sweep_plan
-from suites.spec import load_spec
+from suites.spec import ServingSpec, load_spec
 
 SWEEP = "[sweep.input_tokens]\nvalues = [1000, 2000]\n"
 QWEN = "tests/data/plan/qwen3-30b-a3b.json"
@@ -71,6 +71,7 @@ def test_a_url_targets_fit_is_counted_in_the_memory_the_planner_leaves(tmp_path)
         + "max_context_tokens = 4096\nmax_running_requests = 8\n"
     )  # fmt: skip
     spec = load_spec(write(tmp_path, text)).spec
+    assert isinstance(spec, ServingSpec)
     resolved = resolve_plan(spec)
     predicted = sweep_plan(resolved, [1000, 2000], 100)
     # Qwen3-30B-A3B: 48 layers x 2 (K, V) x 4 kv heads x 128 x 2 bytes (bf16).
