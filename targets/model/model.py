@@ -301,6 +301,10 @@ class MoETransformer(nn.Module):
         """Attention slots a KV cache needs: main layers, then MTP modules."""
         return self.config.num_layers + self.config.mtp_depth
 
+    def mtp_slot(self, depth: int) -> int:
+        """MTP module ``depth``'s attention slot."""
+        return self.config.num_layers + depth
+
     # -- the flat interface the serving engine drives --------------------------------------
 
     def forward_flat(

@@ -77,6 +77,27 @@ class EngineStatsCollector(Collector):
             lambda s: s.kv_blocks_total,
         )
         yield gauge(
+            "reference_kv_cache_bytes_used",
+            "Bytes of the KV-cache blocks in use (keys and values of every attention layer, "
+            "and the MTP hidden states).",
+            lambda s: s.kv_bytes_used,
+        )
+        yield gauge(
+            "reference_linear_state_bytes_used",
+            "Bytes of linear-attention state held by running requests (a hybrid model's "
+            "conv and recurrent state; fixed per request, whatever its context).",
+            lambda s: s.linear_state_bytes_used,
+        )
+        prefix = GaugeMetricFamily(
+            "reference_prefix_caching_enabled",
+            "1 when the prefix cache is on; 0 with the reason it is off.",
+            labels=["reason"],
+        )
+        if s is not None:
+            off = s.prefix_caching_off_reason
+            prefix.add_metric([off or ""], 0.0 if off else 1.0)
+        yield prefix
+        yield gauge(
             "reference_requests_running", "Requests in the running batch.", lambda s: s.running
         )
         yield gauge(

@@ -121,6 +121,11 @@ class EngineStats:
     kv_blocks_used: int
     kv_blocks_total: int
     counters: EngineCounters
+    kv_bytes_used: int = 0  # the blocks in use x their bytes (keys, values, MTP hidden)
+    # A hybrid model's linear-attention state: running requests x its bytes per sequence
+    # (conv and recurrent state of every linear layer); 0 for full attention only.
+    linear_state_bytes_used: int = 0
+    prefix_caching_off_reason: str | None = None  # None: prefix caching is on
 
     @property
     def kv_usage_ratio(self) -> float:

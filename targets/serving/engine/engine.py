@@ -16,6 +16,7 @@ like a request and applied at the start of the next step.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterable
 from collections.abc import Sequence as Seq
@@ -25,6 +26,7 @@ from copy import deepcopy
 import torch
 from torch import Tensor
 
+from targets.model.hybrid import HybridMoETransformer
 from targets.model.model import MoETransformer
 from targets.serving.engine import prompt_logprobs, sampler
 from targets.serving.engine.api import (
@@ -39,6 +41,7 @@ from targets.serving.engine.api import (
 )
 from targets.serving.engine.block_pool import BlockPool, block_hash
 from targets.serving.engine.kv_cache import KVCache
+from targets.serving.engine.linear_state import LinearSegment, LinearStateCache, PagedLinear
 from targets.serving.engine.mtp_drafter import MTPDrafter
 from targets.serving.engine.paged_attention import PagedAttention, Segment
 from targets.serving.engine.scheduler import ScheduledSeq, Scheduler
@@ -46,12 +49,16 @@ from targets.serving.engine.sequence import Sequence
 from targets.serving.engine.validation import validate_request
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# Why a hybrid model serves without prefix caching (its metrics and the README say so): a
+# cached block restores the attention layers' keys and values, not the linear layers'
+# state at that position, which would need a state snapshot at every block boundary.
+PREFIX_CACHING_OFF_FOR_LINEAR = "linear-attention state is not snapshotted at block boundaries"
 
 
 class Engine:
     def __init__(
         self,
-        model: MoETransformer,
+        model: MoETransformer | HybridMoETransformer,
         config: EngineConfig | None = None,
         *,
         eos_token_ids: Seq[int] | None = None,
@@ -75,8 +82,23 @@ class Engine:
             keep_hidden=config.mtp_tokens > 0,
             dtype=_DTYPES[config.dtype],
         )
-        self.pool = BlockPool(config.num_kv_blocks, config.enable_prefix_caching)
-        self.scheduler = Scheduler(config, self.pool)
+        # A hybrid model's linear layers: a state slot per running request.
+        self.linear = (
+            LinearStateCache(self.model, config.max_running_requests, _DTYPES[config.dtype])
+            if isinstance(self.model, HybridMoETransformer)
+            else None
+        )
+        hybrid = self.linear is not None
+        self.prefix_caching_off_reason = (
+            PREFIX_CACHING_OFF_FOR_LINEAR
+            if hybrid and config.enable_prefix_caching
+            else ("off in the engine's config" if not config.enable_prefix_caching else None)
+        )
+        self.pool = BlockPool(config.num_kv_blocks, config.enable_prefix_caching and not hybrid)
+        linear = self.linear
+        self.scheduler = Scheduler(
+            config, self.pool, on_release=linear.release if linear is not None else None
+        )
         self.drafter = (
             MTPDrafter(self.model, self.cache, config.mtp_tokens) if config.mtp_tokens else None
         )
@@ -151,13 +173,7 @@ class Engine:
         """As of the end of the last step (requests queued since then count as waiting)."""
         with self._inbox_lock:
             snap, queued = self._snapshot, len(self._inbox)
-        return EngineStats(
-            snap.running,
-            snap.waiting + queued,
-            snap.kv_blocks_used,
-            snap.kv_blocks_total,
-            snap.counters,
-        )
+        return dataclasses.replace(snap, waiting=snap.waiting + queued)
 
     def abort_all(self) -> None:
         with self._inbox_lock:
@@ -212,6 +228,11 @@ class Engine:
             kv_blocks_used=self.pool.num_used,
             kv_blocks_total=self.config.num_kv_blocks,
             counters=counters,
+            kv_bytes_used=self.pool.num_used * self.cache.bytes_per_block,
+            linear_state_bytes_used=(
+                self.linear.slots_in_use * self.linear.bytes_per_sequence if self.linear else 0
+            ),
+            prefix_caching_off_reason=self.prefix_caching_off_reason,
         )
 
     def _run(self, batch: list[ScheduledSeq], emitted: list) -> None:
@@ -252,9 +273,18 @@ class Engine:
                 self.counters.prefill_tokens += len(ids)
         write_slots = torch.cat(write)
         attend = PagedAttention(self.cache, write_slots, segments)
-        hidden, routings = self.model.forward_flat(
-            torch.tensor(tokens), torch.tensor(positions), attend
-        )
+        token_ids, token_positions = torch.tensor(tokens), torch.tensor(positions)
+        if isinstance(self.model, HybridMoETransformer):
+            assert self.linear is not None
+            linear_segments = [
+                LinearSegment(seg.token_start, seg.num_queries, item.seq, bool(item.drafts))
+                for seg, item in zip(segments, batch, strict=True)
+            ]
+            hidden, routings = self.model.forward_flat(
+                token_ids, token_positions, attend, PagedLinear(self.linear, linear_segments)
+            )
+        else:
+            hidden, routings = self.model.forward_flat(token_ids, token_positions, attend)
         if self.cache.hidden is not None:
             self.cache.hidden[write_slots] = hidden
         self._expert_tokens += torch.stack([r.tokens_per_expert for r in routings])
@@ -293,6 +323,8 @@ class Engine:
             )
             self._count_speculation(item.drafts, accepted)
             seq.num_computed = item.start + item.num_new + accepted
+            if self.linear is not None:  # keep the linear state of the accepted tokens only
+                self.linear.commit(seq, item.num_new + accepted)
             tokens = self._append_with_stops(seq, tokens)
             top_n = seq.params.logprobs
             lps = (

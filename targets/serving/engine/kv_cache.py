@@ -39,6 +39,14 @@ class KVCache:
             torch.zeros((num_cache_slots, hidden_size), dtype=dtype) if keep_hidden else None
         )
 
+    @property
+    def bytes_per_block(self) -> int:
+        """Keys, values (and hidden states) of one block, over every attention slot."""
+        per_slot = sum(t[:, 0].numel() * t.element_size() for t in (self.k, self.v))
+        if self.hidden is not None:
+            per_slot += self.hidden[0].numel() * self.hidden.element_size()
+        return per_slot * self.block_size
+
     def slots(self, block_ids: Sequence[int], start: int, end: int) -> Tensor:
         """Cache slots of positions ``[start, end)`` for a sequence with these blocks."""
         positions = torch.arange(start, end)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from targets.model.hybrid import HybridMoETransformer
 from targets.model.model import MoETransformer
 from targets.serving.engine import sampler
 from targets.serving.engine.kv_cache import KVCache
@@ -43,7 +44,9 @@ class _Entries:
 
 
 class MTPDrafter:
-    def __init__(self, model: MoETransformer, cache: KVCache, num_drafts: int):
+    def __init__(
+        self, model: MoETransformer | HybridMoETransformer, cache: KVCache, num_drafts: int
+    ):
         if model.config.mtp_depth == 0:
             raise ValueError("the model has no MTP module; serve it with mtp_tokens = 0")
         if cache.hidden is None:
@@ -52,7 +55,7 @@ class MTPDrafter:
         self.cache = cache
         self.hidden: Tensor = cache.hidden  # [slots, C] the main model's, written by the engine
         self.num_drafts = num_drafts
-        self.slot = model.config.num_layers + _MODULE
+        self.slot = model.mtp_slot(_MODULE)
 
     def update(self, seqs: list[Sequence], wants_drafts: list[bool]) -> None:
         """Catch up each request's MTP entries to its committed tokens; then, where asked,

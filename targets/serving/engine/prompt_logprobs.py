@@ -19,13 +19,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from targets.model.hybrid import HybridMoETransformer
 from targets.model.model import MoETransformer
 from targets.serving.engine.api import TokenLogprob
 from targets.serving.engine.scheduler import ScheduledSeq
 from targets.serving.engine.sequence import Sequence
 
 
-def collect(model: MoETransformer, batch: list[ScheduledSeq], hidden: Tensor) -> None:
+def collect(
+    model: MoETransformer | HybridMoETransformer, batch: list[ScheduledSeq], hidden: Tensor
+) -> None:
     """Append the prompt logprobs this step's forward computed (``hidden [N, hidden]``,
     the step's rows in batch order) to each request that asked for them."""
     row = 0
@@ -37,7 +40,11 @@ def collect(model: MoETransformer, batch: list[ScheduledSeq], hidden: Tensor) ->
 
 
 def _collect_one(
-    model: MoETransformer, seq: Sequence, start: int, hidden: Tensor, top_n: int
+    model: MoETransformer | HybridMoETransformer,
+    seq: Sequence,
+    start: int,
+    hidden: Tensor,
+    top_n: int,
 ) -> None:
     entries = seq.prompt_logprobs
     if not entries:

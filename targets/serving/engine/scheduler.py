@@ -14,6 +14,7 @@ recomputed (prompt and output so far) when there is room.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from targets.serving.engine.api import EngineConfig
@@ -46,9 +47,17 @@ class SchedulerCounters:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, pool: BlockPool):
+    def __init__(
+        self,
+        config: EngineConfig,
+        pool: BlockPool,
+        on_release: Callable[[Sequence], None] | None = None,
+    ):
         self.config = config
         self.pool = pool
+        # Called when a running request leaves the batch (finished or preempted): what the
+        # engine keeps per running request beside its blocks (linear state) goes with it.
+        self._on_release = on_release
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.counters = SchedulerCounters()
@@ -95,6 +104,8 @@ class Scheduler:
             self.waiting.remove(seq)
         self.pool.free(seq.blocks)
         seq.blocks = []
+        if self._on_release is not None:
+            self._on_release(seq)
 
     # -- planning --------------------------------------------------------------------------
 
@@ -139,6 +150,8 @@ class Scheduler:
         self.running.remove(seq)
         self.pool.free(seq.blocks)
         seq.reset_for_recompute()
+        if self._on_release is not None:
+            self._on_release(seq)
         self.waiting.appendleft(seq)
         self.counters.preemptions += 1
 
