@@ -254,7 +254,9 @@ def _qwen3_next(f: _Fields) -> dict[str, Any]:
             f.int("linear_value_head_dim"),
             f.int("linear_conv_kernel_dim", 4),
         ),
-        mtp_depth=f.int("num_nextn_predict_layers", 0),
+        # Qwen's config.json names its MTP layers mtp_num_hidden_layers (ours too); a
+        # config without it plans none.
+        mtp_depth=f.int("mtp_num_hidden_layers", f.raw.get("num_nextn_predict_layers", 0)),
     )
     return s
 
