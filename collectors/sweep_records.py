@@ -32,7 +32,9 @@ class SweepPlanPoint:
 
     input_tokens: int
     tokens_per_sequence: int  # prompt + the most output tokens a request asks for
-    kv_bytes_per_sequence: int  # tokens_per_sequence x KV bytes per token
+    # Its blocks' KV bytes (blocks x block tokens x bytes per token; without a block size,
+    # tokens_per_sequence x bytes per token).
+    kv_bytes_per_sequence: int
     blocks_per_sequence: int | None  # ceil(tokens / block tokens); None: no block size
     fit_sequences: int | None  # such sequences the cache holds at once; None: size unknown
 

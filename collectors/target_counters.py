@@ -10,9 +10,9 @@ run's scrapes into one ``TargetCounters`` per level:
   the level: the ``window_value`` of the level's last scrape, taken when the next level
   starts or the run ends, so the whole level is inside it. The target cannot tell warm-up
   and cool-down requests from measured ones: they are in these counts;
-- gauges (KV-cache usage and blocks, running and waiting requests, and SGLang's hit rate
-  and accept length) are the mean and max of the scrapes taken while the level ran
-  (every ``export.scrape_interval_s``); the closing
+- gauges (KV-cache usage, blocks and bytes, linear-state bytes, running and waiting
+  requests, and SGLang's hit rate and accept length) are the mean and max of the
+  scrapes taken while the level ran (every ``export.scrape_interval_s``); the closing
   scrape, taken after the level drained, is left out, unless it is the level's only one
   (a level shorter than the interval): then ``gauge_scrapes`` is 0 and the gauges are that
   scrape's, the target's state right after the level.
@@ -63,6 +63,10 @@ class TargetCounters:
     # and the blocks in use at the level's highest scrape (max ratio x total).
     kv_blocks_total: float | None = None
     kv_blocks_used_max: float | None = None
+    # Where the target states bytes (the reference target): the highest scrape's KV bytes
+    # in use, and linear-attention state bytes (a hybrid model's; 0 for full attention).
+    kv_bytes_used_max: float | None = None
+    linear_state_bytes_used_max: float | None = None
     # The most requests the target ran, and kept waiting, at any scrape of the level.
     running_max: float | None = None
     waiting_max: float | None = None
@@ -148,6 +152,7 @@ def _level(records: Sequence[Mapping[str, Any]]) -> TargetCounters:
         tokens_per_step = mean(gauge(mn.TARGET_ACCEPT_LENGTH))
     steps, generated = count(tm.TARGET_ENGINE_STEPS), count(mn.TARGET_GENERATION_TOKENS)
     kv = gauge(mn.TARGET_KV_USAGE)
+    kv_bytes, state_bytes = gauge(tm.TARGET_KV_BYTES), gauge(tm.TARGET_LINEAR_STATE_BYTES)
     kv_blocks = gauge(tm.TARGET_KV_BLOCKS)
     blocks_total = kv_blocks[-1] if kv_blocks else None
     running, waiting = gauge(mn.TARGET_RUNNING), gauge(mn.TARGET_WAITING)
@@ -171,6 +176,8 @@ def _level(records: Sequence[Mapping[str, Any]]) -> TargetCounters:
         kv_usage_max_ratio=max(kv) if kv else None,
         kv_blocks_total=blocks_total,
         kv_blocks_used_max=round(max(kv) * blocks_total) if kv and blocks_total else None,
+        kv_bytes_used_max=max(kv_bytes) if kv_bytes else None,
+        linear_state_bytes_used_max=max(state_bytes) if state_bytes else None,
         running_max=max(running) if running else None,
         waiting_max=max(waiting) if waiting else None,
         preemptions=count(tm.TARGET_PREEMPTIONS),

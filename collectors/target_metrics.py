@@ -97,6 +97,21 @@ TARGET_KV_BLOCKS = Metric(
     "short",
 )
 
+TARGET_KV_BYTES = Metric(
+    mn.PREFIX + "target_kv_cache_used_bytes",
+    "gauge",
+    "Bytes of the target's KV-cache blocks in use.",
+    mn.SERVING_LABELS,
+    "bytes",
+)
+TARGET_LINEAR_STATE_BYTES = Metric(
+    mn.PREFIX + "target_linear_state_used_bytes",
+    "gauge",
+    "Bytes of linear-attention state the target's running requests hold (hybrid models).",
+    mn.SERVING_LABELS,
+    "bytes",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class SeriesMap:
@@ -154,6 +169,8 @@ SGLANG = Dialect("sglang", "sglang:", (
 REFERENCE = Dialect("reference", "reference_", (
     _s("reference_kv_cache_usage_ratio", mn.TARGET_KV_USAGE),
     _s("reference_kv_cache_blocks", TARGET_KV_BLOCKS),
+    _s("reference_kv_cache_used_bytes", TARGET_KV_BYTES),
+    _s("reference_linear_state_used_bytes", TARGET_LINEAR_STATE_BYTES),
     _s("reference_requests_running", mn.TARGET_RUNNING),
     _s("reference_requests_waiting", mn.TARGET_WAITING),
     _s("reference_prefix_cache_hits", mn.TARGET_PREFIX_HITS),

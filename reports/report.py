@@ -311,6 +311,8 @@ def _plan_table(sweep: SweepSummary, scenarios: Mapping[str, ScenarioSummary]) -
             "state bytes per sequence (planned)": r.state_bytes_per_sequence,
             "blocks per sequence (planned)": r.predicted_blocks,
             "blocks in use at 1 stream (measured)": r.measured_blocks,
+            "KV bytes in use at 1 stream (measured)": r.measured_kv_bytes,
+            "state bytes in use at 1 stream (measured)": r.measured_state_bytes,
             "sequences that fit (planned)": r.predicted_fit,
             "streams that fit (measured)": r.measured_fit,
         }

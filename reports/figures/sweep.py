@@ -19,7 +19,10 @@ long) on a log axis; one colour per load level, the same in every panel:
   (``collectors.target_counters``): the blocks in use (highest usage ratio x the blocks
   the target states) where any level has that count, else the highest usage in percent
   of the cache; the axis title says which. Where no level has either, the panel says
-  "KV-cache usage: not available from this target".
+  "KV-cache usage: not available from this target". Where the target states bytes (the
+  reference target), the panel is the KV bytes in use at the highest scrape, in MiB, and
+  with a hybrid model's linear-attention state (dashed: bytes its running requests hold,
+  flat in the context) both on a log axis.
   With ``[plan]`` (``collectors.sweep_records.SweepPlan``), beside each concurrency level c
   a black dotted line with crosses: the memory planner's c x ceil((prompt + output tokens) /
   block tokens) blocks (in percent of the cache's blocks when the panel is a percentage):
@@ -70,7 +73,10 @@ COLUMNS = [
     "total_prompt_tok_s",
     "kv_usage_max_ratio",
     "kv_blocks_used_max",
+    "kv_bytes_used_max",
+    "state_bytes_used_max",
 ]
+MIB = 2**20
 PANELS = (
     "(a) TTFT p50 (dashed: p99)",
     "(b) prefill tok/s per request, p50 (dashed: total)",
@@ -119,6 +125,10 @@ def _row(input_tokens: int, scenario: str, entry: ScenarioSummary) -> dict[str, 
         "total_prompt_tok_s": _number(None if rates is None else rates.total_tok_s),
         "kv_usage_max_ratio": _number(None if counters is None else counters.kv_usage_max_ratio),
         "kv_blocks_used_max": _number(None if counters is None else counters.kv_blocks_used_max),
+        "kv_bytes_used_max": _number(None if counters is None else counters.kv_bytes_used_max),
+        "state_bytes_used_max": _number(
+            None if counters is None else counters.linear_state_bytes_used_max
+        ),
     }
 
 
@@ -135,8 +145,11 @@ def sweep_frame(sweep: SweepSummary, scenarios: Mapping[str, ScenarioSummary]) -
 
 
 def kv_panel(frame: pd.DataFrame) -> tuple[str, float, str] | None:
-    """(column, scale, axis title) of panel (d): blocks in use where the target states
-    blocks, else the usage ratio in percent; None when neither is known."""
+    """(column, scale, axis title) of panel (d): bytes in use where the target states
+    them, else blocks in use where it states blocks, else the usage ratio in percent; None
+    when none is known."""
+    if frame["kv_bytes_used_max"].notna().any():
+        return "kv_bytes_used_max", 1.0 / MIB, "KV cache in use (MiB)"
     if frame["kv_blocks_used_max"].notna().any():
         return "kv_blocks_used_max", 1.0, "KV-cache blocks in use"
     if frame["kv_usage_max_ratio"].notna().any():
@@ -345,32 +358,58 @@ def _log_y(fig: go.Figure, values: np.ndarray, unit: str, panel: int) -> None:
 def _planned(
     fig: go.Figure, part: pd.DataFrame, plan: SweepPlan, name: str, column: str, hue: str
 ) -> None:
-    """The planner's blocks for level ``name`` ("c=N") in panel (d), dotted."""
+    """The planner's KV (and linear state) for level ``name`` ("c=N") in panel (d),
+    dotted, in the panel's unit."""
     if not name.startswith("c="):
         return  # a request rate is no count of sequences
     streams = float(name[2:])
-    lengths, values = [], []
+    lengths, values, states = [], [], []
     for length in part["input_tokens"]:
         point = plan.point(int(length))
-        if point is None or point.blocks_per_sequence is None:
+        if point is None:
             continue
-        blocks = streams * point.blocks_per_sequence
-        if column == "kv_usage_max_ratio":
+        blocks = point.blocks_per_sequence
+        if column == "kv_bytes_used_max":  # block-granular when the block size is known
+            kv = point.kv_bytes_per_sequence
+            if blocks is not None and plan.block_tokens:
+                kv = blocks * plan.block_tokens * plan.kv_bytes_per_token
+            value = streams * kv / MIB
+            states.append(streams * plan.state_bytes_per_sequence / MIB)
+        elif blocks is None:
+            continue
+        elif column == "kv_usage_max_ratio":
             if not plan.cache_blocks:
                 continue
-            blocks = 100.0 * blocks / plan.cache_blocks
+            value = 100.0 * streams * blocks / plan.cache_blocks
+        else:
+            value = streams * blocks
         lengths.append(float(length))
-        values.append(blocks)
+        values.append(value)
+    units = {"kv_usage_max_ratio": "% of blocks", "kv_bytes_used_max": "MiB"}
+    unit = units.get(column, "blocks")
+    _planned_trace(fig, lengths, values, f"{name} planner", name, hue, unit)
+    if any(states):
+        _planned_trace(fig, lengths, states, f"{name} planner, state", name, hue, unit)
+
+
+def _planned_trace(
+    fig: go.Figure,
+    lengths: list[float],
+    values: list[float],
+    label: str,
+    group: str,
+    hue: str,
+    unit: str,
+) -> None:
     if not values:
         return
-    unit = "% of blocks" if column == "kv_usage_max_ratio" else "blocks"
     fig.add_trace(
         go.Scatter(
             x=lengths,
             y=values,
             mode="lines+markers",
-            name=plotly_text(f"{name} planner"),
-            legendgroup=plotly_text(name),
+            name=plotly_text(label),
+            legendgroup=plotly_text(group),
             line={"color": "#212121", "dash": "dot", "width": 2},
             marker={
                 "color": hue,
@@ -400,6 +439,7 @@ def sweep_chart(
     )
     kv = kv_panel(frame)
     has_tpot = frame["tpot_p50_s"].notna().any()
+    has_state = bool((frame["state_bytes_used_max"].fillna(0) > 0).any())
     for index, (name, part) in enumerate(_levels(frame)):
         hue = color(index)
         label = plotly_text(name)
@@ -426,7 +466,10 @@ def sweep_chart(
         ]  # fmt: skip
         if kv is not None:
             column, scale, axis = kv
-            series.append((4, (column, None, None), scale, solid, f"{axis} %{{y:,.1f}}"))
+            series.append((4, (column, None, None), scale, solid, f"{axis} %{{y:,.3f}}"))
+            if column == "kv_bytes_used_max" and has_state:
+                series.append((4, ("state_bytes_used_max", None, None), scale, dashed,
+                               "linear state in use %{y:,.3f} MiB"))  # fmt: skip
         # The level's first trace drawn carries its legend entry (a level without a TTFT
         # still gets one).
         listed = False
@@ -471,5 +514,9 @@ def sweep_chart(
         row=2,
         col=2,
     )
+    if kv is not None and has_state:  # a flat state beside a growing KV: both on a log axis
+        held = frame[["kv_bytes_used_max", "state_bytes_used_max"]].to_numpy(float).ravel()
+        _log_y(fig, held / MIB, "MiB", 4)
+        fig.update_yaxes(title_text="KV (solid) and linear state (dashed), MiB, log", row=2, col=2)
     fig.update_layout(legend={"title": {"text": "load level"}})
     return styled(fig, title, height=760)

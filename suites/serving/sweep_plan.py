@@ -1,8 +1,9 @@
 """``[plan]``: the memory planner's KV prediction for each prompt length of a sweep.
 
 For a length P and the most output tokens O a request asks for, one sequence holds
-T = P + O tokens at its last one: T x (KV bytes per token) + the linear-attention state,
-ceil(T / block tokens) blocks. The cache holds floor(cache blocks / blocks per sequence)
+T = P + O tokens at its last one: ceil(T / block tokens) blocks, whose KV bytes are
+blocks x block tokens x (KV bytes per token) (T x that without a block size), plus the
+linear-attention state. The cache holds floor(cache blocks / blocks per sequence)
 such sequences at once (without a block size: floor(cache bytes / bytes per sequence)).
 The cache: the reference target's own num_kv_blocks (a setting, not a prediction); for
 any other target, what the planner leaves free for it (``Plan.free_for_cache``). The
@@ -125,7 +126,8 @@ def sweep_plan(resolved: ResolvedPlan, lengths: list[int], max_output_tokens: in
             fit = cache_blocks // blocks
         else:
             fit = cache_bytes // max(tokens * per_token + state, 1)
-        points.append(SweepPlanPoint(length, tokens, tokens * per_token, blocks, fit))
+        kv_bytes = (blocks * (bs or 0) if blocks is not None else tokens) * per_token
+        points.append(SweepPlanPoint(length, tokens, kv_bytes, blocks, fit))
     d = plan.deploy
     deployment = (
         f"{d.devices} device(s), tp {d.tp} ep {d.ep} pp {d.pp} dp {d.dp}, weights "

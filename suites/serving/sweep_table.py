@@ -131,7 +131,8 @@ def plan_table(sweep: SweepSummary, scenarios: Mapping[str, ScenarioSummary]) ->
         caption=f"{plan.model}; {plan.deployment}; cache: {plan.cache_source}",
     )
     for column in ("prompt tokens", "tokens/seq", "KV bytes/seq", "blocks/seq planned",
-                   "blocks in use at 1 stream", "fit planned", "fit measured"):  # fmt: skip
+                   "blocks in use at 1 stream", "KV bytes at 1 stream", "state bytes planned",
+                   "state bytes at 1 stream", "fit planned", "fit measured"):  # fmt: skip
         table.add_column(column, justify="right")
     for r in rows:
         table.add_row(
@@ -140,6 +141,9 @@ def plan_table(sweep: SweepSummary, scenarios: Mapping[str, ScenarioSummary]) ->
             f"{r.kv_bytes_per_sequence:,}",
             _DASH if r.predicted_blocks is None else str(r.predicted_blocks),
             _DASH if r.measured_blocks is None else f"{r.measured_blocks:g}",
+            _DASH if r.measured_kv_bytes is None else f"{r.measured_kv_bytes:,.0f}",
+            f"{r.state_bytes_per_sequence:,}",
+            _DASH if r.measured_state_bytes is None else f"{r.measured_state_bytes:,.0f}",
             _DASH if r.predicted_fit is None else str(r.predicted_fit),
             _DASH if r.measured_fit is None else str(r.measured_fit),
         )

@@ -77,13 +77,13 @@ class EngineStatsCollector(Collector):
             lambda s: s.kv_blocks_total,
         )
         yield gauge(
-            "reference_kv_cache_bytes_used",
+            "reference_kv_cache_used_bytes",
             "Bytes of the KV-cache blocks in use (keys and values of every attention layer, "
             "and the MTP hidden states).",
             lambda s: s.kv_bytes_used,
         )
         yield gauge(
-            "reference_linear_state_bytes_used",
+            "reference_linear_state_used_bytes",
             "Bytes of linear-attention state held by running requests (a hybrid model's "
             "conv and recurrent state; fixed per request, whatever its context).",
             lambda s: s.linear_state_bytes_used,

@@ -65,6 +65,9 @@ def test_kv_usage_and_the_concurrent_fit_follow_the_context(tmp_path, capsys):
         full_blocks = math.ceil((point.input_tokens + OUTPUT_TOKENS) / BLOCK_TOKENS)
         assert prompt_blocks <= used <= full_blocks, (point.input_tokens, used)
         assert counters.preemptions == 0
+        # Bytes, from their own gauges: the blocks' keys and values, and no linear state.
+        assert counters.kv_bytes_used_max == used * BLOCK_TOKENS * 2560
+        assert counters.linear_state_bytes_used_max == 0
         blocks.append(used)
         p50 = entry.latency_s.ttft_s.value_at(0.5)
         assert p50 is not None
@@ -88,7 +91,7 @@ def test_kv_usage_and_the_concurrent_fit_follow_the_context(tmp_path, capsys):
         assert predicted is not None
         full_blocks = math.ceil((point.input_tokens + OUTPUT_TOKENS) / BLOCK_TOKENS)
         assert predicted.blocks_per_sequence == full_blocks
-        assert predicted.kv_bytes_per_sequence == (point.input_tokens + OUTPUT_TOKENS) * 2560
+        assert predicted.kv_bytes_per_sequence == full_blocks * BLOCK_TOKENS * 2560
         assert predicted.fit_sequences == KV_BLOCKS // full_blocks
         assert used <= predicted.blocks_per_sequence
         assert point.fit is not None and point.fit.passed_level is not None
