@@ -27,7 +27,7 @@ from moeperf.bench.live_tensors import LiveTensorBytes
 from suites.plan.deploy import parse_deploy
 from suites.plan.model_config import ModelShape, load_model_config
 from suites.plan.plan import Plan, plan_memory
-from targets.model.checkpoint import default_model_dir, load_model_dir
+from targets.model.checkpoint import default_model_dir, load_mixtral_dir
 from targets.model.model import MoETransformer
 from targets.serving.engine.api import EngineConfig, SamplingParams
 from targets.serving.engine.engine import Engine
@@ -146,7 +146,7 @@ def measure(model: MoETransformer, shape: ModelShape, case: Case) -> Measured:
 def main() -> None:
     torch.set_num_threads(1)
     shape = load_model_config(default_model_dir() / "config.json")
-    models = {d: load_model_dir(default_model_dir(), dtype=t)[0] for d, t in TORCH_DTYPES.items()}
+    models = {d: load_mixtral_dir(default_model_dir(), dtype=t)[0] for d, t in TORCH_DTYPES.items()}
     table = Table(title="memory planner vs reference engine (shipped model, one device)")
     columns = ("deployment", "weights plan / model", "KV B/token plan / engine",
                "largest step", "activations plan", "measured peak", "measured / plan")  # fmt: skip

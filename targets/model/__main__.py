@@ -15,13 +15,17 @@ from pathlib import Path
 
 import torch
 
-from targets.model.checkpoint import ModelDirError, default_model_dir, load_model_dir
-from targets.model.model import MoETransformer
+from targets.model.checkpoint import (
+    ModelDirError,
+    ReferenceModel,
+    default_model_dir,
+    load_model_dir,
+)
 
 
 @torch.no_grad()
 def greedy_generate(
-    model: MoETransformer, prompt_ids: Sequence[int], max_new_tokens: int, stop_ids: Sequence[int]
+    model: ReferenceModel, prompt_ids: Sequence[int], max_new_tokens: int, stop_ids: Sequence[int]
 ) -> list[int]:
     """The most likely next token, ``max_new_tokens`` times or until a stop token (kept)."""
     ids = list(prompt_ids)

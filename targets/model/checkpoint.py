@@ -3,7 +3,7 @@
 The layout is Hugging Face's, so ``transformers.AutoModelForCausalLM.from_pretrained(dir)``
 and ``AutoTokenizer.from_pretrained(dir)`` load it (the MTP weights are keys Mixtral ignores):
 
-    config.json             MoEConfig.to_hf()
+    config.json             MoEConfig.to_hf() or HybridConfig.to_hf()
     model.safetensors       the state dict (bfloat16 by default: half the bytes of float32)
     tokenizer.json          the byte-level BPE
     tokenizer_config.json   special tokens and the chat template
@@ -11,7 +11,12 @@ and ``AutoTokenizer.from_pretrained(dir)`` load it (the MTP weights are keys Mix
     recipe.json             how the weights were made: recipe, corpus hash, versions, losses
     SHA256SUMS              every other file's sha256, in ``sha256sum -c`` format
 
-The directory stays flat: package data ships ``default/*`` and nothing below it.
+Two architectures, told apart by config.json's ``model_type`` (``ARCHITECTURES``):
+"mixtral" (``MoETransformer``, the default model) and "qwen3_next" (``HybridMoETransformer``,
+``hybrid_model_dir()``).
+
+The directory stays flat: package data ships ``default/*`` and ``hybrid/*`` and nothing
+below them.
 """
 
 from __future__ import annotations
@@ -20,12 +25,15 @@ import hashlib
 import json
 import platform
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from safetensors.torch import load_file, save_file
+from torch import nn
 
 from targets.model.config import MoEConfig
+from targets.model.hybrid import HybridMoETransformer
+from targets.model.hybrid_config import HybridConfig
 from targets.model.model import MoETransformer
 from targets.model.tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, ChatTokenizer
 
@@ -39,6 +47,30 @@ REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, TOKENIZER_CONFIG_FI
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
+# Either reference model: both train through ``model(idx, targets)`` and carry ``config``.
+ReferenceModel = MoETransformer | HybridMoETransformer
+
+
+class Architecture(NamedTuple):
+    """A config.json ``model_type`` this module reads, and what it builds."""
+
+    model_type: str
+    hf_class: str  # config.json "architectures"[0], transformers' class
+    config: type[MoEConfig] | type[HybridConfig]  # its from_hf() reads config.json
+
+
+ARCHITECTURES = {
+    arch.model_type: arch
+    for arch in (
+        Architecture("mixtral", "MixtralForCausalLM", MoEConfig),
+        Architecture("qwen3_next", "Qwen3NextForCausalLM", HybridConfig),
+    )
+}
+SUPPORTED_ARCHITECTURES = ", ".join(
+    f"{a.model_type} ({a.hf_class})" for a in ARCHITECTURES.values()
+)
+
+
 class ModelDirError(Exception):
     """A model directory is missing, incomplete, or does not match its checksums."""
 
@@ -48,11 +80,19 @@ def default_model_dir() -> Path:
     return Path(__file__).resolve().parent / "default"
 
 
-def param_counts(model: MoETransformer) -> dict[str, int]:
-    """Total parameters, the MTP module's share, and those one token touches (top-k of E)."""
+def hybrid_model_dir() -> Path:
+    """The hybrid (Qwen3-Next) model shipped with moeperf (``targets/model/hybrid``)."""
+    return Path(__file__).resolve().parent / "hybrid"
+
+
+def param_counts(model: ReferenceModel) -> dict[str, int]:
+    """Total parameters, the MTP module's share, and those one token touches (top-k of E;
+    a shared expert counts as always touched)."""
     cfg = model.config
     total = sum(p.numel() for p in model.parameters())
-    mtp = sum(p.numel() for p in model.mtp.parameters())
+    # MoETransformer.mtp is a ModuleList (maybe empty); the hybrid's one module, or None.
+    mtp_module: nn.Module | None = model.mtp
+    mtp = sum(p.numel() for p in mtp_module.parameters()) if mtp_module is not None else 0
     experts = sum(p.numel() for n, p in model.model.named_parameters() if ".experts." in n)
     main = total - mtp
     return {
@@ -78,7 +118,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def save_model_dir(
-    model: MoETransformer,
+    model: ReferenceModel,
     tokenizer: ChatTokenizer,
     out_dir: Path,
     recipe: dict[str, Any],
@@ -158,10 +198,25 @@ def verify_model_dir(model_dir: Path) -> None:
             )
 
 
+def model_architecture(model_dir: Path, hf_config: dict[str, Any]) -> Architecture:
+    """The architecture config.json names (its ``model_type``); ``ModelDirError`` naming
+    the directory, what it found and what is supported when it is none of ours."""
+    model_type = hf_config.get("model_type")
+    arch = ARCHITECTURES.get(model_type) if isinstance(model_type, str) else None
+    if arch is None:
+        raise ModelDirError(
+            f"model directory {model_dir}: unsupported architecture: {CONFIG_FILE} has "
+            f"model_type {model_type!r} (architectures {hf_config.get('architectures')!r}); "
+            f"supported: {SUPPORTED_ARCHITECTURES}"
+        )
+    return arch
+
+
 def load_model_dir(
     model_dir: Path, dtype: torch.dtype = torch.float32, verify: bool = True
-) -> tuple[MoETransformer, ChatTokenizer]:
-    """The model (in eval mode, weights cast to ``dtype``) and tokenizer of ``model_dir``.
+) -> tuple[ReferenceModel, ChatTokenizer]:
+    """The model (in eval mode, weights cast to ``dtype``) and tokenizer of ``model_dir``:
+    ``MoETransformer`` or ``HybridMoETransformer``, as config.json's ``model_type`` says.
 
     With ``verify``, files are checked against SHA256SUMS when the directory has one.
     """
@@ -175,10 +230,20 @@ def load_model_dir(
         verify_model_dir(model_dir)
 
     try:
-        cfg = MoEConfig.from_hf(json.loads((model_dir / CONFIG_FILE).read_text()))
+        hf_config = json.loads((model_dir / CONFIG_FILE).read_text())
+    except ValueError as e:
+        raise ModelDirError(f"{model_dir / CONFIG_FILE} is not valid JSON: {e}") from e
+    if not isinstance(hf_config, dict):
+        raise ModelDirError(f"{model_dir / CONFIG_FILE} is not a JSON object")
+    arch = model_architecture(model_dir, hf_config)
+    model: ReferenceModel
+    try:
+        if arch.config is HybridConfig:
+            model = HybridMoETransformer(HybridConfig.from_hf(hf_config))
+        else:
+            model = MoETransformer(MoEConfig.from_hf(hf_config))
     except (KeyError, ValueError, TypeError) as e:
         raise ModelDirError(f"{model_dir / CONFIG_FILE} is not a valid config: {e!r}") from e
-    model = MoETransformer(cfg)
     state = load_file(str(model_dir / WEIGHTS_FILE))
     try:
         missing_keys, unexpected = model.load_state_dict(state, strict=False)
@@ -191,3 +256,17 @@ def load_model_dir(
         )
     model.to(dtype).eval()
     return model, ChatTokenizer.from_dir(model_dir)
+
+
+def load_mixtral_dir(
+    model_dir: Path, dtype: torch.dtype = torch.float32, verify: bool = True
+) -> tuple[MoETransformer, ChatTokenizer]:
+    """``load_model_dir`` for callers that drive ``MoETransformer`` only (the training
+    suite, the memory planner's checks): ``ModelDirError`` for any other architecture."""
+    model, tokenizer = load_model_dir(model_dir, dtype, verify)
+    if not isinstance(model, MoETransformer):
+        raise ModelDirError(
+            f"model directory {Path(model_dir)} holds a {type(model).__name__}; "
+            "this needs mixtral (MixtralForCausalLM)"
+        )
+    return model, tokenizer

@@ -5,7 +5,10 @@ decay, gradient clipping, a held-out evaluation every few steps. The main model 
 module train together (DeepSeek-V3: loss + lambda * mtp_loss, lambda = 0.3 early in training),
 with the Switch Transformer load-balancing loss keeping the experts in use.
 
-    moeperf target train --out DIR [--steps N] [--quick]
+    moeperf target train --out DIR [--arch {mixtral,hybrid}] [--steps N] [--quick]
+
+``--arch`` picks the model: ``mixtral`` (``MoETransformer``, the default) or ``hybrid``
+(``HybridMoETransformer``, Qwen3-Next's Gated DeltaNet + gated attention + shared expert).
 """
 
 from __future__ import annotations
@@ -23,18 +26,35 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from targets.model.checkpoint import save_model_dir
+from targets.model.checkpoint import ARCHITECTURES, ReferenceModel, save_model_dir
 from targets.model.config import MoEConfig
 from targets.model.corpus import Corpus, load_corpus
+from targets.model.hybrid import HybridMoETransformer
+from targets.model.hybrid_config import HybridConfig
 from targets.model.model import MoETransformer, causal_attention
 from targets.model.tokenizer import ChatTokenizer, train_tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
+ModelConfig = MoEConfig | HybridConfig
+
+
+def build_model(config: ModelConfig) -> ReferenceModel:
+    """The model a config describes: ``MoETransformer`` or ``HybridMoETransformer``."""
+    if isinstance(config, HybridConfig):
+        return HybridMoETransformer(config)
+    return MoETransformer(config)
+
+
+def architecture(config: ModelConfig) -> str:
+    """The config.json ``model_type`` of the model ``config`` builds ("mixtral" or
+    "qwen3_next"): recipe.json's recipe.model.architecture."""
+    return next(a.model_type for a in ARCHITECTURES.values() if a.config is type(config))
+
 
 @dataclass(frozen=True)
 class TrainRecipe:
-    model: MoEConfig = field(default_factory=lambda: MoEConfig(mtp_depth=1))
+    model: ModelConfig = field(default_factory=lambda: MoEConfig(mtp_depth=1))
     seq_len: int = 256
     batch_size: int = 16  # sequences per step
     steps: int = 900
@@ -92,6 +112,39 @@ QUICK_RECIPE = TrainRecipe(
     eval_windows=16,
 )
 
+# The hybrid (Qwen3-Next) reference model: HybridConfig()'s shape, TrainRecipe's schedule.
+HYBRID_RECIPE = TrainRecipe(model=HybridConfig())
+
+# Its smoke-test size: two linear-attention layers and one full-attention layer (interval 3,
+# so the last layer is full attention), trains in seconds.
+QUICK_HYBRID_CONFIG = HybridConfig(
+    vocab_size=1024,
+    hidden_size=64,
+    num_layers=3,
+    full_attention_interval=3,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    partial_rotary_factor=0.25,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=16,
+    num_experts=4,
+    top_k=2,
+    expert_hidden_size=64,
+    shared_expert_hidden_size=64,
+    max_position=256,
+    mtp_depth=1,
+)
+QUICK_HYBRID_RECIPE = replace(QUICK_RECIPE, model=QUICK_HYBRID_CONFIG)
+
+# --arch -> (full recipe, --quick recipe)
+BASE_RECIPES = {
+    "mixtral": (TrainRecipe(), QUICK_RECIPE),
+    "hybrid": (HYBRID_RECIPE, QUICK_HYBRID_RECIPE),
+}
+
 
 def lr_at(step: int, recipe: TrainRecipe) -> float:
     """Linear warmup to ``lr``, then cosine decay to ``lr * min_lr_ratio`` at the last step."""
@@ -138,7 +191,7 @@ def random_batch(
 
 
 @torch.no_grad()
-def evaluate(model: MoETransformer, stream: Tensor, recipe: TrainRecipe) -> dict[str, float]:
+def evaluate(model: ReferenceModel, stream: Tensor, recipe: TrainRecipe) -> dict[str, float]:
     """Held-out losses and top-1 accuracies over consecutive, non-overlapping windows.
 
     ``mtp_top1_agreement`` is how often the MTP module's top token equals the main model's
@@ -179,7 +232,7 @@ def evaluate(model: MoETransformer, stream: Tensor, recipe: TrainRecipe) -> dict
     return result
 
 
-def _mtp_logits(model: MoETransformer, idx: Tensor, hidden: Tensor) -> Tensor:
+def _mtp_logits(model: ReferenceModel, idx: Tensor, hidden: Tensor) -> Tensor:
     """MTP module 0's logits ``[B, T, V]`` as ``MoETransformer.forward`` computes its loss:
     entry t from h_{t-1} and token t."""
     batch, seq_len = idx.shape
@@ -190,7 +243,7 @@ def _mtp_logits(model: MoETransformer, idx: Tensor, hidden: Tensor) -> Tensor:
     return model.mtp_logits(0, mtp_hidden).view(batch, seq_len, -1)
 
 
-def make_optimizer(model: MoETransformer, recipe: TrainRecipe) -> torch.optim.AdamW:
+def make_optimizer(model: ReferenceModel, recipe: TrainRecipe) -> torch.optim.AdamW:
     """AdamW, decaying matrices and embeddings but not norm weights (nanoGPT)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -203,7 +256,7 @@ def make_optimizer(model: MoETransformer, recipe: TrainRecipe) -> torch.optim.Ad
 
 @dataclass
 class TrainResult:
-    model: MoETransformer
+    model: ReferenceModel
     tokenizer: ChatTokenizer
     summary: dict[str, Any]  # recipe, corpus, final and per-evaluation losses, times
 
@@ -231,11 +284,14 @@ def _train(recipe: TrainRecipe, log: Callable[[str], None]) -> TrainResult:
     )
 
     torch.manual_seed(recipe.seed)
-    model = MoETransformer(recipe.model).to(DTYPES[recipe.dtype])
+    model = build_model(recipe.model).to(DTYPES[recipe.dtype])
     model.train()
     optimizer = make_optimizer(model, recipe)
     generator = torch.Generator().manual_seed(recipe.seed)
-    log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters")
+    log(
+        f"model: {architecture(recipe.model)} ({type(model).__name__}), "
+        f"{sum(p.numel() for p in model.parameters()):,} parameters"
+    )
 
     history: list[dict[str, float]] = []
     recent: list[tuple[float, float]] = []  # (loss, mtp_loss) since the last report
@@ -281,7 +337,7 @@ def _train(recipe: TrainRecipe, log: Callable[[str], None]) -> TrainResult:
 
     train_time_s = time.perf_counter() - train_started_s
     summary = {
-        "recipe": asdict(recipe),
+        "recipe": recipe_dict(recipe),
         "corpus": {
             "source": "pydoc_data.topics + stdlib docstrings (targets.model.corpus)",
             "sha256": corpus.sha256,
@@ -299,6 +355,14 @@ def _train(recipe: TrainRecipe, log: Callable[[str], None]) -> TrainResult:
     }
     model.eval()
     return TrainResult(model, tokenizer, summary)
+
+
+def recipe_dict(recipe: TrainRecipe) -> dict[str, Any]:
+    """recipe.json's "recipe": the fields, with the model's architecture (its config.json
+    ``model_type``) first in "model"."""
+    data = asdict(recipe)
+    data["model"] = {"architecture": architecture(recipe.model), **data["model"]}
+    return data
 
 
 def train_model(
@@ -327,6 +391,13 @@ PROG = "python -m targets.model.train"
 def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("--out", type=Path, required=True, help="model directory to write")
+    parser.add_argument(
+        "--arch",
+        choices=list(BASE_RECIPES),
+        default="mixtral",
+        help="mixtral: MoETransformer (the default model); hybrid: HybridMoETransformer "
+        "(Qwen3-Next: Gated DeltaNet, gated attention, shared expert)",
+    )
     parser.add_argument("--quick", action="store_true", help="a tiny model for a smoke test")
     parser.add_argument("--steps", type=int, help="optimizer steps")
     parser.add_argument("--batch-size", type=int, help="sequences per step")
@@ -342,7 +413,8 @@ def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespa
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(args_list, prog)
-    base = QUICK_RECIPE if args.quick else TrainRecipe()
+    full, quick = BASE_RECIPES[args.arch]
+    base = quick if args.quick else full
     overrides = {
         name: value for name in CLI_OVERRIDES if (value := getattr(args, name)) is not None
     }

@@ -20,6 +20,20 @@ from targets.serving.engine.api import EngineConfig
 from targets.serving.errors import ReferenceConfigError
 
 _DEFAULTS = EngineConfig()
+# The model directories shipped in targets/model/, by name: the Mixtral-style default and
+# the hybrid (Qwen3-Next) one. Found by path: importing targets.model would import torch.
+SHIPPED_MODELS = ("default", "hybrid")
+SHIPPED_MODEL_ROOT = Path(__file__).resolve().parents[1] / "model"
+
+
+def shipped_model_dir(given: Path) -> Path:
+    """``given``, or the shipped model of that name when ``given`` is a bare name such as
+    "hybrid" that names no directory here."""
+    if str(given) in SHIPPED_MODELS and not given.exists():
+        return SHIPPED_MODEL_ROOT / str(given)
+    return given
+
+
 _WIRE = WireVariant()
 
 
@@ -39,7 +53,8 @@ class ReferenceTargetConfig(BaseModel):
     model_dir: Path | None = Field(
         None,
         strict=False,  # a path is given as a string
-        description="model directory (weights, tokenizer, config); None: the shipped one",
+        description="model directory (weights, tokenizer, config), or the name of a shipped "
+        f"one ({', '.join(SHIPPED_MODELS)}); None: the default",
     )
     served_model_name: str = Field("moeperf-tiny-moe", min_length=1)
     max_running_requests: int = Field(_DEFAULTS.max_running_requests, ge=1)
@@ -72,6 +87,12 @@ class ReferenceTargetConfig(BaseModel):
     reject_unknown_fields: bool = Field(
         _WIRE.reject_unknown_fields, description="HTTP 422 for fields OpenAI does not document"
     )
+
+    @model_validator(mode="after")
+    def _shipped_name(self) -> ReferenceTargetConfig:
+        if self.model_dir is not None:  # frozen: set through object's own setter
+            object.__setattr__(self, "model_dir", shipped_model_dir(self.model_dir))
+        return self
 
     @model_validator(mode="after")
     def _engine_accepts(self) -> ReferenceTargetConfig:

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from targets.model.checkpoint import default_model_dir, load_model_dir
+from targets.model.checkpoint import default_model_dir, load_mixtral_dir
 from targets.model.config import MoEConfig
 from targets.model.corpus import load_corpus
 from targets.model.model import MoETransformer
@@ -190,7 +190,7 @@ def _model(config: TrainerConfig) -> tuple[MoETransformer, ChatTokenizer | None]
             tokenizer = ChatTokenizer.from_dir(default_model_dir())
         return MoETransformer(config.model), tokenizer
     path = default_model_dir() if config.init_from == "default" else Path(config.init_from)
-    return load_model_dir(path)
+    return load_mixtral_dir(path)
 
 
 def training_stream(tokenizer: ChatTokenizer) -> Tensor:

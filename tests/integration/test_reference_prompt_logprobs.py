@@ -17,7 +17,7 @@ import httpx
 import pytest
 import torch
 
-from targets.model.checkpoint import default_model_dir, load_model_dir
+from targets.model.checkpoint import default_model_dir, load_mixtral_dir
 from targets.model.model import MoETransformer
 from targets.model.tokenizer import ChatTokenizer
 from targets.ready_line import ReadyChild, start_ready
@@ -61,7 +61,7 @@ def dense() -> Iterator[tuple[MoETransformer, ChatTokenizer]]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        yield load_model_dir(default_model_dir())
+        yield load_mixtral_dir(default_model_dir())
     finally:
         torch.set_num_threads(threads)
 

@@ -9,7 +9,7 @@ import torch
 from moeperf.bench.live_tensors import LiveTensorBytes
 from moeperf.bench.plan_check import ACTIVATION_TOLERANCE, CASES, TORCH_DTYPES, measure
 from suites.plan.model_config import load_model_config
-from targets.model.checkpoint import default_model_dir, load_model_dir
+from targets.model.checkpoint import default_model_dir, load_mixtral_dir
 
 
 def test_the_meter_counts_what_is_alive_at_once():
@@ -37,7 +37,7 @@ CHECKED = [CASES[0], CASES[3], CASES[5], CASES[6]]
 
 @pytest.mark.parametrize("case", CHECKED, ids=[c.label for c in CHECKED])
 def test_activations_are_within_the_stated_tolerance_of_the_engines_peak(shape, case):
-    model, _ = load_model_dir(default_model_dir(), dtype=TORCH_DTYPES[case.dtype])
+    model, _ = load_mixtral_dir(default_model_dir(), dtype=TORCH_DTYPES[case.dtype])
     measured = measure(model, shape, case)
     assert measured.weight_bytes == measured.plan.weights.device_bytes
     assert measured.kv_bytes_per_token == measured.plan.cache.bytes_per_token

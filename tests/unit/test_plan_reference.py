@@ -10,7 +10,7 @@ import torch
 from suites.plan.deploy import parse_deploy
 from suites.plan.model_config import load_model_config
 from suites.plan.plan import plan_memory
-from targets.model.checkpoint import default_model_dir, load_model_dir
+from targets.model.checkpoint import default_model_dir, load_mixtral_dir
 from targets.serving.engine.api import EngineConfig
 from targets.serving.engine.engine import Engine
 
@@ -42,7 +42,7 @@ def shape():
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_weights_equal_the_loaded_model(shape, dtype):
-    model, _ = load_model_dir(default_model_dir(), dtype=TORCH[dtype])
+    model, _ = load_mixtral_dir(default_model_dir(), dtype=TORCH[dtype])
     plan = plan_memory(shape, _deploy(dtype, 0))
     params = sum(p.numel() for p in model.parameters())
     mtp_params = sum(p.numel() for p in model.mtp.parameters())
@@ -56,7 +56,7 @@ def test_weights_equal_the_loaded_model(shape, dtype):
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("drafts", [0, 2])
 def test_kv_bytes_per_token_equal_the_engines_cache(shape, dtype, drafts):
-    model, _ = load_model_dir(default_model_dir())
+    model, _ = load_mixtral_dir(default_model_dir())
     config = EngineConfig(dtype=ENGINE[dtype], mtp_tokens=drafts, num_kv_blocks=4, block_size=16)
     cache = Engine(model, config).cache
     tensors = [cache.k, cache.v] + ([cache.hidden] if cache.hidden is not None else [])
