@@ -169,3 +169,25 @@ def test_state_and_kv_bytes_are_reported_apart_and_prefix_caching_is_off(model):
     assert stats.kv_bytes_used == 3 * 16 * 2 * (2 * 2 * 64 * 4)
     assert stats.prefix_caching_off_reason == PREFIX_CACHING_OFF_FOR_LINEAR
     assert not engine.pool.enable_prefix_caching
+
+
+def test_metrics_expose_state_kv_bytes_and_why_prefix_caching_is_off(model):
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from targets.serving.metrics import ReferenceMetrics
+
+    engine = Engine(model, EngineConfig(num_kv_blocks=64))
+    engine.add_request("a", list(range(5, 45)), SamplingParams(max_tokens=3), lambda o: None)
+    engine.step()
+    text = generate_latest(ReferenceMetrics(engine.stats).registry).decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert engine.linear is not None
+    assert samples[("reference_linear_state_used_bytes", ())] == engine.linear.bytes_per_sequence
+    assert samples[("reference_kv_cache_used_bytes", ())] == 3 * engine.cache.bytes_per_block
+    reason = (("reason", PREFIX_CACHING_OFF_FOR_LINEAR),)
+    assert samples[("reference_prefix_caching_enabled", reason)] == 0.0

@@ -218,3 +218,12 @@ def test_cli_arch_picks_the_base_recipe(flags, expected, monkeypatch, tmp_path):
     assert calls == [
         (expected, tmp_path, shlex.join(["python", "-m", "targets.model.train", *argv]))
     ]
+
+
+def test_target_serve_of_an_unsupported_architecture_exits_2_naming_it(tmp_path, capsys):
+    from moeperf.cli import main
+
+    copy = _copy_with_config(tmp_path, model_type="llama", architectures=["LlamaForCausalLM"])
+    assert main(["target", "serve", "--model", str(copy), "--port", "0"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "unsupported architecture" in err and "'llama'" in err and SUPPORTED in err

@@ -1,16 +1,18 @@
-"""The planner against the reference engine serving the hybrid (Qwen3-Next) model: weight
-bytes, KV bytes per token and linear-state bytes per sequence, exact."""
+"""The planner against the reference engine serving the shipped hybrid (Qwen3-Next) model:
+weight bytes, KV bytes per token and linear-state bytes per sequence, exact."""
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 import pytest
 import torch
 
 from suites.plan.deploy import parse_deploy
-from suites.plan.model_config import parse_model_config
+from suites.plan.model_config import load_model_config
 from suites.plan.plan import plan_memory
+from targets.model.checkpoint import hybrid_model_dir
 from targets.model.hybrid import HybridMoETransformer
 from targets.model.hybrid_config import HybridConfig
 from targets.serving.engine.api import EngineConfig
@@ -19,16 +21,19 @@ from targets.serving.engine.engine import Engine
 ENGINE: dict[str, Literal["float32", "bfloat16"]] = {"fp32": "float32", "bf16": "bfloat16"}
 
 
+CONFIG = hybrid_model_dir() / "config.json"
+
+
 @pytest.fixture(scope="module")
 def model() -> HybridMoETransformer:
-    torch.manual_seed(0)
-    return HybridMoETransformer(HybridConfig())
+    torch.manual_seed(0)  # the shapes are the shipped model's; the values do not matter here
+    return HybridMoETransformer(HybridConfig.from_hf(json.loads(CONFIG.read_text())))
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("drafts", [0, 2])
 def test_weights_kv_and_state_equal_the_engines_allocations(model, dtype, drafts):
-    shape = parse_model_config(model.config.to_hf())
+    shape = load_model_config(CONFIG)
     engine = Engine(
         model, EngineConfig(dtype=ENGINE[dtype], mtp_tokens=drafts, num_kv_blocks=4, block_size=16)
     )
