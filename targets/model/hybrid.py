@@ -41,6 +41,7 @@ from targets.model.model import (
     MoE,
     OpRunner,
     Routing,
+    batch_output,
     causal_attention,
     rotary_cos_sin,
 )
@@ -500,24 +501,7 @@ class HybridMoETransformer(nn.Module):
         hidden, routings = self.forward_flat(
             idx.flatten(), positions, attend, dense_linear(batch, seq_len)
         )
-        logits = self.logits(hidden)
-        out = ModelOutput(
-            logits=logits.view(batch, seq_len, -1),
-            hidden=hidden.view(batch, seq_len, -1),
-            tokens_per_expert=torch.stack([r.tokens_per_expert for r in routings]),
-            aux_loss=torch.stack([r.aux_loss for r in routings]).mean(),
-        )
-        if targets is None:
-            return out
-        out.loss = F.cross_entropy(logits.float(), targets.flatten(), ignore_index=-100)
-        if self.config.mtp_depth:
-            h = hidden.view(batch, seq_len, -1)
-            h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1).flatten(0, 1)
-            mtp_hidden = self.mtp_forward(0, h_prev, idx.flatten(), positions, attend)
-            out.mtp_loss = F.cross_entropy(
-                self.mtp_logits(0, mtp_hidden).float(), targets.flatten(), ignore_index=-100
-            )
-        return out
+        return batch_output(self, idx, targets, hidden, routings, attend)
 
 
 def _no_linear(layer: GatedDeltaNet, mixed_qkv: Tensor, g: Tensor, beta: Tensor) -> Tensor:

@@ -352,23 +352,55 @@ class MoETransformer(nn.Module):
         attend = causal_attention(batch, seq_len)
         positions = torch.arange(seq_len, device=idx.device).repeat(batch)
         hidden, routings = self.forward_flat(idx.flatten(), positions, attend)
-        logits = self.logits(hidden)
-        out = ModelOutput(
-            logits=logits.view(batch, seq_len, -1),
-            hidden=hidden.view(batch, seq_len, -1),
-            tokens_per_expert=torch.stack([r.tokens_per_expert for r in routings]),
-            aux_loss=torch.stack([r.aux_loss for r in routings]).mean(),
-        )
-        if targets is None:
-            return out
-        out.loss = F.cross_entropy(logits.float(), targets.flatten(), ignore_index=-100)
-        if self.config.mtp_depth:
-            # Entry t sees h_{t-1} (zeros at t = 0) and token t, and predicts token t+1:
-            # the main model's target at t, without the main model's h_t.
-            h = hidden.view(batch, seq_len, -1)
-            h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1).flatten(0, 1)
-            mtp_hidden = self.mtp_forward(0, h_prev, idx.flatten(), positions, attend)
-            out.mtp_loss = F.cross_entropy(
-                self.mtp_logits(0, mtp_hidden).float(), targets.flatten(), ignore_index=-100
-            )
+        return batch_output(self, idx, targets, hidden, routings, attend)
+
+
+class _BatchModel(Protocol):
+    config: Any
+
+    def logits(self, hidden: Tensor) -> Tensor: ...
+
+    def mtp_forward(
+        self,
+        depth: int,
+        hidden_prev: Tensor,
+        tokens: Tensor,
+        positions: Tensor,
+        attend: AttentionFn,
+    ) -> Tensor: ...
+
+    def mtp_logits(self, depth: int, mtp_hidden: Tensor) -> Tensor: ...
+
+
+def batch_output(
+    model: _BatchModel,
+    idx: Tensor,
+    targets: Tensor | None,
+    hidden: Tensor,
+    routings: list[Routing],
+    attend: AttentionFn,
+) -> ModelOutput:
+    """A ``[B, T]`` batch's outputs from its main layers' flat ``hidden`` (either
+    reference model): logits, routing, and with ``targets`` the losses."""
+    batch, seq_len = idx.shape
+    logits = model.logits(hidden)
+    out = ModelOutput(
+        logits=logits.view(batch, seq_len, -1),
+        hidden=hidden.view(batch, seq_len, -1),
+        tokens_per_expert=torch.stack([r.tokens_per_expert for r in routings]),
+        aux_loss=torch.stack([r.aux_loss for r in routings]).mean(),
+    )
+    if targets is None:
         return out
+    out.loss = F.cross_entropy(logits.float(), targets.flatten(), ignore_index=-100)
+    if model.config.mtp_depth:
+        # Entry t sees h_{t-1} (zeros at t = 0) and token t, and predicts token t+1:
+        # the main model's target at t, without the main model's h_t.
+        positions = torch.arange(seq_len, device=idx.device).repeat(batch)
+        h = hidden.view(batch, seq_len, -1)
+        h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1).flatten(0, 1)
+        mtp_hidden = model.mtp_forward(0, h_prev, idx.flatten(), positions, attend)
+        out.mtp_loss = F.cross_entropy(
+            model.mtp_logits(0, mtp_hidden).float(), targets.flatten(), ignore_index=-100
+        )
+    return out
