@@ -108,15 +108,22 @@ class PagedLinear:
         for s in segments:
             if s.num_tokens <= _BATCHED_MAX_TOKENS:
                 short.setdefault((s.num_tokens, s.verifying), []).append(s)
-        self.groups = list(short.values())  # equal lengths run as one batch
+        # Equal lengths run as one batch; each batch's rows and slots, the same for every
+        # layer of the forward, are built once here.
+        self.groups = [
+            (
+                group,
+                torch.cat(
+                    [torch.arange(s.token_start, s.token_start + s.num_tokens) for s in group]
+                ),
+                torch.tensor([self.slots[id(s.seq)] for s in group]),
+            )
+            for group in [[s] for s in self.long] + list(short.values())
+        ]
 
     def __call__(self, layer: GatedDeltaNet, mixed_qkv: Tensor, g: Tensor, beta: Tensor) -> Tensor:
         out = torch.empty(mixed_qkv.shape[0], layer.num_v_heads, layer.dv, dtype=mixed_qkv.dtype)
-        for group in [[s] for s in self.long] + self.groups:
-            rows = torch.cat(
-                [torch.arange(s.token_start, s.token_start + s.num_tokens) for s in group]
-            )
-            slots = torch.tensor([self.slots[id(s.seq)] for s in group])
+        for group, rows, slots in self.groups:
             length, verifying = group[0].num_tokens, group[0].verifying
             index = layer.linear_slot
             state = LinearState(self.cache.conv[index][slots], self.cache.recurrent[index][slots])
