@@ -1,0 +1,1 @@
+"""Cluster-scale MoE training simulation, calibrated against the reference trainer."""

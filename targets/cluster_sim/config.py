@@ -1,0 +1,185 @@
+"""What a simulated training job is: model, parallel layout and cluster, validated.
+
+Small typed records (the suites validate what users write with pydantic and build these);
+``SimConfig.validate`` refuses a layout that does not divide the model or the devices,
+naming every mismatch at once (the CLI turns it into exit 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from targets.model.config import MoEConfig
+
+
+class ClusterSimConfigError(ValueError):
+    """A simulated job that cannot exist; the message names each mismatch."""
+
+
+@dataclass(frozen=True)
+class SimModel:
+    """A MoE decoder's shape: what FLOPs, weights and activations are computed from.
+
+    GQA attention only for now (``num_kv_heads`` heads of ``head_dim``); the first
+    ``dense_layers`` layers have a SwiGLU MLP of ``dense_hidden_size`` (DeepSeek-V3's
+    first_k_dense_replace), the others ``num_experts`` routed experts (``top_k`` per token)
+    plus ``shared_experts`` always-on experts, each of ``expert_hidden_size``.
+    """
+
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    num_experts: int
+    top_k: int
+    expert_hidden_size: int
+    vocab_size: int
+    seq_len: int
+    shared_experts: int = 0
+    dense_layers: int = 0
+    dense_hidden_size: int = 0
+    mtp_depth: int = 0
+    bytes_per_element: int = 2  # activations and weights (bf16); 4 for the fp32 reference
+
+    @classmethod
+    def of(cls, cfg: MoEConfig, seq_len: int, bytes_per_element: int = 4) -> SimModel:
+        """The reference trainer's model (targets.model.config), as the simulator sees it."""
+        return cls(
+            num_layers=cfg.num_layers, hidden_size=cfg.hidden_size, num_heads=cfg.num_heads,
+            num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, num_experts=cfg.num_experts,
+            top_k=cfg.top_k, expert_hidden_size=cfg.expert_hidden_size,
+            vocab_size=cfg.vocab_size, seq_len=seq_len, mtp_depth=min(cfg.mtp_depth, 1),
+            bytes_per_element=bytes_per_element,
+        )  # fmt: skip
+
+    @property
+    def moe_layers(self) -> int:
+        return self.num_layers - self.dense_layers
+
+    def parameters(self) -> float:
+        """Weights: embeddings, attention, router, experts (all), dense MLPs, head, MTP."""
+        c = self.hidden_size
+        attention = c * self.head_dim * (2 * self.num_heads + 2 * self.num_kv_heads)
+        expert = 3 * c * self.expert_hidden_size
+        moe = c * self.num_experts + (self.num_experts + self.shared_experts) * expert
+        dense = 3 * c * self.dense_hidden_size
+        blocks = self.num_layers * attention + self.moe_layers * moe + self.dense_layers * dense
+        mtp = self.mtp_depth * (attention + moe + 2 * c * c)
+        return float(blocks + mtp + 2 * self.vocab_size * c)
+
+    def active_parameters(self) -> float:
+        """Weights one token touches (top_k of the routed experts)."""
+        c = self.hidden_size
+        routed_all = self.num_experts * 3 * c * self.expert_hidden_size
+        routed_used = self.top_k * 3 * c * self.expert_hidden_size
+        return self.parameters() - (self.moe_layers + self.mtp_depth) * (routed_all - routed_used)
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Megatron's layout: tensor, pipeline (with virtual stages), expert, context, data.
+
+    ``data`` is derived: devices / (tensor x pipeline x context). Experts are spread over
+    ``expert`` ranks taken from data x context (Megatron's expert_model_parallel_size).
+    """
+
+    tensor: int = 1
+    pipeline: int = 1
+    virtual_stages: int = 1  # model chunks per pipeline rank (interleaved 1F1B when > 1)
+    expert: int = 1
+    context: int = 1
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """One accelerator type and its links; efficiencies are the share of peak reached."""
+
+    devices: int
+    peak_flops_per_s: float  # dense, in the training dtype
+    memory_bytes: float
+    hbm_bytes_per_s: float
+    scale_up_domain: int  # devices per fast domain (an NVLink island, a supernode)
+    scale_up_bytes_per_s: float  # per device, one direction
+    scale_out_bytes_per_s: float  # per device, one direction
+    host_link_bytes_per_s: float  # device <-> host, for offloaded activations
+    gemm_efficiency: float = 0.6  # an assumption unless calibrated; stated in outputs
+    comm_efficiency: float = 0.7
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    model: SimModel
+    parallel: Parallel
+    cluster: Cluster
+    global_batch: int  # sequences per optimizer step
+    micro_batch: int  # sequences per micro-batch
+
+    @property
+    def data_parallel(self) -> int:
+        p = self.parallel
+        return self.cluster.devices // (p.tensor * p.pipeline * p.context)
+
+    @property
+    def microbatches(self) -> int:
+        """Micro-batches per pipeline per step (gradient accumulation)."""
+        return self.global_batch // (self.micro_batch * max(self.data_parallel, 1))
+
+    @property
+    def stages(self) -> int:
+        """Model chunks in pipeline order (pipeline x virtual stages)."""
+        return self.parallel.pipeline * self.parallel.virtual_stages
+
+    def validate(self) -> None:
+        m, p, c = self.model, self.parallel, self.cluster
+        problems: list[str] = []
+        for name, value in (
+            ("tensor", p.tensor), ("pipeline", p.pipeline), ("virtual_stages", p.virtual_stages),
+            ("expert", p.expert), ("context", p.context),
+        ):  # fmt: skip
+            if value < 1:
+                problems.append(f"parallel.{name} must be >= 1, not {value}")
+        if problems:
+            raise ClusterSimConfigError("; ".join(problems))
+        model_ranks = p.tensor * p.pipeline * p.context
+        if c.devices % model_ranks:
+            problems.append(
+                f"devices {c.devices} is not a multiple of tensor x pipeline x context = "
+                f"{p.tensor} x {p.pipeline} x {p.context} = {model_ranks}"
+            )
+        if m.num_heads % p.tensor or m.num_kv_heads % p.tensor:
+            problems.append(
+                f"tensor {p.tensor} must divide num_heads {m.num_heads} and "
+                f"num_kv_heads {m.num_kv_heads}"
+            )
+        if m.num_layers % self.stages:
+            problems.append(
+                f"num_layers {m.num_layers} is not a multiple of pipeline x virtual_stages = "
+                f"{p.pipeline} x {p.virtual_stages} = {self.stages}"
+            )
+        if m.num_experts % p.expert:
+            problems.append(f"expert {p.expert} must divide num_experts {m.num_experts}")
+        dp = self.data_parallel
+        if dp >= 1 and (dp * p.context) % p.expert:
+            problems.append(
+                f"expert {p.expert} must divide data x context = {dp} x {p.context} "
+                f"(the ranks experts are spread over)"
+            )
+        if m.seq_len % p.context:
+            problems.append(f"context {p.context} must divide seq_len {m.seq_len}")
+        if dp >= 1 and self.global_batch % (self.micro_batch * dp):
+            problems.append(
+                f"global_batch {self.global_batch} is not a multiple of micro_batch x data = "
+                f"{self.micro_batch} x {dp} = {self.micro_batch * dp}"
+            )
+        elif p.virtual_stages > 1 and dp >= 1 and self.microbatches % p.pipeline:
+            problems.append(
+                f"interleaved 1F1B needs micro-batches ({self.microbatches}) to be a multiple "
+                f"of pipeline {p.pipeline}"
+            )
+        if not 1 <= m.top_k <= m.num_experts:
+            problems.append(f"top_k {m.top_k} must be in [1, num_experts {m.num_experts}]")
+        if m.dense_layers > m.num_layers:
+            problems.append(f"dense_layers {m.dense_layers} exceeds num_layers {m.num_layers}")
+        if problems:
+            raise ClusterSimConfigError("; ".join(problems))

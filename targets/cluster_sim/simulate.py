@@ -1,0 +1,298 @@
+"""Simulated training iterations: per-stage times from a roofline, the 1F1B timeline,
+activation memory per stage as micro-batches stack, OOMs, restarts and MFU.
+
+Per micro-batch and stage (``p`` stages of ``L / p`` layers, the dense ones first):
+
+- compute: forward FLOPs of this rank (attention, router and shared experts / tensor; the
+  routed experts of the hottest expert-parallel rank, which the all-to-all waits for) over
+  ``peak x gemm_efficiency``; backward twice the forward; recompute adds what it re-runs.
+- communication: per MoE layer, dispatch and combine all-to-alls forward and backward of
+  the hottest rank's slots (C x bytes each), over the scale-up link when the expert group
+  fits in one domain, else scale-out; tensor parallel all-gather / reduce-scatter (4 per
+  layer, (t - 1) / t of the tokens' bytes); one hop between stages. Not overlapped with
+  compute. Data-parallel gradient reduction is taken as hidden under backward (Megatron's
+  --overlap-grad-reduce) and the optimizer step is charged at HBM speed (16 B/param).
+- memory: weights bf16 + fp32 gradients per rank, fp32 master weights and two Adam moments
+  sharded over data parallel (the distributed optimizer), plus the saved activations
+  (activations.py) alive under this stage's 1F1B order, plus a working set (one layer's
+  expert buffers on the hottest rank, forward and backward).
+
+Policies: keep-all, full-recompute, selective (experts recomputed), adaptive (after the
+router: keep while the stage's predicted peak fits under ``memory x (1 - margin)``, else the
+cheaper of recomputing or offloading the fewest expert slots that fit). An OOM is any stage
+of any expert group over its memory. All figures are simulated and say so where shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from targets.cluster_sim import routing
+from targets.cluster_sim.activations import ActivationLayout, megatron_layout
+from targets.cluster_sim.config import ClusterSimConfigError, SimConfig
+from targets.cluster_sim.flops import (
+    attention_macs_per_token,
+    dense_macs_per_token,
+    head_macs_per_token,
+    routed_expert_macs_per_slot,
+    training_flops_per_token,
+)
+from targets.cluster_sim.pipeline import peak_saved_bytes, simulate_1f1b, stage_orders
+
+SimPolicy = Literal["keep-all", "full-recompute", "selective", "adaptive"]
+SIM_POLICIES: tuple[SimPolicy, ...] = ("keep-all", "full-recompute", "selective", "adaptive")
+OPTIMIZER_BYTES_PER_PARAM_STEP = 16  # Adam: read/write fp32 master, 2 moments, bf16 copy
+ADAPTIVE_MARGIN = 0.03  # the reference trainer's AdaptivePolicy.margin
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the simulated job does besides its layout: policy, skew, checkpoints."""
+
+    policy: SimPolicy = "keep-all"
+    skew: routing.SkewName = "calm"
+    iterations: int = 100
+    seed: int = 0
+    checkpoint_every: int = 50
+    checkpoint_write_s: float = 15.0  # seed 003: checkpoint writes cut to ~15 s
+    restart_s: float = 300.0  # seed 000: restart + reload "hundreds of seconds"
+
+
+@dataclass(frozen=True)
+class IterationResult:
+    iteration: int
+    time_s: float
+    mfu: float
+    oom: bool
+    spike: bool  # a micro-batch of this iteration spiked (spiky skew)
+    peak_memory_bytes: np.ndarray  # [p] the highest rank of each stage
+    idle_fraction: float  # measured bubble of the timeline
+    recompute_s: float  # extra seconds the policy added (recompute or offload), all stages
+
+
+@dataclass
+class JobResult:
+    config: SimConfig
+    job: JobSpec
+    tokens_per_iteration: float
+    model_flops_per_iteration: float
+    iterations: list[IterationResult] = field(default_factory=list)
+    lost_s: float = 0.0  # OOM restarts: work since the last checkpoint + restart
+    checkpoint_s: float = 0.0
+    ooms: int = 0
+
+    @property
+    def wall_s(self) -> float:
+        return sum(r.time_s for r in self.iterations if not r.oom) + self.lost_s + self.checkpoint_s
+
+    @property
+    def completed(self) -> int:
+        return sum(not r.oom for r in self.iterations)
+
+    @property
+    def oom_rate(self) -> float:
+        return self.ooms / max(len(self.iterations), 1)
+
+    @property
+    def effective_tokens_per_s(self) -> float:
+        return self.completed * self.tokens_per_iteration / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def mfu_mean(self) -> float:
+        ok = [r.mfu for r in self.iterations if not r.oom]
+        return float(np.mean(ok)) if ok else 0.0
+
+    @property
+    def effective_mfu(self) -> float:
+        """Model FLOPs of completed iterations over the whole wall time, restarts included."""
+        peak = self.config.cluster.peak_flops_per_s * self.config.cluster.devices
+        return self.completed * self.model_flops_per_iteration / (self.wall_s * peak)
+
+
+@dataclass(frozen=True)
+class _Stage:
+    layers: int
+    dense: int
+    head: bool
+    first: bool
+    static_bytes: float
+
+
+def _stages(cfg: SimConfig) -> list[_Stage]:
+    m, par = cfg.model, cfg.parallel
+    per = m.num_layers // par.pipeline
+    c, f, e = m.hidden_size, m.expert_hidden_size, m.bytes_per_element
+    attention = c * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads) / par.tensor
+    shared = (m.shared_experts * 3 * c * f + c * m.num_experts) / par.tensor
+    routed = m.num_experts // par.expert * 3 * c * f
+    dense = 3 * c * m.dense_hidden_size / par.tensor
+    dp = cfg.data_parallel
+    expert_dp = max(dp * par.context // par.expert, 1)
+    out = []
+    for s in range(par.pipeline):
+        d = int(np.clip(m.dense_layers - s * per, 0, per))
+        head, first = s == par.pipeline - 1, s == 0
+        plain = per * attention + (per - d) * shared + d * dense
+        plain += (m.vocab_size * c / par.tensor) * (int(head) + int(first))
+        if head:
+            plain += m.mtp_depth * (attention + shared + 2 * c * c / par.tensor)
+        experts = (per - d + (m.mtp_depth if head else 0)) * routed
+        weights_and_grads = (plain + experts) * (e + 4)
+        optimizer = 12 * (plain / dp + experts / expert_dp)
+        out.append(_Stage(per, d, head, first, weights_and_grads + optimizer))
+    return out
+
+
+def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = None) -> JobResult:
+    """``job.iterations`` iterations of ``cfg``; the layout defaults to Megatron's."""
+    cfg.validate()
+    if cfg.parallel.virtual_stages > 1:
+        raise ClusterSimConfigError(
+            "interleaved 1F1B (virtual_stages > 1) is not simulated yet; use virtual_stages 1"
+        )
+    if job.policy not in SIM_POLICIES:
+        raise ClusterSimConfigError(
+            f"unknown policy {job.policy!r}; valid: {', '.join(SIM_POLICIES)}"
+        )
+    m, par, cl = cfg.model, cfg.parallel, cfg.cluster
+    layout = layout or megatron_layout(m, par.tensor)
+    p, mb = par.pipeline, cfg.microbatches
+    stages = _stages(cfg)
+    tokens = cfg.micro_batch * m.seq_len / par.context  # per rank (SP splits activations)
+    groups = max(cfg.data_parallel * par.context // par.expert, 1)
+    rng = np.random.default_rng(job.seed)
+    draws = routing.draw(rng, (job.iterations, groups, p, mb), stages[0].layers,
+                         m.num_experts, m.top_k, job.skew)  # fmt: skip
+    share = routing.hottest_share(draws.ratio, m.num_experts, par.expert)  # [I,G,p,m,Ls]
+    group_slots = par.expert * tokens * m.top_k
+    moe_mask = np.array([[i >= st.dense for i in range(st.layers)] for st in stages])
+    hot_slots = share * group_slots * moe_mask[None, None, :, None, :]  # [I,G,p,m,Ls]
+    slots_sum = hot_slots.sum(-1)  # [I,G,p,m]
+    own_slots = tokens * m.top_k * moe_mask.sum(-1)  # [p]
+
+    e = m.bytes_per_element
+    eff_flops = cl.peak_flops_per_s * cl.gemm_efficiency
+    fixed_fwd = np.array([
+        2 * tokens * (st.layers * attention_macs_per_token(m) / par.tensor
+                      + st.dense * dense_macs_per_token(m) / par.tensor
+                      + (st.layers - st.dense) * (m.hidden_size * m.num_experts
+                         + m.shared_experts * routed_expert_macs_per_slot(m)) / par.tensor
+                      + (head_macs_per_token(m) / par.tensor if st.head else 0.0))
+        for st in stages
+    ]) / eff_flops  # fmt: skip
+    expert_fwd_per_slot = 2 * routed_expert_macs_per_slot(m) / eff_flops
+    a2a_bw = (cl.scale_up_bytes_per_s if par.expert * par.tensor <= cl.scale_up_domain
+              else cl.scale_out_bytes_per_s) * cl.comm_efficiency  # fmt: skip
+    a2a_per_slot = 2 * m.hidden_size * e / a2a_bw  # dispatch + combine
+    tp_s = 0.0
+    if par.tensor > 1:
+        tp_bytes = tokens * m.hidden_size * e * (par.tensor - 1) / par.tensor
+        tp_s = 2 * tp_bytes / (cl.scale_up_bytes_per_s * cl.comm_efficiency)
+    hop_s = tokens * m.hidden_size * e / par.tensor / (cl.scale_out_bytes_per_s * cl.comm_efficiency)
+    layers_tp = np.array([st.layers for st in stages]) * tp_s  # per direction
+
+    expert_fwd = slots_sum * expert_fwd_per_slot  # [I,G,p,m]
+    a2a = slots_sum * a2a_per_slot
+    forward = fixed_fwd[:, None] + expert_fwd + a2a + layers_tp[:, None]
+    backward = 2 * (fixed_fwd[:, None] + expert_fwd) + a2a + layers_tp[:, None]
+
+    static = np.array([st.static_bytes for st in stages])
+    layer_hot_max = hot_slots.max(-1)
+    working = 2 * layer_hot_max * (m.hidden_size + 3 * m.expert_hidden_size) * e  # [I,G,p,m]
+    working_peak = working.max(-1)  # [I,G,p]
+    orders = stage_orders(p, mb)
+    policy = "selective" if job.policy == "selective" else job.policy
+    saved = np.zeros_like(slots_sum)
+    extra = np.zeros_like(slots_sum)
+    for s, st in enumerate(stages):
+        kw = dict(tokens=tokens, layers=st.layers, all_slots=own_slots[s],
+                  dense_layers=st.dense, head=st.head)  # fmt: skip
+        if policy == "adaptive":
+            saved[:, :, s, :] = layout.microbatch_bytes("keep-all", rank_slots=slots_sum[:, :, s, :], **kw)
+        else:
+            saved[:, :, s, :] = layout.microbatch_bytes(policy, rank_slots=slots_sum[:, :, s, :], **kw)
+    if job.policy == "full-recompute":
+        extra = fixed_fwd[None, None, :, None] + expert_fwd + a2a
+    elif job.policy == "selective":
+        extra = expert_fwd.copy()
+    elif job.policy == "adaptive":
+        limit = (cl.memory_bytes * (1 - ADAPTIVE_MARGIN) - static[None, None, :] - working_peak)
+        full = np.array([layout.microbatch_bytes("full-recompute", tokens, st.layers, 0.0, 0.0,
+                                                 head=st.head) for st in stages])  # fmt: skip
+        saved, extra = _adaptive(saved, slots_sum, limit, orders, layout, expert_fwd_per_slot,
+                                 cl.host_link_bytes_per_s, full, fixed_fwd)  # fmt: skip
+    backward = backward + extra
+    peaks = peak_saved_bytes(saved, orders) + static[None, None, :] + working_peak  # [I,G,p]
+    stage_peak = peaks.max(axis=1)  # [I,p]
+    oom = (stage_peak > cl.memory_bytes).any(axis=1)
+
+    fwd_w, bwd_w = forward.max(axis=1), backward.max(axis=1)  # [I,p,m]: the slowest group
+    optimizer_s = static.max() / (e + 4 + 12 / max(cfg.data_parallel, 1))
+    optimizer_s = optimizer_s * OPTIMIZER_BYTES_PER_PARAM_STEP / cl.hbm_bytes_per_s
+    tokens_iter = float(cfg.global_batch * m.seq_len)
+    flops_iter = training_flops_per_token(m) * tokens_iter
+    result = JobResult(cfg, job, tokens_iter, flops_iter)
+    since_checkpoint = 0.0
+    for i in range(job.iterations):
+        timeline = simulate_1f1b(fwd_w[i], bwd_w[i], hop_s, orders)
+        time_s = timeline.makespan_s + optimizer_s
+        mfu = flops_iter / (time_s * cl.peak_flops_per_s * cl.devices)
+        result.iterations.append(IterationResult(
+            i, time_s, mfu, bool(oom[i]), bool(draws.spike[i].any()), stage_peak[i],
+            timeline.idle_fraction, float(extra[i].max(axis=0).sum()),
+        ))  # fmt: skip
+        if oom[i]:
+            # The crash loses the work since the last checkpoint and this iteration's;
+            # the job restarts, reloads, replays, and skips the batch that crashed it.
+            result.ooms += 1
+            result.lost_s += since_checkpoint * 2 + time_s + job.restart_s
+            continue
+        since_checkpoint += time_s
+        if (i + 1) % job.checkpoint_every == 0:
+            result.checkpoint_s += job.checkpoint_write_s
+            since_checkpoint = 0.0
+    return result
+
+
+def _adaptive(
+    kept: np.ndarray,
+    slots: np.ndarray,
+    limit: np.ndarray,
+    orders: list[list[tuple[bool, int]]],
+    layout: ActivationLayout,
+    recompute_s_per_slot: float,
+    host_bytes_per_s: float,
+    full_bytes: np.ndarray,
+    full_s: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per micro-batch, after its router: keep all if the stage's alive bytes plus this
+    micro-batch's fit under ``limit``; else drop the fewest expert slots that make it fit,
+    each by the cheaper of recompute (its forward again) or offload (out and back over the
+    host link); if dropping every slot is not enough, recompute its whole layers
+    (``full_bytes`` kept per stage, ``full_s`` more forward). Vectorized over iterations and
+    groups; sequential in each stage's order."""
+    saved = kept.copy()
+    extra = np.zeros_like(kept)
+    per_slot = layout.expert_per_slot - layout.expert_kept_per_slot
+    offload_s = 2 * layout.expert_per_slot / host_bytes_per_s
+    cost_per_slot = min(recompute_s_per_slot, offload_s)
+    for s, order in enumerate(orders):
+        alive = np.zeros(kept.shape[:2])
+        for is_forward, j in order:
+            if not is_forward:
+                alive -= saved[:, :, s, j]
+                continue
+            excess = np.maximum(alive + kept[:, :, s, j] - limit[:, :, s], 0.0)
+            dropped = np.minimum(np.ceil(excess / per_slot), slots[:, :, s, j])
+            saved[:, :, s, j] = kept[:, :, s, j] - dropped * per_slot
+            extra[:, :, s, j] = dropped * cost_per_slot
+            whole = alive + saved[:, :, s, j] > limit[:, :, s]
+            saved[:, :, s, j] = np.where(whole, np.minimum(full_bytes[s], saved[:, :, s, j]),
+                                         saved[:, :, s, j])  # fmt: skip
+            extra[:, :, s, j] = np.where(whole, full_s[s] + slots[:, :, s, j] * recompute_s_per_slot,
+                                         extra[:, :, s, j])  # fmt: skip
+            alive += saved[:, :, s, j]
+    return saved, extra
