@@ -191,7 +191,9 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
     if par.tensor > 1:
         tp_bytes = tokens * m.hidden_size * e * (par.tensor - 1) / par.tensor
         tp_s = 2 * tp_bytes / (cl.scale_up_bytes_per_s * cl.comm_efficiency)
-    hop_s = tokens * m.hidden_size * e / par.tensor / (cl.scale_out_bytes_per_s * cl.comm_efficiency)
+    hop_s = (
+        tokens * m.hidden_size * e / par.tensor / (cl.scale_out_bytes_per_s * cl.comm_efficiency)
+    )
     layers_tp = np.array([st.layers for st in stages]) * tp_s  # per direction
 
     expert_fwd = slots_sum * expert_fwd_per_slot  # [I,G,p,m]
@@ -211,15 +213,19 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
         kw = dict(tokens=tokens, layers=st.layers, all_slots=own_slots[s],
                   dense_layers=st.dense, head=st.head)  # fmt: skip
         if policy == "adaptive":
-            saved[:, :, s, :] = layout.microbatch_bytes("keep-all", rank_slots=slots_sum[:, :, s, :], **kw)
+            saved[:, :, s, :] = layout.microbatch_bytes(
+                "keep-all", rank_slots=slots_sum[:, :, s, :], **kw
+            )
         else:
-            saved[:, :, s, :] = layout.microbatch_bytes(policy, rank_slots=slots_sum[:, :, s, :], **kw)
+            saved[:, :, s, :] = layout.microbatch_bytes(
+                policy, rank_slots=slots_sum[:, :, s, :], **kw
+            )
     if job.policy == "full-recompute":
         extra = fixed_fwd[None, None, :, None] + expert_fwd + a2a
     elif job.policy == "selective":
         extra = expert_fwd.copy()
     elif job.policy == "adaptive":
-        limit = (cl.memory_bytes * (1 - ADAPTIVE_MARGIN) - static[None, None, :] - working_peak)
+        limit = cl.memory_bytes * (1 - ADAPTIVE_MARGIN) - static[None, None, :] - working_peak
         full = np.array([layout.microbatch_bytes("full-recompute", tokens, st.layers, 0.0, 0.0,
                                                  head=st.head) for st in stages])  # fmt: skip
         saved, extra = _adaptive(saved, slots_sum, limit, orders, layout, expert_fwd_per_slot,
@@ -292,7 +298,7 @@ def _adaptive(
             whole = alive + saved[:, :, s, j] > limit[:, :, s]
             saved[:, :, s, j] = np.where(whole, np.minimum(full_bytes[s], saved[:, :, s, j]),
                                          saved[:, :, s, j])  # fmt: skip
-            extra[:, :, s, j] = np.where(whole, full_s[s] + slots[:, :, s, j] * recompute_s_per_slot,
-                                         extra[:, :, s, j])  # fmt: skip
+            whole_s = full_s[s] + slots[:, :, s, j] * recompute_s_per_slot
+            extra[:, :, s, j] = np.where(whole, whole_s, extra[:, :, s, j])
             alive += saved[:, :, s, j]
     return saved, extra

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from targets.cluster_sim import routing
-from targets.cluster_sim.activations import reference_layout
+from targets.cluster_sim.activations import PolicyName, reference_layout
 from targets.cluster_sim.config import Cluster, ClusterSimConfigError, Parallel, SimConfig, SimModel
 from targets.cluster_sim.flops import training_flops_per_token
 from targets.cluster_sim.pipeline import (
@@ -22,7 +22,7 @@ from targets.cluster_sim.pipeline import (
 )
 from targets.cluster_sim.simulate import JobSpec, simulate
 from targets.model.config import MoEConfig
-from targets.model.model import DIRECT, MoETransformer
+from targets.model.model import DIRECT, MoETransformer, OpRunner
 from targets.training import flops
 from targets.training.memory import AccountedBudget
 from targets.training.policies import FullRecompute, KeepAll, SelectiveRecompute
@@ -65,8 +65,11 @@ def test_reference_layout_is_what_the_trainers_ledger_counts(cfg):
     layout = reference_layout(SimModel.of(cfg, seq))
     tokens = batch * seq
     slots = tokens * cfg.top_k * cfg.num_layers
-    for name, runner in (("keep-all", KeepAll()), ("selective", SelectiveRecompute()),
-                         ("full-recompute", FullRecompute())):  # fmt: skip
+    runners: tuple[tuple[PolicyName, OpRunner], ...] = (
+        ("keep-all", KeepAll()), ("selective", SelectiveRecompute()),
+        ("full-recompute", FullRecompute()),
+    )  # fmt: skip
+    for name, runner in runners:
         budget = AccountedBudget(None)
         model.set_runner(runner)
         with budget.track():
