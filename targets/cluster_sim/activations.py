@@ -78,8 +78,8 @@ def reference_layout(m: SimModel) -> ActivationLayout:
     the post-attention norm (2C + 1), residual (C), router probabilities (E), top-k weights
     and indices (per slot 4), the grouped outputs (per slot 2C) and 8 units of bookkeeping.
     Per routed slot, each expert keeps its input (C) and w1, SiLU, w3 and product outputs
-    (4F). Once: rotary cos/sin (2D), final norm (2C + 1 ... as 3C with the head's input),
-    logits for the loss (V) and targets (5)."""
+    (4F). Once per token: rotary cos/sin (2D), the last residual, final norm output and
+    head input (3C), the loss's log-probabilities (V) and targets with bookkeeping (5)."""
     e = m.bytes_per_element
     c, kv, h, d = m.hidden_size, m.num_kv_heads * m.head_dim, m.num_heads, m.head_dim
     return ActivationLayout(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from targets.model.config import MoEConfig
+from targets.training.flops import TRAINED_MTP_MODULES
 
 
 class ClusterSimConfigError(ValueError):
@@ -49,8 +50,8 @@ class SimModel:
             num_layers=cfg.num_layers, hidden_size=cfg.hidden_size, num_heads=cfg.num_heads,
             num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, num_experts=cfg.num_experts,
             top_k=cfg.top_k, expert_hidden_size=cfg.expert_hidden_size,
-            vocab_size=cfg.vocab_size, seq_len=seq_len, mtp_depth=min(cfg.mtp_depth, 1),
-            bytes_per_element=bytes_per_element,
+            vocab_size=cfg.vocab_size, seq_len=seq_len,
+            mtp_depth=min(cfg.mtp_depth, TRAINED_MTP_MODULES), bytes_per_element=bytes_per_element,
         )  # fmt: skip
 
     @property

@@ -73,9 +73,8 @@ def rank_slots(
     """Slots every rank receives, ``[..., ep]``: the hot expert's rank its share, the others
     theirs; ``group_slots`` = ep x N x k."""
     g = experts // ep
-    q = (experts - ratio) / max(experts - 1, 1)
-    other = g * q / experts
-    hot = (ratio + (g - 1) * q) / experts
+    other = g * (experts - ratio) / max(experts - 1, 1) / experts
+    hot = hottest_share(ratio, experts, ep)
     shares = np.repeat(other[..., None], ep, axis=-1)
     hot_rank = hot_expert // g
     np.put_along_axis(shares, hot_rank[..., None], hot[..., None], axis=-1)

@@ -31,7 +31,7 @@ from typing import Literal
 import numpy as np
 
 from targets.cluster_sim import routing
-from targets.cluster_sim.activations import ActivationLayout, megatron_layout
+from targets.cluster_sim.activations import ActivationLayout, PolicyName, megatron_layout
 from targets.cluster_sim.config import ClusterSimConfigError, SimConfig
 from targets.cluster_sim.flops import (
     attention_macs_per_token,
@@ -119,6 +119,7 @@ class _Stage:
     head: bool
     first: bool
     static_bytes: float
+    params: float  # weights on one rank of this stage
 
 
 def _stages(cfg: SimConfig) -> list[_Stage]:
@@ -142,7 +143,7 @@ def _stages(cfg: SimConfig) -> list[_Stage]:
         experts = (per - d + (m.mtp_depth if head else 0)) * routed
         weights_and_grads = (plain + experts) * (e + 4)
         optimizer = 12 * (plain / dp + experts / expert_dp)
-        out.append(_Stage(per, d, head, first, weights_and_grads + optimizer))
+        out.append(_Stage(per, d, head, first, weights_and_grads + optimizer, plain + experts))
     return out
 
 
@@ -206,20 +207,15 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
     working = 2 * layer_hot_max * (m.hidden_size + 3 * m.expert_hidden_size) * e  # [I,G,p,m]
     working_peak = working.max(-1)  # [I,G,p]
     orders = stage_orders(p, mb)
-    policy = "selective" if job.policy == "selective" else job.policy
+    # The adaptive policy starts from keep-all and drops what does not fit (below).
+    base: PolicyName = "keep-all" if job.policy == "adaptive" else job.policy
     saved = np.zeros_like(slots_sum)
     extra = np.zeros_like(slots_sum)
     for s, st in enumerate(stages):
-        kw = dict(tokens=tokens, layers=st.layers, all_slots=own_slots[s],
-                  dense_layers=st.dense, head=st.head)  # fmt: skip
-        if policy == "adaptive":
-            saved[:, :, s, :] = layout.microbatch_bytes(
-                "keep-all", rank_slots=slots_sum[:, :, s, :], **kw
-            )
-        else:
-            saved[:, :, s, :] = layout.microbatch_bytes(
-                policy, rank_slots=slots_sum[:, :, s, :], **kw
-            )
+        saved[:, :, s, :] = layout.microbatch_bytes(
+            base, tokens, st.layers, slots_sum[:, :, s, :], own_slots[s],
+            dense_layers=st.dense, head=st.head,
+        )  # fmt: skip
     if job.policy == "full-recompute":
         extra = fixed_fwd[None, None, :, None] + expert_fwd + a2a
     elif job.policy == "selective":
@@ -236,8 +232,8 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
     oom = (stage_peak > cl.memory_bytes).any(axis=1)
 
     fwd_w, bwd_w = forward.max(axis=1), backward.max(axis=1)  # [I,p,m]: the slowest group
-    optimizer_s = static.max() / (e + 4 + 12 / max(cfg.data_parallel, 1))
-    optimizer_s = optimizer_s * OPTIMIZER_BYTES_PER_PARAM_STEP / cl.hbm_bytes_per_s
+    optimizer_s = max(st.params for st in stages) * OPTIMIZER_BYTES_PER_PARAM_STEP
+    optimizer_s /= cl.hbm_bytes_per_s
     tokens_iter = float(cfg.global_batch * m.seq_len)
     flops_iter = training_flops_per_token(m) * tokens_iter
     result = JobResult(cfg, job, tokens_iter, flops_iter)
@@ -251,10 +247,12 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
             timeline.idle_fraction, float(extra[i].max(axis=0).sum()),
         ))  # fmt: skip
         if oom[i]:
-            # The crash loses the work since the last checkpoint and this iteration's;
-            # the job restarts, reloads, replays, and skips the batch that crashed it.
+            # The crash throws away this iteration and the work since the last checkpoint:
+            # the job restarts, reloads, replays that work (counted once more here; its
+            # first run is in the completed iterations' time) and skips the crashing batch.
+            # The replayed work is again unsaved until the next checkpoint.
             result.ooms += 1
-            result.lost_s += since_checkpoint * 2 + time_s + job.restart_s
+            result.lost_s += since_checkpoint + time_s + job.restart_s
             continue
         since_checkpoint += time_s
         if (i + 1) % job.checkpoint_every == 0:

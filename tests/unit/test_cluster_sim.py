@@ -126,17 +126,16 @@ def test_more_skew_never_lowers_a_static_policys_oom_rate():
     # memory between keep-all's calm peak and its spiky peaks
     calm = simulate(_config(), JobSpec(skew="calm", iterations=200, seed=3))
     peak = max(float(r.peak_memory_bytes.max()) for r in calm.iterations)
-    for policy in ("keep-all", "selective"):
-        rates = [
+    rates = {
+        policy: [
             simulate(_config(memory_bytes=peak * 1.02), JobSpec(policy, skew, 200, seed=3)).oom_rate
             for skew in ("none", "calm", "spiky")
         ]
-        assert rates == sorted(rates), policy
-    keep_rates = [
-        simulate(_config(memory_bytes=peak * 1.02), JobSpec("keep-all", s, 200, seed=3)).oom_rate
-        for s in ("calm", "spiky")
-    ]
-    assert keep_rates[0] == 0 < keep_rates[1]
+        for policy in ("keep-all", "selective")
+    }
+    for policy, by_skew in rates.items():
+        assert by_skew == sorted(by_skew), policy
+    assert rates["keep-all"][1] == 0 < rates["keep-all"][2]
 
 
 def test_adaptive_avoids_the_ooms_of_keep_all_at_a_cost():
