@@ -3,8 +3,9 @@
 The shipped CI-sized spec sweeps 4 prompt lengths, log-spaced from 16 tokens to the
 engine's context limit (2,048 less the one output token), at 1 and 8 streams. Prefill
 does more work per token for a longer prompt (attention over all earlier tokens), so at
-one stream each length's TTFT p50 must be above the shorter one's, and the longest's
-whole 95% interval above the shortest's. (A length past the limit, "not available from
+one stream no length's TTFT may be significantly below a shorter one's, from 81 tokens
+on each p50 must be above the shorter one's, and the longest's whole 95% interval above
+the shortest's. (A length past the limit, "not available from
 this target": tests/integration/test_sweep_synthetic.py.)
 """
 
@@ -69,7 +70,15 @@ def test_ttft_grows_with_prompt_length_on_the_reference_target(tmp_path, capsys)
     requests = RunStore(tmp_path).open("latest").requests()
     expected = requests["scenario"].str.extract(r"^in=(\d+) ", expand=False).astype(int)
     assert (requests["prompt_tokens"] == expected).all()
-    values = [q.value for q in ttft]
+    # 16 and 81 tokens differ by well under a millisecond of prefill here, inside the
+    # noise of a busy 2-core host (CI once saw 17.4 ms then 16.9 ms), so a shorter length
+    # may not beat a longer one on p50 alone; what must not happen is a significant
+    # decrease: a longer prompt's whole 95% interval below the shorter one's.
+    for shorter, longer in zip(ttft, ttft[1:], strict=False):
+        assert shorter.ci_low is not None and longer.ci_high is not None
+        assert longer.ci_high >= shorter.ci_low, ttft
+    # From 81 tokens on, the extra work (5x the tokens each step) is far above the noise.
+    values = [q.value for q in ttft[1:]]
     assert values == sorted(values) and len(set(values)) == len(values), values
     longest_low, shortest_high = ttft[-1].ci_low, ttft[0].ci_high
     assert longest_low is not None and shortest_high is not None
