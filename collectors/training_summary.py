@@ -110,6 +110,47 @@ class BudgetCalibration:
     calibration_peak_bytes: int
     calibration_step_peaks_bytes: tuple[int, ...]
     calibration: str  # the run that measured the peak, in words
+    # Its steps' times: what the simulator's efficiency is fitted on (check_simulator).
+    calibration_step_times_s: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PredictedScenario:
+    """One scenario as the cluster simulator, configured as the reference trainer,
+    predicted it (targets.cluster_sim.reference), beside what the trainer measured."""
+
+    predicted_step_s_p50: float | None  # median over the successful steps (replays too)
+    measured_step_s_p50: float | None
+    predicted_peak_bytes: int | None  # the highest successful step's
+    measured_peak_bytes: int | None
+    predicted_ooms: int
+    measured_ooms: int
+    fitted: bool  # this scenario's own steps set the efficiency: not a prediction
+
+    @property
+    def step_error(self) -> float | None:
+        """predicted / measured - 1 of the median step time."""
+        return _ratio_error(self.predicted_step_s_p50, self.measured_step_s_p50)
+
+    @property
+    def peak_error(self) -> float | None:
+        return _ratio_error(self.predicted_peak_bytes, self.measured_peak_bytes)
+
+
+def _ratio_error(predicted: float | None, measured: float | None) -> float | None:
+    return predicted / measured - 1 if predicted is not None and measured else None
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatorCheck:
+    """The simulator's error on this machine: every scenario predicted, then measured."""
+
+    efficiency: dict[str, float]  # by model size: achieved / peak FLOP/s, the one fitted factor
+    fitted_on: dict[str, str]  # by model size: the steps it was fitted on, in words
+    scenarios: dict[str, PredictedScenario]
+    step_tolerance: float  # issue 18's: step time within 10%, peak memory within 5%
+    peak_tolerance: float
+    not_predicted: dict[str, str] = field(default_factory=dict)  # scenario -> why not
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +165,7 @@ class TrainingSummary:
     budgets: dict[str, BudgetCalibration]  # by model size ("" when the run has one)
     percentile_estimator: str = ESTIMATOR
     definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
+    simulator: SimulatorCheck | None = None  # the cluster simulator against this run
 
 
 def _events(records: Iterable[StepRecord], kind: str) -> list[dict[str, Any]]:

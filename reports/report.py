@@ -26,6 +26,7 @@ from collectors.summary import summarize_requests
 from collectors.sweep_plan_compare import plan_comparison
 from collectors.sweep_records import SweepSummary, fit_answer
 from collectors.target_counters import metrics_unavailable
+from collectors.training_summary import SimulatorCheck, TrainingSummary
 from reports.accuracy_blocks import accuracy_blocks
 from reports.appendix import appendix_html
 from reports.errors import ReportUsageError
@@ -40,6 +41,7 @@ from reports.figures.memory import peak_memory
 from reports.figures.micro import micro_distributions, micro_summary
 from reports.figures.percentiles import percentile_frame, percentile_table
 from reports.figures.prefill import prefill_frame, prefill_throughput, prompt_tokens
+from reports.figures.simulator_check import simulator_chart, simulator_frame
 from reports.figures.steps import event_table, policies, step_table
 from reports.figures.sweep import sweep_chart, sweep_frame, sweep_table_frame
 from reports.figures.timeline import scenario_starts, timeline, timeline_frame
@@ -526,7 +528,32 @@ def _training_blocks(run: RunData) -> list[Chart | Table]:
         if matrix.size:
             heatmap = expert_load_heatmap(matrix, f"Expert load, {policy}")
             blocks.append(Chart(heatmap, drawn_by=("expert_load",)))
+    summary = run.summary if isinstance(run.summary, TrainingSummary) else None
+    if summary is not None and summary.simulator is not None:
+        blocks += _simulator_blocks(summary.simulator)
     return blocks
+
+
+def _simulator_blocks(check: SimulatorCheck) -> list[Chart | Table]:
+    efficiency = "; ".join(
+        f"{size or 'model'}: {e:.1%} of peak, fitted on {check.fitted_on[size]}"
+        for size, e in check.efficiency.items()
+    )
+    caption = (
+        "The cluster simulator configured as this trainer (targets/cluster_sim/reference.py): "
+        "predicted figures are simulated, before the measured ones are read. Error = "
+        f"predicted / measured - 1; held to step time within {check.step_tolerance:.0%} and "
+        f"peak memory within {check.peak_tolerance:.0%}. Its one fitted factor, compute "
+        f"efficiency: {efficiency}; 'fitted' marks a scenario whose own steps set it."
+    )
+    if check.not_predicted:
+        caption += " Not predicted: " + "; ".join(
+            f"{name} ({why})" for name, why in check.not_predicted.items()
+        )
+    return [
+        Table(simulator_frame(check), caption),
+        Chart(simulator_chart(check), drawn_by=("simulator_check",)),
+    ]
 
 
 # --- micro -----------------------------------------------------------------------------

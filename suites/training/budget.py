@@ -15,6 +15,7 @@ from collectors.training_summary import BudgetCalibration
 from suites.errors import SpecError
 from suites.training.plan import Scenario, build_trainer
 from suites.training.spec import TrainingSpec
+from targets.training.trainer import StepResult
 
 MIB = 2**20
 
@@ -38,8 +39,14 @@ def calibrate_budget(
     trainer, _ = build_trainer(config, what)
     static = trainer.budget.stats().static.total_bytes
     peaks: list[int] = []
+    times_s: list[float] = []
+
+    def on_step(result: StepResult) -> None:
+        peaks.append(result.peak_memory_bytes)
+        times_s.append((result.end_ns - result.start_ns) / 1e9)
+
     try:
-        trainer.run(lambda result: peaks.append(result.peak_memory_bytes))
+        trainer.run(on_step)
     finally:
         del trainer
         gc.collect()
@@ -64,6 +71,7 @@ def calibrate_budget(
         calibration_peak_bytes=max(peaks),
         calibration_step_peaks_bytes=tuple(peaks),
         calibration="keep-all, calm skew, no budget",
+        calibration_step_times_s=tuple(times_s),
     )
 
 

@@ -11,6 +11,7 @@ trains; its build time is kept apart from its wall time. Step times are the trai
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import shutil
 import time
@@ -27,12 +28,16 @@ from collectors.store import RunStore, RunWriter, interrupts_end_runs
 from collectors.training_summary import (
     PeakFlopsSummary,
     ScenarioOutcome,
+    SimulatorCheck,
+    TrainingSummary,
     summarize_training,
 )
 from suites.errors import SpecError
 from suites.training.budget import Budgets
 from suites.training.plan import Scenario, build_trainer, scenarios, sizes
+from suites.training.predict import ScenarioInputs, check_simulator
 from suites.training.spec import TrainingSpec
+from targets.training.cost_model import host_copy_seconds_per_byte
 from targets.training.peak import CpuMatmulDetail, PeakFlops, PeakFlopsError, mfu, peak_flops
 from targets.training.setup import DTYPES
 from targets.training.trainer import StepResult, TrainingAbortedError
@@ -92,10 +97,12 @@ def run_scenario(
     anchor_ns: int,
     say: Say,
     max_ooms: int | None = None,
+    built: Callable[[ScenarioInputs], None] = lambda _inputs: None,
 ) -> None:
     """Train ``scenario``, filling ``outcome`` as it goes (an interrupted one keeps what
     it measured). After ``max_ooms`` OOMs (default: one per step) the trainer gives up
-    (its max_restarts), noted in ``outcome.stopped``."""
+    (its max_restarts), noted in ``outcome.stopped``. ``built`` gets what the simulator
+    needs to predict the scenario, once its trainer exists."""
     config = dataclasses.replace(
         scenario.config,
         budget_bytes=outcome.budget_bytes,
@@ -103,6 +110,14 @@ def run_scenario(
         max_restarts=max_ooms or scenario.config.steps,
     )
     trainer, outcome.setup_s = build_trainer(config, f"scenario {scenario.name}")
+    working_set = trainer.setup.working_set
+    built(
+        ScenarioInputs(
+            config=config,
+            static_bytes=trainer.budget.stats().static.total_bytes,
+            working_set_bytes=working_set.working_set_bytes if working_set else None,
+        )
+    )
 
     def on_step(result: StepResult) -> None:
         record = step_record(result, scenario.name, anchor_ns, peak)
@@ -207,6 +222,7 @@ def _run_all(
     anchor_ns = run.manifest.anchor_monotonic_ns
     budgets = Budgets(spec, run.directory / "checkpoints", say)
     outcomes: list[ScenarioOutcome] = []
+    inputs: dict[str, ScenarioInputs] = {}
 
     def keep(record: StepRecord) -> None:
         run.append_step(record)
@@ -235,6 +251,7 @@ def _run_all(
                     anchor_ns,
                     say,
                     spec.trainer.max_ooms,
+                    built=functools.partial(inputs.__setitem__, scenario.name),
                 )
             finally:
                 if not spec.trainer.checkpoint_dir:
@@ -246,9 +263,36 @@ def _run_all(
     finally:
         if not spec.trainer.checkpoint_dir:
             shutil.rmtree(run.directory / "checkpoints", ignore_errors=True)
-        run.write_summary(
-            summarize_training(spec.kind, outcomes, peak_summary(peak), budgets.by_size)
-        )
+        summary = summarize_training(spec.kind, outcomes, peak_summary(peak), budgets.by_size)
+        simulator = _check_simulator(spec, outcomes, summary, inputs, budgets, peak)
+        if simulator is not None:
+            run.add_note(
+                "Simulator check: the cluster simulator configured as this trainer "
+                "(targets/cluster_sim/reference.py) predicted each scenario's step time, "
+                "peak memory and OOMs before they are compared with what was measured; "
+                "predicted figures are simulated, its efficiency fitted on "
+                + "; ".join(simulator.fitted_on.values())
+                + "."
+            )
+        run.write_summary(dataclasses.replace(summary, simulator=simulator))
+
+
+def _check_simulator(
+    spec: TrainingSpec,
+    outcomes: list[ScenarioOutcome],
+    summary: TrainingSummary,
+    inputs: dict[str, ScenarioInputs],
+    budgets: Budgets,
+    peak: PeakFlops,
+) -> SimulatorCheck | None:
+    """The simulator's prediction of each CPU scenario (on CUDA the peak is the
+    allocator's, which the simulator's accounted working set does not model)."""
+    if spec.trainer.device != "cpu" or not inputs:
+        return None
+    host_copy = host_copy_seconds_per_byte(torch.device("cpu"))
+    return check_simulator(
+        outcomes, summary.scenarios, inputs, budgets.by_size, peak.flops_per_s, host_copy
+    )
 
 
 def _finish_export(

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from collectors.training_summary import (
     BudgetCalibration,
+    SimulatorCheck,
     TrainingScenarioSummary,
     TrainingSummary,
 )
@@ -101,11 +102,55 @@ def mfu_table(summary: TrainingSummary) -> Table:
     return table
 
 
+def simulator_table(check: SimulatorCheck) -> Table:
+    """Per scenario: the cluster simulator's prediction (configured as this trainer)
+    beside the measurement, and the error against its tolerance."""
+    table = Table(title="Training: cluster simulator (simulated) against the trainer (measured)")
+    heads = ["scenario", "step s sim", "step s measured", "step error", "peak MiB sim",
+             "peak MiB measured", "peak error", "OOMs sim / measured"]  # fmt: skip
+    for name in heads:
+        table.add_column(name, justify="left" if name == "scenario" else "right", no_wrap=True)
+    for name, p in check.scenarios.items():
+        table.add_row(
+            name + (" (fitted)" if p.fitted else ""),
+            _num(p.predicted_step_s_p50, ".3f"),
+            _num(p.measured_step_s_p50, ".3f"),
+            _within(p.step_error, check.step_tolerance),
+            _num(p.predicted_peak_bytes, ".1f", 1 / MIB),
+            _num(p.measured_peak_bytes, ".1f", 1 / MIB),
+            _within(p.peak_error, check.peak_tolerance),
+            f"{p.predicted_ooms} / {p.measured_ooms}",
+        )
+    efficiency = "; ".join(
+        f"{size or 'model'} {e:.1%} of peak ({check.fitted_on[size]})"
+        for size, e in check.efficiency.items()
+    )
+    skipped = "".join(
+        f" {name}: not predicted, {why}." for name, why in check.not_predicted.items()
+    )
+    table.caption = (
+        "step = median step time of successful steps; peak = highest step peak; error = "
+        f"predicted / measured - 1, * past the tolerance (step {check.step_tolerance:.0%}, "
+        f"peak {check.peak_tolerance:.0%}). Fitted efficiency: {efficiency}; (fitted): that "
+        "scenario's own steps set it, not a prediction." + skipped
+    )
+    return table
+
+
+def _within(error: float | None, tolerance: float) -> str:
+    if error is None:
+        return "n/a"
+    return f"{error:+.1%}" + ("" if abs(error) <= tolerance else " *")
+
+
 def training_tables(summary: TrainingSummary) -> list[Table]:
-    """The tables of a training run's summary: MFU first for an MFU run."""
+    """The tables of a training run's summary: MFU first for an MFU run; the simulator's
+    check last, where the run has one."""
     if not summary.scenarios:
         return []
     tables = [policy_skew_table(summary)]
     if summary.kind == "mfu":
         tables.insert(0, mfu_table(summary))
+    if summary.simulator is not None and summary.simulator.scenarios:
+        tables.append(simulator_table(summary.simulator))
     return tables

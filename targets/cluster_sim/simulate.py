@@ -224,7 +224,7 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
         limit = cl.memory_bytes * (1 - ADAPTIVE_MARGIN) - static[None, None, :] - working_peak
         full = np.array([layout.microbatch_bytes("full-recompute", tokens, st.layers, 0.0, 0.0,
                                                  head=st.head) for st in stages])  # fmt: skip
-        saved, extra = _adaptive(saved, slots_sum, limit, orders, layout, expert_fwd_per_slot,
+        saved, extra = adaptive_plan(saved, slots_sum, limit, orders, layout, expert_fwd_per_slot,
                                  cl.host_link_bytes_per_s, full, fixed_fwd)  # fmt: skip
     backward = backward + extra
     peaks = peak_saved_bytes(saved, orders) + static[None, None, :] + working_peak  # [I,G,p]
@@ -261,7 +261,7 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
     return result
 
 
-def _adaptive(
+def adaptive_plan(
     kept: np.ndarray,
     slots: np.ndarray,
     limit: np.ndarray,

@@ -75,11 +75,11 @@ def calibrate_costs(
         attention=per_token("attention"),
         expert=per_token("expert"),
         other_bytes=int(max(total - probe.bytes["attention"] - probe.bytes["expert"], 0)),
-        offload_seconds_per_byte=_host_copy_seconds_per_byte(idx.device),
+        offload_seconds_per_byte=host_copy_seconds_per_byte(idx.device),
     )
 
 
-def _host_copy_seconds_per_byte(device: torch.device) -> float:
+def host_copy_seconds_per_byte(device: torch.device) -> float:
     """Out to host memory and back, as offloading a saved tensor does (best of three)."""
     source = torch.empty(_OFFLOAD_PROBE_BYTES // 4, dtype=torch.float32, device=device)
     pin = device.type == "cuda"

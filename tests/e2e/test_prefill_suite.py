@@ -11,6 +11,7 @@ this target": tests/integration/test_sweep_synthetic.py.)
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -74,7 +75,7 @@ def test_ttft_grows_with_prompt_length_on_the_reference_target(tmp_path, capsys)
     # noise of a busy 2-core host (CI once saw 17.4 ms then 16.9 ms), so a shorter length
     # may not beat a longer one on p50 alone; what must not happen is a significant
     # decrease: a longer prompt's whole 95% interval below the shorter one's.
-    for shorter, longer in zip(ttft, ttft[1:], strict=False):
+    for shorter, longer in itertools.pairwise(ttft):
         assert shorter.ci_low is not None and longer.ci_high is not None
         assert longer.ci_high >= shorter.ci_low, ttft
     # From 81 tokens on, the extra work (5x the tokens each step) is far above the noise.
