@@ -264,6 +264,7 @@ def _run_all(
         if not spec.trainer.checkpoint_dir:
             shutil.rmtree(run.directory / "checkpoints", ignore_errors=True)
         summary = summarize_training(spec.kind, outcomes, peak_summary(peak), budgets.by_size)
+        run.write_summary(summary)  # what was measured is on disk before anything predicts
         simulator = _check_simulator(spec, outcomes, summary, inputs, budgets, peak)
         if simulator is not None:
             run.add_note(
@@ -274,7 +275,7 @@ def _run_all(
                 + "; ".join(simulator.fitted_on.values())
                 + "."
             )
-        run.write_summary(dataclasses.replace(summary, simulator=simulator))
+            run.write_summary(dataclasses.replace(summary, simulator=simulator))
 
 
 def _check_simulator(

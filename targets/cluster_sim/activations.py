@@ -77,7 +77,10 @@ def reference_layout(m: SimModel) -> ActivationLayout:
     (pre- and post-rotary), v and attention output with its log-sum-exp (3C + 2KV + H); then
     the post-attention norm (2C + 1), residual (C), router probabilities (E), top-k weights
     and indices (per slot 4), the grouped outputs (per slot 2C) and 8 units of bookkeeping.
-    Per routed slot, each expert keeps its input (C) and w1, SiLU, w3 and product outputs
+    Per routed slot, the grouped input (C): each expert keeps its slice of it, a view, and
+    the ledger counts a storage whole, so every slot's C counts as soon as one expert of
+    this rank keeps its input (when one process emulates the group, the other ranks' slots
+    too). Per routed slot on this rank, each expert keeps w1, SiLU, w3 and product outputs
     (4F). Once per token: rotary cos/sin (2D), the last residual, final norm output and
     head input (3C), the loss's log-probabilities (V) and targets with bookkeeping (5)."""
     e = m.bytes_per_element
@@ -85,9 +88,9 @@ def reference_layout(m: SimModel) -> ActivationLayout:
     return ActivationLayout(
         attention_per_token=e * (5 * c + 2 * kv + h + 1),
         layer_other_per_token=e * (3 * c + m.num_experts + 10),
-        slot_other_per_slot=e * (2 * c + 4),
-        expert_per_slot=e * (4 * m.expert_hidden_size + c),
-        expert_kept_per_slot=e * c,
+        slot_other_per_slot=e * (3 * c + 4),
+        expert_per_slot=e * 4 * m.expert_hidden_size,
+        expert_kept_per_slot=0.0,  # its input, a slice of the grouped input: counted above
         dense_per_token=e * (4 * m.dense_hidden_size + c),
         once_per_token=e * (2 * d + 3 * c + m.vocab_size + 5),
         layer_input_per_token=e * c,
