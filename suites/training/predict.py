@@ -2,9 +2,10 @@
 reference trainer (targets.cluster_sim.reference), beside what the trainer measured.
 
 The simulator's one fitted factor, its compute efficiency, comes from keep-all steps under
-calm routing with no budget: the budget calibration's steps where the run made them (then
-every scenario is a prediction), else the keep-all/calm scenario's own (that scenario is
-then marked fitted). Per model size, since the efficiency grows with the matmuls.
+calm routing with no budget, the first of them left out (it warms the allocator and thread
+pools): the budget calibration's steps where the run made at least two (then every
+scenario is a prediction), else the keep-all/calm scenario's own (that scenario is then
+marked fitted). Per model size, since the efficiency grows with the matmuls.
 """
 
 from __future__ import annotations
@@ -55,16 +56,20 @@ def check_simulator(
             continue
         calibration = budgets.get(size)
         cfg = inputs[outcome.name].config
-        if calibration is not None and calibration.calibration_step_times_s:
-            times = list(calibration.calibration_step_times_s)
-            fitted_on[size] = f"budget calibration ({calibration.calibration}), {len(times)} steps"
+        if calibration is not None and len(calibration.calibration_step_times_s) > 1:
+            # A fresh trainer's first step also warms the allocator and thread pools.
+            times = list(calibration.calibration_step_times_s)[1:]
+            fitted_on[size] = (
+                f"budget calibration ({calibration.calibration}), its {len(times)} steps after "
+                "the first"
+            )
         else:
             own = _keep_all_calm(outcomes, size)
             if own is None or own.name not in inputs:
                 continue
-            times = [r.step_time_s for r in own.records]
+            times = [r.step_time_s for r in own.records][1:] or [own.records[0].step_time_s]
             fitted_scenario[size] = own.name
-            fitted_on[size] = f"scenario {own.name}, {len(times)} steps"
+            fitted_on[size] = f"scenario {own.name}, {len(times)} steps after the first"
         if times:
             efficiency[size] = reference.fit_efficiency(cfg, times, peak_flops_per_s)
     if not efficiency:
