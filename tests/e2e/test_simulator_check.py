@@ -5,10 +5,10 @@ trainer (targets/cluster_sim/reference.py) and compared with what was measured.
 
 Issue 18's bar, per policy and skew: peak memory within 5% and step time within 10%. Peak
 and OOMs are deterministic (the same samples, routing and ledger), so the OOM count must
-be the trainer's exactly. Step time is wall time on a shared 2-core host, where two
-scenarios doing the same work (one policy under calm and under spiky routing) have been
-seen 20% apart in one run; the test allows 10% beyond that run's own repeatability, which
-it measures, and prints it.
+be the trainer's exactly. Step time is wall time on a shared 2-core host, where one
+scenario's steps have been seen to range from 2.98 to 4.30 s and the same work 20% apart
+in two scenarios of one run; the test allows 10% beyond each scenario's own step-to-step
+spread, which it measures and prints.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ import pytest
 from collectors.store import RunStore
 from collectors.training_summary import TrainingSummary
 from moeperf.cli import main
-
-STATIC_POLICIES = ("keep-all", "full-recompute", "selective")
 
 
 @pytest.mark.slow
@@ -35,21 +33,25 @@ def test_the_simulator_predicts_the_ci_sized_training_spec(tmp_path, capsys):
     check = summary.simulator
     assert check.not_predicted == {}
     assert list(check.scenarios) == list(summary.scenarios)
-    assert not any(p.fitted for p in check.scenarios.values())  # fitted on the calibration
+    # The efficiency is fitted on keep-all/calm's steps; every other scenario is predicted.
+    assert [n for n, p in check.scenarios.items() if p.fitted] == ["keep-all/calm"]
     assert summary.scenarios["keep-all/spiky"].ooms >= 1  # the spec still exercises OOMs
 
-    # Repeatability of the measurement itself: one policy's work under the two skews.
-    medians: dict[str, float] = {}
-    for name, p in check.scenarios.items():
-        assert p.measured_step_s_p50 is not None, (name, p)
-        medians[name] = p.measured_step_s_p50
-    repeat = max(abs(medians[f"{p}/calm"] / medians[f"{p}/spiky"] - 1) for p in STATIC_POLICIES)
-    print(f"measured repeatability of step time in this run: {repeat:.1%}")
+    # Step time is wall time on a shared host, which drifts by tens of percent over the
+    # minutes of a run: a scenario's own step-to-step spread (p90 / p10 - 1 of its
+    # successful steps) is added to the tolerance. A steady scenario still gets ~10-20%,
+    # so a model error of a policy's work (full recompute costed as keep-all: -25%) fails.
+    steps = reader.steps()
     for name, p in check.scenarios.items():
         assert p.peak_error is not None and abs(p.peak_error) <= check.peak_tolerance, (name, p)
         assert p.predicted_ooms == p.measured_ooms, (name, p)
+        own = steps[steps["scenario"] == name]
+        times_s = (own["end_ns"] - own["start_ns"]) / 1e9
+        spread = float(times_s.quantile(0.9) / times_s.quantile(0.1) - 1)
+        allowed = check.step_tolerance + spread
         assert p.step_error is not None, (name, p)
-        assert abs(p.step_error) <= check.step_tolerance + repeat, (name, p, repeat)
+        print(f"{name}: step error {p.step_error:+.1%}, allowed {allowed:.1%}")
+        assert abs(p.step_error) <= allowed, (name, p, spread)
 
     page = tmp_path / "report.html"
     assert main(["--runs-dir", str(runs), "report", reader.run_id, "--out", str(page)]) == 0
