@@ -13,7 +13,9 @@ Two layouts, each a set of per-token and per-routed-slot terms:
   per routed token-slot on this rank: permuted input 2C, fc1 (w1|w3) output 4F, SwiGLU
   output 2F, routing weight 4 bytes. The per-slot terms are what routing skew grows.
 
-Units: bytes. ``C`` hidden, ``F`` expert width, ``D`` head dim, ``KV`` = Hkv x D.
+Units: bytes. ``C`` hidden, ``F`` expert width, ``D`` head dim, ``KV`` = Hkv x D. For MLA
+models ``megatron_layout`` swaps the q/k/v terms for MLA's (``_mla_attention_elements``);
+``reference_layout`` is the reference model's, GQA only.
 """
 
 from __future__ import annotations
@@ -98,15 +100,39 @@ def reference_layout(m: SimModel) -> ActivationLayout:
     )
 
 
+def _gqa_attention_elements(m: SimModel) -> float:
+    """GQA, per token: LN input, QKV input, Q, K, V, flash output (out-proj input)."""
+    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
+    return 2 * m.hidden_size + q + 2 * kv + q
+
+
+def _mla_attention_elements(m: SimModel) -> float:
+    """MLA, per token, Korthikanti's q/k/v terms replaced by what MLA's backward needs: LN
+    input and the down projections' input (2C); the compressed query, kept as its RMSNorm's
+    input and as the up projection's input (2 q_lora; none without query compression); the
+    joint KV down projection's output, kept as the latent norm's input plus the RoPE key
+    (kv_lora + rope), and the normed latent, the KV up projection's input (kv_lora); then
+    the per-head Q and K (H x (nope + rope)), V and the flash output (H x v each). The RoPE
+    inputs are taken to be recomputed from Q and K (as the GQA terms assume)."""
+    h, rope = m.num_heads, m.qk_rope_head_dim
+    qk, v = h * (m.qk_nope_head_dim + rope), h * m.v_head_dim
+    latents = 2 * m.q_lora_rank + 2 * m.kv_lora_rank + rope
+    return 2 * m.hidden_size + latents + 2 * qk + 2 * v
+
+
 def megatron_layout(m: SimModel, tensor: int = 1) -> ActivationLayout:
     """Korthikanti et al.'s terms, adapted as the module says, per rank of ``tensor``-way
-    tensor + sequence parallelism (experts not tensor-split: expert_tensor_parallel 1)."""
+    tensor + sequence parallelism (experts not tensor-split: expert_tensor_parallel 1).
+
+    MLA's attention terms are ``_mla_attention_elements``'s. All attention terms are divided
+    by ``tensor``, MLA's compressed latents too: an assumption (a layout whose down
+    projections are replicated across the tensor group keeps them whole on every rank; they
+    are 8.3 KB a token in bf16 for DeepSeek-V3, 4% of its attention terms)."""
     e = m.bytes_per_element
-    c, d, h = m.hidden_size, m.head_dim, m.num_heads
-    q, kv = h * d, m.num_kv_heads * d
+    c, h = m.hidden_size, m.num_heads
     f = m.expert_hidden_size
-    # LN input, QKV input, Q, K, V, flash output (out-proj input), fp32 log-sum-exp
-    attention = (e * (2 * c + q + 2 * kv + q) + 4 * h) / tensor
+    elements = _mla_attention_elements(m) if m.is_mla else _gqa_attention_elements(m)
+    attention = (e * elements + 4 * h) / tensor  # + the flash kernel's fp32 log-sum-exp
     # post-attention LN input, router input, fp32 router logits and probabilities
     layer_other = (e * 2 * c + 8 * m.num_experts) / tensor
     shared = m.shared_experts * e * (c + 3 * f)

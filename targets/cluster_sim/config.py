@@ -21,7 +21,12 @@ class ClusterSimConfigError(ValueError):
 class SimModel:
     """A MoE decoder's shape: what FLOPs, weights and activations are computed from.
 
-    GQA attention only for now (``num_kv_heads`` heads of ``head_dim``); the first
+    Attention is GQA (``num_kv_heads`` heads of ``head_dim``) unless ``kv_lora_rank`` > 0:
+    then it is DeepSeek-V2/V3's multi-head latent attention (MLA, arXiv:2405.04434 section
+    2.1), queries compressed to ``q_lora_rank`` (0: not compressed), keys and values to
+    ``kv_lora_rank`` plus a shared ``qk_rope_head_dim`` RoPE key, each head with a
+    ``qk_nope_head_dim`` + ``qk_rope_head_dim`` query/key and a ``v_head_dim`` value;
+    ``num_kv_heads`` and ``head_dim`` are then unused by the formulas. The first
     ``dense_layers`` layers have a SwiGLU MLP of ``dense_hidden_size`` (DeepSeek-V3's
     first_k_dense_replace), the others ``num_experts`` routed experts (``top_k`` per token)
     plus ``shared_experts`` always-on experts, each of ``expert_hidden_size``.
@@ -42,6 +47,12 @@ class SimModel:
     dense_hidden_size: int = 0
     mtp_depth: int = 0
     bytes_per_element: int = 2  # activations and weights (bf16); 4 for the fp32 reference
+    # MLA (kv_lora_rank > 0); the defaults keep GQA.
+    q_lora_rank: int = 0  # 0: queries projected directly from the hidden state
+    kv_lora_rank: int = 0  # 0: GQA, not MLA
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     @classmethod
     def of(cls, cfg: MoEConfig, seq_len: int, bytes_per_element: int = 4) -> SimModel:
@@ -58,10 +69,30 @@ class SimModel:
     def moe_layers(self) -> int:
         return self.num_layers - self.dense_layers
 
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    def attention_params(self) -> float:
+        """Weights of one attention block's projections (norms left out, as everywhere here:
+        MLA's two latent RMSNorms add q_lora_rank + kv_lora_rank weights, under 1e-5 of the
+        block). GQA: q, k, v and o. MLA: the query path (down and up, or one direct
+        projection), the joint KV down projection (latent plus the shared RoPE key), the KV
+        up projection (each head's no-RoPE key and value) and o."""
+        c, h = self.hidden_size, self.num_heads
+        if not self.is_mla:
+            return float(c * self.head_dim * (2 * h + 2 * self.num_kv_heads))
+        qk = h * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+        q_path = self.q_lora_rank * (c + qk) if self.q_lora_rank else c * qk
+        kv_down = c * (self.kv_lora_rank + self.qk_rope_head_dim)
+        kv_up = self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim)
+        out = h * self.v_head_dim * c
+        return float(q_path + kv_down + kv_up + out)
+
     def parameters(self) -> float:
         """Weights: embeddings, attention, router, experts (all), dense MLPs, head, MTP."""
         c = self.hidden_size
-        attention = c * self.head_dim * (2 * self.num_heads + 2 * self.num_kv_heads)
+        attention = self.attention_params()
         expert = 3 * c * self.expert_hidden_size
         moe = c * self.num_experts + (self.num_experts + self.shared_experts) * expert
         dense = 3 * c * self.dense_hidden_size
@@ -148,11 +179,7 @@ class SimConfig:
                 f"devices {c.devices} is not a multiple of tensor x pipeline x context = "
                 f"{p.tensor} x {p.pipeline} x {p.context} = {model_ranks}"
             )
-        if m.num_heads % p.tensor or m.num_kv_heads % p.tensor:
-            problems.append(
-                f"tensor {p.tensor} must divide num_heads {m.num_heads} and "
-                f"num_kv_heads {m.num_kv_heads}"
-            )
+        problems += _attention_problems(m, p)
         if m.num_layers % self.stages:
             problems.append(
                 f"num_layers {m.num_layers} is not a multiple of pipeline x virtual_stages = "
@@ -184,3 +211,25 @@ class SimConfig:
             problems.append(f"dense_layers {m.dense_layers} exceeds num_layers {m.num_layers}")
         if problems:
             raise ClusterSimConfigError("; ".join(problems))
+
+
+def _attention_problems(m: SimModel, p: Parallel) -> list[str]:
+    """Tensor parallelism splits heads; MLA has no K/V heads of its own (each query head has
+    its key and value, up-projected from the shared latent), so only num_heads must split."""
+    if not m.is_mla:
+        if m.num_heads % p.tensor or m.num_kv_heads % p.tensor:
+            return [
+                f"tensor {p.tensor} must divide num_heads {m.num_heads} and "
+                f"num_kv_heads {m.num_kv_heads}"
+            ]
+        return []
+    problems = []
+    dims = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    missing = [name for name in dims if getattr(m, name) < 1]
+    if missing:
+        problems.append(
+            f"an MLA model (kv_lora_rank {m.kv_lora_rank}) needs {', '.join(missing)} > 0"
+        )
+    if m.num_heads % p.tensor:
+        problems.append(f"tensor {p.tensor} must divide num_heads {m.num_heads}")
+    return problems

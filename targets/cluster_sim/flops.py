@@ -11,6 +11,12 @@ counted)::
     dense layer            3 * C * F_dense
     head                   C * V per head pass (1 + MTP modules)
     MTP eh_proj            2 * C * C per MTP module
+
+For MLA (``SimModel.is_mla``) the projections are ``SimModel.attention_params()`` (one MAC
+per weight per token) and the scores ``H * (Dnope + Drope + Dv) * T * causal_factor``:
+QK^T costs H x (Dnope + Drope) MACs per key, the weighted sum of values H x Dv (GQA's
+``2 * H * D`` is the same with all three dims equal to D). That is the training-time
+(non-absorbed) form, in which K and V are up-projected per head, as Megatron counts MLA.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ from targets.training.flops import MEGATRON_CAUSAL_FACTOR, TRAIN_FLOPS_PER_MAC
 
 
 def attention_macs_per_token(m: SimModel, causal_factor: float = MEGATRON_CAUSAL_FACTOR) -> float:
+    if m.is_mla:
+        per_key = m.num_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+        return m.attention_params() + per_key * m.seq_len * causal_factor
     q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
     projections = m.hidden_size * (q + 2 * kv) + q * m.hidden_size
     return projections + 2 * q * m.seq_len * causal_factor

@@ -126,7 +126,7 @@ def _stages(cfg: SimConfig) -> list[_Stage]:
     m, par = cfg.model, cfg.parallel
     per = m.num_layers // par.pipeline
     c, f, e = m.hidden_size, m.expert_hidden_size, m.bytes_per_element
-    attention = c * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads) / par.tensor
+    attention = m.attention_params() / par.tensor
     shared = (m.shared_experts * 3 * c * f + c * m.num_experts) / par.tensor
     routed = m.num_experts // par.expert * 3 * c * f
     dense = 3 * c * m.dense_hidden_size / par.tensor
