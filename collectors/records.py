@@ -92,6 +92,9 @@ class StepRecord:
     policy_decisions: list[dict[str, Any]] = field(default_factory=list)
     # e.g. {"kind": "oom", "at_ns": ...} or {"kind": "restart", "lost_s": ...}
     events: list[dict[str, Any]] = field(default_factory=list)
+    # True for the cluster simulator's steps (targets/cluster_sim): times, memory and MFU
+    # are predicted, never measured, and every table and chart that shows them says so.
+    simulated: bool = False
     schema_version: int = SCHEMA_VERSION
 
     @property

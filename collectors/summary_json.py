@@ -32,12 +32,16 @@ from collectors.schema import (
     check_schema_version,
 )
 from collectors.serving_records import ServingSummary, empty_scenario
+from collectors.simulation_summary import SimulationSummary
 from collectors.training_summary import TrainingSummary
 
-RunSummary = ServingSummary | TrainingSummary | MicroSummary | AccuracySummary
+RunSummary = ServingSummary | TrainingSummary | MicroSummary | AccuracySummary | SimulationSummary
 _BY_SUITE: dict[str, type[RunSummary]] = {
-    cls.SUITE: cls for cls in (ServingSummary, TrainingSummary, MicroSummary, AccuracySummary)
-}
+    cls.SUITE: cls
+    for cls in (
+        ServingSummary, TrainingSummary, MicroSummary, AccuracySummary, SimulationSummary,
+    )
+}  # fmt: skip
 # A benchmark's rounds (a Described) are written inline in its entry, as version 1 did.
 _ROUNDS_FIELDS = ("count", "mean", "quantiles")
 

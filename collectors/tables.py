@@ -75,6 +75,7 @@ STEP_SCHEMA = _schema(
         # Free-form structures kept as JSON text: their keys belong to the trainer.
         ("policy_decisions", _STR),
         ("events", _STR),
+        ("simulated", pa.bool_()),
         ("schema_version", _INT),
     ]
 )
@@ -93,7 +94,8 @@ SAMPLE_SCHEMA = _schema(
 _JSON_COLUMNS = {"steps": ("policy_decisions", "events")}
 # Optional columns added after schema version 1 shipped: older files lack them.
 _ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "requests": ("stream_end", "conversation", "turn", "cached_prompt_tokens")
+    "requests": ("stream_end", "conversation", "turn", "cached_prompt_tokens"),
+    "steps": ("simulated",),
 }
 SCHEMAS = {"requests": REQUEST_SCHEMA, "steps": STEP_SCHEMA, "samples": SAMPLE_SCHEMA}
 

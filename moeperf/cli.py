@@ -13,6 +13,7 @@ from rich.console import Console
 from collectors.accuracy_records import AccuracySummary
 from collectors.errors import MoeperfError
 from collectors.serving_records import ServingSummary
+from collectors.simulation_summary import SimulationSummary
 from collectors.store import RunInterrupted, RunStore
 from collectors.target_counters import metrics_unavailable
 from collectors.training_summary import TrainingSummary
@@ -68,6 +69,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         return _run_training(args, console, store, loaded)
     if loaded.spec.suite == "accuracy":
         return _run_accuracy(args, console, store, loaded)
+    if loaded.spec.suite == "simulation":
+        return _run_simulation(args, console, store, loaded)
     from suites.serving.runner import run_serving
 
     bar = ProgressBar(console)
@@ -110,6 +113,21 @@ def _run_accuracy(
 
     run_id = run_accuracy(
         loaded.accuracy,
+        loaded.given,
+        store,
+        lambda run: announce_run(run, console),
+        say=plain_lines(console),
+    )
+    return _show_ended(store, run_id, console, warn_only=args.warn_only)
+
+
+def _run_simulation(
+    args: argparse.Namespace, console: Console, store: RunStore, loaded: LoadedSpec
+) -> int:
+    from suites.simulation.run import run_simulation
+
+    run_id = run_simulation(
+        loaded.simulation,
         loaded.given,
         store,
         lambda run: announce_run(run, console),
@@ -168,6 +186,15 @@ def _show(store: RunStore, run: str, console: Console) -> None:
 
         for table in training_tables(summary):
             console.print(table)
+        console.print(f"results: {reader.directory}")
+        return
+    if isinstance(summary, SimulationSummary):
+        from suites.simulation.tables import simulation_tables
+
+        for table in simulation_tables(summary):
+            console.print(table)
+        for assumption in summary.assumptions:
+            console.print(f"assumption: {assumption}", markup=False, highlight=False)
         console.print(f"results: {reader.directory}")
         return
     if isinstance(summary, AccuracySummary):

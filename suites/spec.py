@@ -49,6 +49,7 @@ from targets.synthetic.config import SyntheticConfig
 
 if TYPE_CHECKING:
     from suites.accuracy.spec import AccuracySpec
+    from suites.simulation.spec import SimulationSpec
     from suites.training.spec import TrainingSpec
     from targets.serving.config import ReferenceTargetConfig
 
@@ -822,7 +823,7 @@ class LoadedSpec:
 
     # As given, overrides applied: what the run's manifest stores.
     given: dict[str, Any]
-    spec: ServingSpec | TrainingSpec | AccuracySpec
+    spec: ServingSpec | TrainingSpec | AccuracySpec | SimulationSpec
     # The spec file, or what built the data ("calibrate"): named in errors.
     source: str
 
@@ -838,6 +839,15 @@ class LoadedSpec:
         """The spec, for a command that runs training specs only (SpecError otherwise)."""
         if self.spec.suite != "training":
             raise SpecError(f"{self.source}: suite {self.spec.suite!r}; a training spec is needed")
+        return self.spec
+
+    @property
+    def simulation(self) -> SimulationSpec:
+        """The spec, for the simulation suite (SpecError otherwise)."""
+        if self.spec.suite != "simulation":
+            raise SpecError(
+                f"{self.source}: suite {self.spec.suite!r}; a simulation spec is needed"
+            )
         return self.spec
 
     @property
@@ -890,11 +900,16 @@ def validate_spec(
         from suites.accuracy.spec import validate_accuracy
 
         return LoadedSpec(given, validate_accuracy(given, source, overrides), source)
+    if suite == "simulation":
+        from suites.simulation.spec import validate_simulation
+
+        return LoadedSpec(given, validate_simulation(given, source, overrides), source)
     if suite != "serving":
         culprits = blame(overrides, [("suite",)])
         where = ", ".join(f"--set {o.text}" for o in culprits) or source
         raise SpecError(
-            f"{where}: unknown suite {suite!r}; valid suites: serving, training, accuracy"
+            f"{where}: unknown suite {suite!r}; valid suites: serving, training, accuracy, "
+            "simulation"
         )
     try:
         spec = ServingSpec.model_validate(given)

@@ -55,8 +55,11 @@ def simulate_1f1b(
     backward_s: np.ndarray,
     hop_s: float = 0.0,
     orders: list[list[tuple[bool, int]]] | None = None,
+    fill_s: np.ndarray | None = None,
 ) -> IterationTimeline:
-    """Times ``[p, m]`` of each stage's forward and backward of each micro-batch."""
+    """Times ``[p, m]`` of each stage's forward and backward of each micro-batch.
+    ``fill_s [p, 2m]``: work a stage does before the op at that position of its order,
+    once the op before it is done (dual-batch interleaving's moved recompute)."""
     p, m = forward_s.shape
     orders = orders or stage_orders(p, m)
     f_end = np.full((p, m), np.nan)
@@ -64,6 +67,8 @@ def simulate_1f1b(
     free = [0.0] * p
     nxt = [0] * p
     fwd, bwd = forward_s.tolist(), backward_s.tolist()
+    fill = np.zeros((p, 2 * m)) if fill_s is None else fill_s
+    fills = fill.tolist()
     remaining = 2 * p * m
     while remaining:
         progressed = False
@@ -77,7 +82,7 @@ def simulate_1f1b(
                     ready = f_end[s, j] if s == p - 1 else b_end[s + 1, j] + hop_s
                 if ready != ready:  # NaN: its input has not been computed yet
                     break
-                start = max(free[s], ready)
+                start = max(free[s] + fills[s][nxt[s]], ready)
                 end = start + (fwd[s][j] if is_forward else bwd[s][j])
                 (f_end if is_forward else b_end)[s, j] = end
                 free[s] = end
@@ -86,7 +91,7 @@ def simulate_1f1b(
                 progressed = True
         if not progressed:
             raise RuntimeError("1F1B orders deadlocked (a bug: they never should)")
-    busy = forward_s.sum(axis=1) + backward_s.sum(axis=1)
+    busy = forward_s.sum(axis=1) + backward_s.sum(axis=1) + fill.sum(axis=1)
     return IterationTimeline(float(np.nanmax(b_end)), busy, f_end, b_end)
 
 

@@ -33,6 +33,7 @@ import numpy as np
 from targets.cluster_sim import routing
 from targets.cluster_sim.activations import ActivationLayout, PolicyName, megatron_layout
 from targets.cluster_sim.config import ClusterSimConfigError, SimConfig
+from targets.cluster_sim.dual_batch import DualBatchPlan, plan_dual_batch
 from targets.cluster_sim.flops import (
     attention_macs_per_token,
     dense_macs_per_token,
@@ -40,10 +41,17 @@ from targets.cluster_sim.flops import (
     routed_expert_macs_per_slot,
     training_flops_per_token,
 )
-from targets.cluster_sim.pipeline import peak_saved_bytes, simulate_1f1b, stage_orders
+from targets.cluster_sim.pipeline import (
+    IterationTimeline,
+    peak_saved_bytes,
+    simulate_1f1b,
+    stage_orders,
+)
 
-SimPolicy = Literal["keep-all", "full-recompute", "selective", "adaptive"]
-SIM_POLICIES: tuple[SimPolicy, ...] = ("keep-all", "full-recompute", "selective", "adaptive")
+SimPolicy = Literal["keep-all", "full-recompute", "selective", "adaptive", "adaptive-dual"]
+SIM_POLICIES: tuple[SimPolicy, ...] = (
+    "keep-all", "full-recompute", "selective", "adaptive", "adaptive-dual",
+)  # fmt: skip
 OPTIMIZER_BYTES_PER_PARAM_STEP = 16  # Adam: read/write fp32 master, 2 moments, bf16 copy
 ADAPTIVE_MARGIN = 0.03  # the reference trainer's AdaptivePolicy.margin
 
@@ -71,6 +79,8 @@ class IterationResult:
     peak_memory_bytes: np.ndarray  # [p] the highest rank of each stage
     idle_fraction: float  # measured bubble of the timeline
     recompute_s: float  # extra seconds the policy added (recompute or offload), all stages
+    moved_s: float = 0.0  # of those, seconds dual-batch interleaving ran in bubbles
+    decision_s: float = 0.0  # wall time of the dual-batch plan (host seconds, measured)
 
 
 @dataclass
@@ -83,6 +93,7 @@ class JobResult:
     lost_s: float = 0.0  # OOM restarts: work since the last checkpoint + restart
     checkpoint_s: float = 0.0
     ooms: int = 0
+    lost_per_oom_s: dict[int, float] = field(default_factory=dict)  # iteration -> lost_s
 
     @property
     def wall_s(self) -> float:
@@ -208,9 +219,12 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
     working_peak = working.max(-1)  # [I,G,p]
     orders = stage_orders(p, mb)
     # The adaptive policy starts from keep-all and drops what does not fit (below).
-    base: PolicyName = "keep-all" if job.policy == "adaptive" else job.policy
+    adaptive = job.policy in ("adaptive", "adaptive-dual")
+    base: PolicyName = "keep-all" if adaptive else job.policy  # type: ignore[assignment]
     saved = np.zeros_like(slots_sum)
     extra = np.zeros_like(slots_sum)
+    limit = np.full_like(working_peak, np.inf)  # activation bytes a stage may hold (adaptive)
+    kept = saved  # the base policy's bytes (adaptive: keep-all's, restored where it drops)
     for s, st in enumerate(stages):
         saved[:, :, s, :] = layout.microbatch_bytes(
             base, tokens, st.layers, slots_sum[:, :, s, :], own_slots[s],
@@ -220,13 +234,19 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
         extra = fixed_fwd[None, None, :, None] + expert_fwd + a2a
     elif job.policy == "selective":
         extra = expert_fwd.copy()
-    elif job.policy == "adaptive":
+    elif adaptive:
         limit = cl.memory_bytes * (1 - ADAPTIVE_MARGIN) - static[None, None, :] - working_peak
         full = np.array([layout.microbatch_bytes("full-recompute", tokens, st.layers, 0.0, 0.0,
                                                  head=st.head) for st in stages])  # fmt: skip
-        saved, extra = adaptive_plan(saved, slots_sum, limit, orders, layout, expert_fwd_per_slot,
-                                 cl.host_link_bytes_per_s, full, fixed_fwd)  # fmt: skip
+        saved, extra = adaptive_plan(
+            saved, slots_sum, limit, orders, layout, expert_fwd_per_slot,
+            cl.host_link_bytes_per_s, full, fixed_fwd, reserve=True,
+        )  # fmt: skip
+    plain_backward = backward
     backward = backward + extra
+    # Seconds of each op the stage's compute waits on the network, in every group: what
+    # dual-batch interleaving can run another micro-batch's recompute under.
+    comm = (a2a + layers_tp[:, None]).min(axis=1)  # [I,p,m]
     peaks = peak_saved_bytes(saved, orders) + static[None, None, :] + working_peak  # [I,G,p]
     stage_peak = peaks.max(axis=1)  # [I,p]
     oom = (stage_peak > cl.memory_bytes).any(axis=1)
@@ -240,11 +260,20 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
     since_checkpoint = 0.0
     for i in range(job.iterations):
         timeline = simulate_1f1b(fwd_w[i], bwd_w[i], hop_s, orders)
+        moved_s = decision_s = 0.0
+        if job.policy == "adaptive-dual" and extra[i].any():
+            dual = _dual_batch(timeline, fwd_w[i], plain_backward[i], comm[i], extra[i], kept[i],
+                               saved[i], limit[i], orders, hop_s)  # fmt: skip
+            timeline, plan = dual
+            moved_s, decision_s = float(plan.moved_s.sum()), plan.decision_s
+            held = (plan.held_bytes + static[None, :] + working_peak[i]).max(axis=0)
+            stage_peak[i] = np.maximum(stage_peak[i], held)
+            oom[i] = oom[i] or bool((stage_peak[i] > cl.memory_bytes).any())
         time_s = timeline.makespan_s + optimizer_s
         mfu = flops_iter / (time_s * cl.peak_flops_per_s * cl.devices)
         result.iterations.append(IterationResult(
             i, time_s, mfu, bool(oom[i]), bool(draws.spike[i].any()), stage_peak[i],
-            timeline.idle_fraction, float(extra[i].max(axis=0).sum()),
+            timeline.idle_fraction, float(extra[i].max(axis=0).sum()), moved_s, decision_s,
         ))  # fmt: skip
         if oom[i]:
             # The crash throws away this iteration and the work since the last checkpoint:
@@ -252,13 +281,40 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
             # first run is in the completed iterations' time) and skips the crashing batch.
             # The replayed work is again unsaved until the next checkpoint.
             result.ooms += 1
-            result.lost_s += since_checkpoint + time_s + job.restart_s
+            result.lost_per_oom_s[i] = since_checkpoint + time_s + job.restart_s
+            result.lost_s += result.lost_per_oom_s[i]
             continue
         since_checkpoint += time_s
         if (i + 1) % job.checkpoint_every == 0:
             result.checkpoint_s += job.checkpoint_write_s
             since_checkpoint = 0.0
     return result
+
+
+def _dual_batch(
+    timeline: IterationTimeline,
+    forward_s: np.ndarray,
+    plain_backward_s: np.ndarray,
+    comm_s: np.ndarray,
+    extra_s: np.ndarray,
+    kept_bytes: np.ndarray,
+    saved_bytes: np.ndarray,
+    limit_bytes: np.ndarray,
+    orders: list[list[tuple[bool, int]]],
+    hop_s: float,
+) -> tuple[IterationTimeline, DualBatchPlan]:
+    """One iteration's adaptive extra work moved into its bubbles and re-timed
+    (``comm_s [p, m]``: each op's transfer seconds, forward and backward alike). Per
+    ``[G, p, m]`` (groups): backward without and the extra with the policy, the bytes
+    kept by keep-all and by the policy, and ``limit_bytes [G, p]``; the plan is made on
+    the slowest group's timeline (the one the iteration waits for) and must fit every
+    group's memory; each group then runs what it cannot move."""
+    backward_s = (plain_backward_s + extra_s).max(axis=0)
+    plan = plan_dual_batch(timeline, forward_s, backward_s, orders, comm_s, comm_s, extra_s,
+                           kept_bytes - saved_bytes, saved_bytes, limit_bytes)  # fmt: skip
+    left_s = np.maximum(extra_s - plan.moved_s[None], 0.0)
+    backward_s = (plain_backward_s + left_s).max(axis=0)
+    return simulate_1f1b(forward_s, backward_s, hop_s, orders, fill_s=plan.fill_s), plan
 
 
 def adaptive_plan(
@@ -271,13 +327,20 @@ def adaptive_plan(
     host_bytes_per_s: float,
     full_bytes: np.ndarray,
     full_s: np.ndarray,
+    reserve: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per micro-batch, after its router: keep all if the stage's alive bytes plus this
     micro-batch's fit under ``limit``; else drop the fewest expert slots that make it fit,
     each by the cheaper of recompute (its forward again) or offload (out and back over the
     host link); if dropping every slot is not enough, recompute its whole layers
     (``full_bytes`` kept per stage, ``full_s`` more forward). Vectorized over iterations and
-    groups; sequential in each stage's order."""
+    groups; sequential in each stage's order.
+
+    ``reserve``: the limit a forward plans against is lowered by what the stage's forwards
+    still to come before its next backward need at least (each ``full_bytes``), so a
+    warm-up's early micro-batches cannot take the room of its last ones (without it a
+    greedy plan can OOM where full recompute fits). The reference trainer decides without
+    it, so its emulation (reference.py) leaves it off."""
     saved = kept.copy()
     extra = np.zeros_like(kept)
     per_slot = layout.expert_per_slot - layout.expert_kept_per_slot
@@ -285,18 +348,30 @@ def adaptive_plan(
     cost_per_slot = min(recompute_s_per_slot, offload_s)
     for s, order in enumerate(orders):
         alive = np.zeros(kept.shape[:2])
-        for is_forward, j in order:
+        for k, (is_forward, j) in enumerate(order):
             if not is_forward:
                 alive -= saved[:, :, s, j]
                 continue
-            excess = np.maximum(alive + kept[:, :, s, j] - limit[:, :, s], 0.0)
+            ahead = _forwards_before_next_backward(order, k) if reserve else 0
+            room = limit[:, :, s] - ahead * full_bytes[s]
+            excess = np.maximum(alive + kept[:, :, s, j] - room, 0.0)
             dropped = np.minimum(np.ceil(excess / per_slot), slots[:, :, s, j])
             saved[:, :, s, j] = kept[:, :, s, j] - dropped * per_slot
             extra[:, :, s, j] = dropped * cost_per_slot
-            whole = alive + saved[:, :, s, j] > limit[:, :, s]
+            whole = alive + saved[:, :, s, j] > room
             saved[:, :, s, j] = np.where(whole, np.minimum(full_bytes[s], saved[:, :, s, j]),
                                          saved[:, :, s, j])  # fmt: skip
             whole_s = full_s[s] + slots[:, :, s, j] * recompute_s_per_slot
             extra[:, :, s, j] = np.where(whole, whole_s, extra[:, :, s, j])
             alive += saved[:, :, s, j]
     return saved, extra
+
+
+def _forwards_before_next_backward(order: list[tuple[bool, int]], k: int) -> int:
+    """Forwards after position ``k`` of a stage's order and before its next backward."""
+    ahead = 0
+    for is_forward, _ in order[k + 1 :]:
+        if not is_forward:
+            break
+        ahead += 1
+    return ahead

@@ -1,0 +1,137 @@
+"""Cluster-simulation specs (``suite = "simulation"``): jobs the simulator runs under each
+policy and skew, the ablation against a baseline, and published runs to reproduce.
+
+``[[job]]``: a model (a preset of targets/cluster_sim/presets.py or a path to a Hugging
+Face config.json), a cluster preset with the job's device count, the layout (tensor,
+pipeline, virtual_stages, expert, context; data is what is left) and the batch.
+``[[reproduce]]``: the same, plus the published figure, its unit and its source. Every job
+is built into a ``SimConfig`` and validated when the spec is: a layout that does not
+divide the model or the devices is a SpecError naming each mismatch (exit 2), before
+anything runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from suites.errors import SpecError
+from suites.spec_base import NonNegative, Positive, Strict
+from suites.spec_errors import problems_of, spec_error
+from targets.cluster_sim import presets
+from targets.cluster_sim.config import ClusterSimConfigError, Parallel, SimConfig
+from targets.cluster_sim.routing import SkewName
+from targets.cluster_sim.simulate import SIM_POLICIES, SimPolicy
+
+_SKEWS: tuple[SkewName, ...] = ("calm", "spiky")
+Count = Annotated[int, Field(ge=1)]
+Efficiency = Annotated[float, Field(gt=0, le=1)]
+
+
+class JobSpec(Strict):
+    """One simulated job: model, cluster, layout, batch."""
+
+    name: str
+    model: str  # a preset name or a path to a Hugging Face config.json
+    seq_len: Count | None = None  # default: the model's (presets) or 4,096 (config.json)
+    cluster: str = "h100"
+    devices: Count
+    tensor: Count = 1
+    pipeline: Count = 1
+    virtual_stages: Count = 1
+    expert: Count = 1
+    context: Count = 1
+    global_batch: Count  # sequences per optimizer step
+    micro_batch: Count = 1
+    # Share of peak reached by GEMMs and by links: assumptions unless calibrated.
+    gemm_efficiency: Efficiency | None = None
+    comm_efficiency: Efficiency | None = None
+
+    def config(self) -> SimConfig:
+        """The validated simulator config (ClusterSimConfigError naming each mismatch)."""
+        cluster = presets.cluster(self.cluster)
+        changes: dict[str, Any] = {"devices": self.devices}
+        if self.gemm_efficiency is not None:
+            changes["gemm_efficiency"] = self.gemm_efficiency
+        if self.comm_efficiency is not None:
+            changes["comm_efficiency"] = self.comm_efficiency
+        layout = Parallel(
+            tensor=self.tensor, pipeline=self.pipeline, virtual_stages=self.virtual_stages,
+            expert=self.expert, context=self.context,
+        )  # fmt: skip
+        cfg = SimConfig(
+            presets.model(self.model, self.seq_len), layout,
+            dataclasses.replace(cluster, **changes), self.global_batch, self.micro_batch,
+        )  # fmt: skip
+        cfg.validate()
+        return cfg
+
+
+class ReproduceSpec(JobSpec):
+    """A published run: its job, the figure it reports and where."""
+
+    policy: SimPolicy = "selective"
+    skew: SkewName = "calm"
+    metric: Literal["tokens/s/GPU", "TFLOP/s/GPU"]
+    published: Positive
+    source: str
+
+
+class SimSettings(Strict):
+    iterations: Count = 100
+    seed: int = 0
+    policies: list[SimPolicy] = Field(default_factory=lambda: list(SIM_POLICIES), min_length=1)
+    skews: list[SkewName] = Field(default_factory=lambda: list(_SKEWS), min_length=1)
+    # The ablation's reference: its speedups are effective tokens/s over this policy's.
+    baseline: SimPolicy = "full-recompute"
+    checkpoint_every: Count = 50
+    checkpoint_write_s: NonNegative = 15.0  # seed 003: checkpoint writes cut to ~15 s
+    restart_s: NonNegative = 300.0  # seed 000: restart and reload, "hundreds of seconds"
+
+
+class SimulationSpec(Strict):
+    suite: Literal["simulation"] = "simulation"
+    name: str
+    description: str = ""
+    sim: SimSettings = SimSettings()
+    job: list[JobSpec] = Field(default_factory=list)
+    reproduce: list[ReproduceSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _something_to_run(self) -> SimulationSpec:
+        if not self.job and not self.reproduce:
+            raise ValueError("a simulation spec needs at least one [[job]] or [[reproduce]]")
+        names = [j.name for j in (*self.job, *self.reproduce)]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"job and reproduce names must be unique; repeated: {repeated}")
+        if self.sim.baseline not in self.sim.policies:
+            raise ValueError(
+                f"sim.baseline {self.sim.baseline!r} must be one of sim.policies "
+                f"{self.sim.policies}"
+            )
+        return self
+
+
+def validate_simulation(
+    data: dict[str, Any], source: str, overrides: Sequence[str] = ()
+) -> SimulationSpec:
+    """The spec in ``data`` validated, each job built and checked against its model and
+    devices; a ``SpecError`` naming the field, or the job and its mismatches, otherwise."""
+    try:
+        spec = SimulationSpec.model_validate(data)
+    except ValidationError as exc:
+        raise spec_error(source, problems_of(exc, SimulationSpec), overrides) from None
+    problems = []
+    for kind, jobs in (("job", spec.job), ("reproduce", spec.reproduce)):
+        for i, job in enumerate(jobs):
+            try:
+                job.config()
+            except ClusterSimConfigError as exc:
+                problems.append(f"{kind}[{i}] ({job.name!r}): {exc}")
+    if problems:
+        raise SpecError(f"{source}: " + "\n".join(problems))
+    return spec

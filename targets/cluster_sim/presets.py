@@ -1,0 +1,85 @@
+"""Named models and clusters a simulation spec can use instead of spelling them out.
+
+Models:
+
+- ``moe-188b`` and ``moe-1.04t``: our assumptions in the class of seed 000's two models
+  (it gives their sizes, 188B and 1.04T, not their shapes): DeepSeek-V3-like GQA MoEs
+  with one shared expert, top-8 routing and 4,096-token sequences. 187.0B and 1.028T
+  parameters as counted by ``SimModel.parameters``.
+- ``deepseek-v3``, ``qwen3-235b-a22b``: the published Hugging Face config.json files
+  (targets/cluster_sim/configs/, read by hf_config.py).
+
+Clusters (per device; links one direction; efficiencies are assumptions until calibrated):
+
+- ``h100``: H100 SXM, 989.4 TFLOP/s dense BF16, 80 GB HBM3 at 3.35 TB/s, NVLink 4 at 450
+  GB/s per direction in an 8-GPU domain, one 400 Gb/s InfiniBand NIC per GPU (50 GB/s),
+  PCIe 5 x16 to the host (64 GB/s raw, 55 taken as reachable).
+- ``h800``: the H100's compute and memory with NVLink cut to 400 GB/s both ways (200 per
+  direction), as DeepSeek-V3's report describes its cluster (arXiv:2412.19437, 3.1).
+- ``seed-000``: seed 000's accelerator as far as its figures define it: 2.012 EFLOPS at
+  32.9% MFU on 12,288 devices is 497.6 TFLOP/s of peak per device; memory (64 GB), HBM
+  and link speeds are our assumptions (the seed gives none).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from targets.cluster_sim.config import Cluster, ClusterSimConfigError, SimModel
+from targets.cluster_sim.hf_config import CONFIGS_DIR, sim_model_from_hf
+
+SEED_PEAK_FLOPS_PER_S = 2.012e18 / 0.329 / 12_288  # seed 000: total / MFU / devices
+
+_ASSUMED_MODELS = {
+    "moe-188b": SimModel(
+        num_layers=48, hidden_size=5120, num_heads=40, num_kv_heads=8, head_dim=128,
+        num_experts=160, top_k=8, expert_hidden_size=1536, vocab_size=160_000, seq_len=4096,
+        shared_experts=1,
+    ),
+    "moe-1.04t": SimModel(
+        num_layers=64, hidden_size=7168, num_heads=64, num_kv_heads=8, head_dim=128,
+        num_experts=384, top_k=8, expert_hidden_size=1920, vocab_size=160_000, seq_len=4096,
+        shared_experts=1,
+    ),
+}  # fmt: skip
+_HF_MODELS = {"deepseek-v3": "deepseek-v3.json", "qwen3-235b-a22b": "qwen3-235b-a22b.json"}
+
+_H100 = Cluster(
+    devices=8, peak_flops_per_s=989.4e12, memory_bytes=80e9, hbm_bytes_per_s=3.35e12,
+    scale_up_domain=8, scale_up_bytes_per_s=450e9, scale_out_bytes_per_s=50e9,
+    host_link_bytes_per_s=55e9,
+)  # fmt: skip
+CLUSTERS = {
+    "h100": _H100,
+    "h800": dataclasses.replace(_H100, scale_up_bytes_per_s=200e9),
+    "seed-000": Cluster(
+        devices=12_288, peak_flops_per_s=SEED_PEAK_FLOPS_PER_S, memory_bytes=64e9,
+        hbm_bytes_per_s=1.6e12, scale_up_domain=64, scale_up_bytes_per_s=100e9,
+        scale_out_bytes_per_s=25e9, host_link_bytes_per_s=32e9,
+    ),
+}  # fmt: skip
+MODEL_NAMES = (*_ASSUMED_MODELS, *_HF_MODELS)
+
+
+def model(name: str, seq_len: int | None = None) -> SimModel:
+    """A named model, or a path to a Hugging Face config.json; ``seq_len`` overrides."""
+    if name in _ASSUMED_MODELS:
+        found = _ASSUMED_MODELS[name]
+        return found if seq_len is None else dataclasses.replace(found, seq_len=seq_len)
+    if name in _HF_MODELS:
+        return sim_model_from_hf(CONFIGS_DIR / _HF_MODELS[name], seq_len=seq_len)
+    path = Path(name).expanduser()
+    if path.suffix == ".json" and path.is_file():
+        return sim_model_from_hf(path, seq_len=seq_len)
+    raise ClusterSimConfigError(
+        f"unknown model {name!r}; valid: {', '.join(MODEL_NAMES)}, or a path to a Hugging "
+        "Face config.json"
+    )
+
+
+def cluster(name: str) -> Cluster:
+    """A named cluster's device and links (``devices`` is set by the job)."""
+    if name not in CLUSTERS:
+        raise ClusterSimConfigError(f"unknown cluster {name!r}; valid: {', '.join(CLUSTERS)}")
+    return CLUSTERS[name]
