@@ -17,12 +17,20 @@ import inspect
 from collections.abc import Sequence
 from types import ModuleType
 
-from collectors import latency, mtp_ab_records, quantiles, summary, workload_summary
+from collectors import (
+    latency,
+    mtp_ab_records,
+    quantiles,
+    simulation_summary,
+    summary,
+    workload_summary,
+)
 from collectors import prefill as prefill_rates
 from reports.figures import (
     baseline_trend,
     capacity,
     cdf,
+    cluster_sim,
     concurrency,
     errors,
     expert_load,
@@ -51,6 +59,7 @@ DEFINITIONS: tuple[ModuleType, ...] = (
     prefill_rates,
     workload_summary,
     mtp_ab_records,
+    simulation_summary,
 )
 CHARTS: tuple[ModuleType, ...] = (
     concurrency,
@@ -71,6 +80,7 @@ CHARTS: tuple[ModuleType, ...] = (
     training_events,
     memory,
     simulator_check,
+    cluster_sim,
     expert_load,
     micro,
     baseline_trend,

@@ -21,6 +21,7 @@ from collectors.interference_records import InterferenceSummary, interference_ro
 from collectors.latency import itl_samples_s, per_request
 from collectors.quantiles import QuantileEstimate
 from collectors.serving_records import NO_SLO, ScenarioSummary, ServingSummary, Slo
+from collectors.simulation_summary import SimulationSummary
 from collectors.store import RunStore
 from collectors.summary import summarize_requests
 from collectors.sweep_plan_compare import plan_comparison
@@ -32,6 +33,14 @@ from reports.appendix import appendix_html
 from reports.errors import ReportUsageError
 from reports.figures.capacity import capacity_probes
 from reports.figures.cdf import CURVE_COLUMNS, cdf_curves, curve_frame, latency_cdf
+from reports.figures.cluster_sim import (
+    ablation_frame,
+    memory_chart,
+    oom_rate_chart,
+    policy_chart,
+    reproduction_frame,
+    scenario_frame,
+)
 from reports.figures.concurrency import concurrency_curve, levels_frame
 from reports.figures.errors import error_bars, error_counts
 from reports.figures.expert_load import expert_load_heatmap, policy_matrices
@@ -569,6 +578,32 @@ def _micro_blocks(run: RunData) -> list[Chart | Table]:
     ]
 
 
+def _simulation_blocks(run: RunData) -> list[Chart | Table]:
+    summary = run.summary if isinstance(run.summary, SimulationSummary) else None
+    if summary is None or (not summary.scenarios and not summary.reproductions):
+        return [Table(pd.DataFrame({"scenarios": [0]}), "The run has no simulated scenarios.")]
+    simulated = "Every figure is simulated by targets/cluster_sim, none measured. "
+    blocks: list[Chart | Table] = []
+    if summary.scenarios:
+        blocks += [
+            Table(scenario_frame(summary), simulated + "Per job, policy and skew; "
+                  + " ".join(summary.assumptions)),
+            Chart(oom_rate_chart(summary), drawn_by=("cluster_sim",)),
+            Chart(policy_chart(summary), drawn_by=("cluster_sim",)),
+            Chart(memory_chart(summary), drawn_by=("cluster_sim",)),
+        ]  # fmt: skip
+    if summary.ablation:
+        caption = (
+            simulated + "Seed 000's ablation: each step's effective throughput over the "
+            "baseline, same job and skew; the last column is the paper's figure, not ours."
+        )
+        blocks.append(Table(ablation_frame(summary), caption))
+    if summary.reproductions:
+        caption = simulated + "Published MoE training runs: their figure beside ours (error = "
+        blocks.append(Table(reproduction_frame(summary), caption + "simulated / published - 1)."))
+    return blocks
+
+
 def _accuracy_blocks(run: RunData) -> list[Chart | Table]:
     summary = run.summary if isinstance(run.summary, AccuracySummary) else None
     return list(accuracy_blocks(summary))
@@ -579,6 +614,7 @@ _BLOCKS: dict[str, Callable[[RunData], list[Chart | Table]]] = {
     "training": _training_blocks,
     "micro": _micro_blocks,
     "accuracy": _accuracy_blocks,
+    "simulation": _simulation_blocks,
 }
 
 

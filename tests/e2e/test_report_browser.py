@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from collectors.simulation_summary import SimulationSummary
 from collectors.store import RunStore
 from collectors.tables import SCHEMAS, table_to_frame
+from moeperf.cli import main
 from reports.report import build_report
 from reports.runs import RunData, load_run
 from suites.serving.embedded.process import running_target
@@ -177,6 +179,33 @@ def test_report_renders_offline_without_errors_and_shows_hostile_strings_as_text
     ok = run.requests["status"] == "ok"
     assert ok.sum() >= 4
     page = build_report([run, hostile_scenarios(run)], title="report " + XSS)
+    result, dom = render(browser, page, tmp_path)
+
+    # The hook ran, and nothing went wrong on the page.
+    assert dom.errors is not None, "the page's scripts did not finish"
+    assert json.loads(dom.errors) == []
+    assert "CONSOLE" not in result.stderr, result.stderr[-2000:]
+
+    # Every chart rendered: each plot container holds Plotly's main SVG.
+    # Per section at least: curve, table, 4 CDFs, timeline, prefill (+ errors, if any).
+    assert len(dom.containers) == page.count('class="plotly-graph-div"') >= 2 * 8
+    assert all(dom.containers.values()), [k for k, v in dom.containers.items() if not v]
+
+    # No payload ran, and each shows as the text it is.
+    for tag, attrs in dom.attributes:
+        assert "data-pwned" not in attrs, (tag, attrs)
+        assert tag != "img", attrs
+    text = "".join(dom.text)
+    assert text.count(XSS) >= 4  # title, spec name, description, in both sections
+    assert text.count(MODEL) >= 4  # model fact and the line above every chart
+    # Plotly draws the scenario in SVG (legends, table cells) as the literal characters:
+    # unescaped, its HTML-like text parser would have made "bold" bold, dropping the tags.
+    svg_text = "".join(dom.svg_text)
+    assert svg_text.count(SCENARIO) >= 4
+
+
+def render(browser: str, page: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Dom]:
+    """``page`` opened in headless Chromium, offline; its DOM after the scripts ran."""
     # The hook goes first in <head>, before the CSP meta and every other script.
     path = tmp_path / "report.html"
     path.write_text(page.replace("<head>", "<head>" + HOOK, 1), encoding="utf-8")
@@ -203,26 +232,31 @@ def test_report_renders_offline_without_errors_and_shows_hostile_strings_as_text
     except subprocess.TimeoutExpired:
         pytest.fail("Chromium did not finish in 45 s: did an injected dialog open?")
     assert result.returncode == 0, result.stderr[-2000:]
-    dom = Dom(result.stdout)
+    return result, Dom(result.stdout)
 
-    # The hook ran, and nothing went wrong on the page.
-    assert dom.errors is not None, "the page's scripts did not finish"
-    assert json.loads(dom.errors) == []
-    assert "CONSOLE" not in result.stderr, result.stderr[-2000:]
 
-    # Every chart rendered: each plot container holds Plotly's main SVG.
-    # Per section at least: curve, table, 4 CDFs, timeline, prefill (+ errors, if any).
-    assert len(dom.containers) == page.count('class="plotly-graph-div"') >= 2 * 8
+def test_a_simulation_runs_report_renders_every_chart_offline(tmp_path):
+    """The simulation suite end to end through the CLI (a few iterations of every job of
+    the shipped spec), its records flagged simulated, its report opened in Chromium."""
+    browser = chromium()
+    runs = tmp_path / "runs"
+    assert main(["--runs-dir", str(runs), "run", "training-sim-scale",
+                 "--set", "sim.iterations=4"]) == 0  # fmt: skip
+    reader = RunStore(runs).open("latest")
+    summary = reader.summary()
+    assert isinstance(summary, SimulationSummary)
+    assert len(summary.scenarios) == 5 * 5 * 2  # jobs x policies x skews
+    steps = reader.steps()
+    assert len(steps) == 4 * len(summary.scenarios) + 4 * len(summary.reproductions)
+    assert steps["simulated"].all()
+    assert {r.paper for r in summary.ablation} >= {"1.16x", "1.22x", "1.38x", "1.13-1.14x"}
+
+    page = build_report([load_run(RunStore(runs), "latest")], title="simulation")
+    _, dom = render(browser, page, tmp_path)
+    assert dom.errors is not None and json.loads(dom.errors) == []
+    assert len(dom.containers) == page.count('class="plotly-graph-div"') >= 3
     assert all(dom.containers.values()), [k for k, v in dom.containers.items() if not v]
-
-    # No payload ran, and each shows as the text it is.
-    for tag, attrs in dom.attributes:
-        assert "data-pwned" not in attrs, (tag, attrs)
-        assert tag != "img", attrs
-    text = "".join(dom.text)
-    assert text.count(XSS) >= 4  # title, spec name, description, in both sections
-    assert text.count(MODEL) >= 4  # model fact and the line above every chart
-    # Plotly draws the scenario in SVG (legends, table cells) as the literal characters:
-    # unescaped, its HTML-like text parser would have made "bold" bold, dropping the tags.
-    svg_text = "".join(dom.svg_text)
-    assert svg_text.count(SCENARIO) >= 4
+    text = " ".join(" ".join(dom.text).split())
+    assert "OOM rate against scale (simulated)" in " ".join(dom.svg_text)
+    assert "paper (seed 000, not ours)" in text
+    assert "Every figure is simulated by targets/cluster_sim, none measured." in text
