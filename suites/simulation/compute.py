@@ -13,7 +13,7 @@ import numpy as np
 from collectors.simulation_summary import AblationRow, Reproduction, SimScenario
 from suites.simulation.spec import ReproduceSpec
 from targets.cluster_sim.config import SimConfig
-from targets.cluster_sim.pipeline import bubble_fraction
+from targets.cluster_sim.pipeline import bubble_fraction, interleaved_bubble_fraction
 from targets.cluster_sim.simulate import JobResult
 
 # Seed 000's ablation, each step's speedup over its baseline, as the paper reports it.
@@ -51,7 +51,7 @@ def scenario_of(job: str, result: JobResult) -> SimScenario:
         mfu_mean=result.mfu_mean if done else None, effective_mfu=result.effective_mfu,
         effective_tokens_per_s_per_device=result.effective_tokens_per_s / devices,
         bubble=float(np.mean([r.idle_fraction for r in done])) if done else None,
-        bubble_formula=bubble_fraction(cfg.parallel.pipeline, cfg.microbatches),
+        bubble_formula=_bubble_formula(cfg),
         memory_bytes=cfg.cluster.memory_bytes,
         peak_memory_bytes_by_stage=[float(x) for x in peaks],
         recompute_s_mean=float(np.mean([r.recompute_s for r in result.iterations])),
@@ -59,6 +59,14 @@ def scenario_of(job: str, result: JobResult) -> SimScenario:
         decision_s_p50=float(np.median(dual)) if dual else None,
         decision_s_max=max(dual) if dual else None,
     )  # fmt: skip
+
+
+def _bubble_formula(cfg: SimConfig) -> float:
+    """(p - 1) / (m + p - 1) for 1F1B; (p - 1) / (v m + p - 1) interleaved."""
+    p, v = cfg.parallel.pipeline, cfg.parallel.virtual_stages
+    if v == 1:
+        return bubble_fraction(p, cfg.microbatches)
+    return interleaved_bubble_fraction(p, v, cfg.microbatches)
 
 
 def _speedup(policy: SimScenario | None, baseline: SimScenario | None) -> float | None:

@@ -43,8 +43,10 @@ from targets.cluster_sim.flops import (
 )
 from targets.cluster_sim.pipeline import (
     IterationTimeline,
+    interleaved_orders,
     peak_saved_bytes,
     simulate_1f1b,
+    simulate_interleaved,
     stage_orders,
 )
 
@@ -135,7 +137,8 @@ class _Stage:
 
 def _stages(cfg: SimConfig) -> list[_Stage]:
     m, par = cfg.model, cfg.parallel
-    per = m.num_layers // par.pipeline
+    chunks = cfg.stages  # pipeline x virtual stages, in pipeline order (Megatron's chunks)
+    per = m.num_layers // chunks
     c, f, e = m.hidden_size, m.expert_hidden_size, m.bytes_per_element
     attention = m.attention_params() / par.tensor
     shared = (m.shared_experts * 3 * c * f + c * m.num_experts) / par.tensor
@@ -144,9 +147,9 @@ def _stages(cfg: SimConfig) -> list[_Stage]:
     dp = cfg.data_parallel
     expert_dp = max(dp * par.context // par.expert, 1)
     out = []
-    for s in range(par.pipeline):
+    for s in range(chunks):
         d = int(np.clip(m.dense_layers - s * per, 0, per))
-        head, first = s == par.pipeline - 1, s == 0
+        head, first = s == chunks - 1, s == 0
         plain = per * attention + (per - d) * shared + d * dense
         plain += (m.vocab_size * c / par.tensor) * (int(head) + int(first))
         if head:
@@ -161,17 +164,17 @@ def _stages(cfg: SimConfig) -> list[_Stage]:
 def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = None) -> JobResult:
     """``job.iterations`` iterations of ``cfg``; the layout defaults to Megatron's."""
     cfg.validate()
-    if cfg.parallel.virtual_stages > 1:
-        raise ClusterSimConfigError(
-            "interleaved 1F1B (virtual_stages > 1) is not simulated yet; use virtual_stages 1"
-        )
     if job.policy not in SIM_POLICIES:
         raise ClusterSimConfigError(
             f"unknown policy {job.policy!r}; valid: {', '.join(SIM_POLICIES)}"
         )
     m, par, cl = cfg.model, cfg.parallel, cfg.cluster
     layout = layout or megatron_layout(m, par.tensor)
-    p, mb = par.pipeline, cfg.microbatches
+    # Per model chunk ("stage" below: p x v of them, chunk g on rank g mod p) until the
+    # policies have their bytes and times, then per pipeline rank, its v chunks' micro-
+    # batches side by side (``_by_rank``): the ranks are what run and hold memory.
+    p, v, mb = cfg.stages, par.virtual_stages, cfg.microbatches
+    ranks = par.pipeline
     stages = _stages(cfg)
     tokens = cfg.micro_batch * m.seq_len / par.context  # per rank (SP splits activations)
     groups = max(cfg.data_parallel * par.context // par.expert, 1)
@@ -213,18 +216,17 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
     forward = fixed_fwd[:, None] + expert_fwd + a2a + layers_tp[:, None]
     backward = 2 * (fixed_fwd[:, None] + expert_fwd) + a2a + layers_tp[:, None]
 
-    static = np.array([st.static_bytes for st in stages])
+    static = np.array([st.static_bytes for st in stages]).reshape(v, ranks).sum(axis=0)
     layer_hot_max = hot_slots.max(-1)
     working = 2 * layer_hot_max * (m.hidden_size + 3 * m.expert_hidden_size) * e  # [I,G,p,m]
-    working_peak = working.max(-1)  # [I,G,p]
-    orders = stage_orders(p, mb)
+    working_peak = _by_rank(working, ranks, v).max(-1)  # [I,G,ranks]
+    orders = rank_orders(ranks, v, mb)
     # The adaptive policy starts from keep-all and drops what does not fit (below).
     adaptive = job.policy in ("adaptive", "adaptive-dual")
     base: PolicyName = "keep-all" if adaptive else job.policy  # type: ignore[assignment]
     saved = np.zeros_like(slots_sum)
     extra = np.zeros_like(slots_sum)
     limit = np.full_like(working_peak, np.inf)  # activation bytes a stage may hold (adaptive)
-    kept = saved  # the base policy's bytes (adaptive: keep-all's, restored where it drops)
     for s, st in enumerate(stages):
         saved[:, :, s, :] = layout.microbatch_bytes(
             base, tokens, st.layers, slots_sum[:, :, s, :], own_slots[s],
@@ -234,36 +236,43 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
         extra = fixed_fwd[None, None, :, None] + expert_fwd + a2a
     elif job.policy == "selective":
         extra = expert_fwd.copy()
-    elif adaptive:
+    # Seconds of each op the stage's compute waits on the network, in every group: what
+    # dual-batch interleaving can run another micro-batch's recompute under.
+    comm = _by_rank(a2a + layers_tp[:, None], ranks, v).min(axis=1)  # [I,ranks,v m]
+    forward, backward, saved, extra = (
+        _by_rank(a, ranks, v) for a in (forward, backward, saved, extra)
+    )
+    kept = saved  # the base policy's bytes (adaptive: keep-all's, restored where it drops)
+    if adaptive:
         limit = cl.memory_bytes * (1 - ADAPTIVE_MARGIN) - static[None, None, :] - working_peak
         full = np.array([layout.microbatch_bytes("full-recompute", tokens, st.layers, 0.0, 0.0,
                                                  head=st.head) for st in stages])  # fmt: skip
+        each = np.ones((p, mb))
         saved, extra = adaptive_plan(
-            saved, slots_sum, limit, orders, layout, expert_fwd_per_slot,
-            cl.host_link_bytes_per_s, full, fixed_fwd, reserve=True,
+            saved, _by_rank(slots_sum, ranks, v), limit, orders, layout, expert_fwd_per_slot,
+            cl.host_link_bytes_per_s, _by_rank(full[:, None] * each, ranks, v),
+            _by_rank(fixed_fwd[:, None] * each, ranks, v), reserve=True,
         )  # fmt: skip
     plain_backward = backward
     backward = backward + extra
-    # Seconds of each op the stage's compute waits on the network, in every group: what
-    # dual-batch interleaving can run another micro-batch's recompute under.
-    comm = (a2a + layers_tp[:, None]).min(axis=1)  # [I,p,m]
     peaks = peak_saved_bytes(saved, orders) + static[None, None, :] + working_peak  # [I,G,p]
     stage_peak = peaks.max(axis=1)  # [I,p]
     oom = (stage_peak > cl.memory_bytes).any(axis=1)
 
     fwd_w, bwd_w = forward.max(axis=1), backward.max(axis=1)  # [I,p,m]: the slowest group
-    optimizer_s = max(st.params for st in stages) * OPTIMIZER_BYTES_PER_PARAM_STEP
+    rank_params = np.array([st.params for st in stages]).reshape(v, ranks).sum(axis=0)
+    optimizer_s = float(rank_params.max()) * OPTIMIZER_BYTES_PER_PARAM_STEP
     optimizer_s /= cl.hbm_bytes_per_s
     tokens_iter = float(cfg.global_batch * m.seq_len)
     flops_iter = training_flops_per_token(m) * tokens_iter
     result = JobResult(cfg, job, tokens_iter, flops_iter)
     since_checkpoint = 0.0
     for i in range(job.iterations):
-        timeline = simulate_1f1b(fwd_w[i], bwd_w[i], hop_s, orders)
+        timeline = rank_timeline(fwd_w[i], bwd_w[i], hop_s, orders, v)
         moved_s = decision_s = 0.0
         if job.policy == "adaptive-dual" and extra[i].any():
             dual = _dual_batch(timeline, fwd_w[i], plain_backward[i], comm[i], extra[i], kept[i],
-                               saved[i], limit[i], orders, hop_s)  # fmt: skip
+                               saved[i], limit[i], orders, hop_s, v)  # fmt: skip
             timeline, plan = dual
             moved_s, decision_s = float(plan.moved_s.sum()), plan.decision_s
             held = (plan.held_bytes + static[None, :] + working_peak[i]).max(axis=0)
@@ -302,6 +311,7 @@ def _dual_batch(
     limit_bytes: np.ndarray,
     orders: list[list[tuple[bool, int]]],
     hop_s: float,
+    chunks: int,
 ) -> tuple[IterationTimeline, DualBatchPlan]:
     """One iteration's adaptive extra work moved into its bubbles and re-timed
     (``comm_s [p, m]``: each op's transfer seconds, forward and backward alike). Per
@@ -314,7 +324,47 @@ def _dual_batch(
                            kept_bytes - saved_bytes, saved_bytes, limit_bytes)  # fmt: skip
     left_s = np.maximum(extra_s - plan.moved_s[None], 0.0)
     backward_s = (plain_backward_s + left_s).max(axis=0)
-    return simulate_1f1b(forward_s, backward_s, hop_s, orders, fill_s=plan.fill_s), plan
+    return rank_timeline(forward_s, backward_s, hop_s, orders, chunks, plan.fill_s), plan
+
+
+def _by_rank(a: np.ndarray, ranks: int, chunks: int) -> np.ndarray:
+    """``[..., p x v, m]`` per model chunk to ``[..., p, v x m]`` per pipeline rank: chunk
+    ``c p + r`` is rank r's c-th, its micro-batch j at ``c m + j`` (identity for v = 1)."""
+    if chunks == 1:
+        return a
+    *lead, _, m = a.shape
+    split = a.reshape(*lead, chunks, ranks, m)
+    return np.swapaxes(split, -3, -2).reshape(*lead, ranks, chunks * m)
+
+
+def rank_orders(ranks: int, chunks: int, microbatches: int) -> list[list[tuple[bool, int]]]:
+    """Per pipeline rank, ``(is_forward, c m + j)`` in its schedule's order: 1F1B, or
+    Megatron's interleaved 1F1B over ``chunks`` model chunks per rank."""
+    if chunks == 1:
+        return stage_orders(ranks, microbatches)
+    return [
+        [(f, c * microbatches + j) for f, c, j in order]
+        for order in interleaved_orders(ranks, chunks, microbatches)
+    ]
+
+
+def rank_timeline(
+    forward_s: np.ndarray,
+    backward_s: np.ndarray,
+    hop_s: float,
+    orders: list[list[tuple[bool, int]]],
+    chunks: int,
+    fill_s: np.ndarray | None = None,
+) -> IterationTimeline:
+    """One iteration from per-rank times ``[p, v m]``, its end times in the same shape."""
+    if chunks == 1:
+        return simulate_1f1b(forward_s, backward_s, hop_s, orders, fill_s=fill_s)
+    p, q = forward_s.shape
+    shape = (p, chunks, q // chunks)
+    t = simulate_interleaved(forward_s.reshape(shape), backward_s.reshape(shape), hop_s,
+                             fill_s=fill_s)  # fmt: skip
+    return IterationTimeline(t.makespan_s, t.busy_s, t.forward_end_s.reshape(p, q),
+                             t.backward_end_s.reshape(p, q))  # fmt: skip
 
 
 def adaptive_plan(
@@ -343,6 +393,9 @@ def adaptive_plan(
     it, so its emulation (reference.py) leaves it off."""
     saved = kept.copy()
     extra = np.zeros_like(kept)
+    # Per stage, or per stage and micro-batch (a rank's chunks side by side).
+    full_bytes = np.broadcast_to(np.reshape(full_bytes, (len(orders), -1)), kept.shape[2:])
+    full_s = np.broadcast_to(np.reshape(full_s, (len(orders), -1)), kept.shape[2:])
     per_slot = layout.expert_per_slot - layout.expert_kept_per_slot
     offload_s = 2 * layout.expert_per_slot / host_bytes_per_s
     cost_per_slot = min(recompute_s_per_slot, offload_s)
@@ -352,26 +405,27 @@ def adaptive_plan(
             if not is_forward:
                 alive -= saved[:, :, s, j]
                 continue
-            ahead = _forwards_before_next_backward(order, k) if reserve else 0
-            room = limit[:, :, s] - ahead * full_bytes[s]
+            ahead = _forwards_before_next_backward(order, k) if reserve else []
+            room = limit[:, :, s] - full_bytes[s, ahead].sum()
             excess = np.maximum(alive + kept[:, :, s, j] - room, 0.0)
             dropped = np.minimum(np.ceil(excess / per_slot), slots[:, :, s, j])
             saved[:, :, s, j] = kept[:, :, s, j] - dropped * per_slot
             extra[:, :, s, j] = dropped * cost_per_slot
             whole = alive + saved[:, :, s, j] > room
-            saved[:, :, s, j] = np.where(whole, np.minimum(full_bytes[s], saved[:, :, s, j]),
+            saved[:, :, s, j] = np.where(whole, np.minimum(full_bytes[s, j], saved[:, :, s, j]),
                                          saved[:, :, s, j])  # fmt: skip
-            whole_s = full_s[s] + slots[:, :, s, j] * recompute_s_per_slot
+            whole_s = full_s[s, j] + slots[:, :, s, j] * recompute_s_per_slot
             extra[:, :, s, j] = np.where(whole, whole_s, extra[:, :, s, j])
             alive += saved[:, :, s, j]
     return saved, extra
 
 
-def _forwards_before_next_backward(order: list[tuple[bool, int]], k: int) -> int:
-    """Forwards after position ``k`` of a stage's order and before its next backward."""
-    ahead = 0
-    for is_forward, _ in order[k + 1 :]:
+def _forwards_before_next_backward(order: list[tuple[bool, int]], k: int) -> list[int]:
+    """Micro-batches forwarded after position ``k`` of a stage's order, before its next
+    backward."""
+    ahead = []
+    for is_forward, j in order[k + 1 :]:
         if not is_forward:
             break
-        ahead += 1
+        ahead.append(j)
     return ahead

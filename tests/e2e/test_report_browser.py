@@ -245,7 +245,7 @@ def test_a_simulation_runs_report_renders_every_chart_offline(tmp_path):
     reader = RunStore(runs).open("latest")
     summary = reader.summary()
     assert isinstance(summary, SimulationSummary)
-    assert len(summary.scenarios) == 5 * 5 * 2  # jobs x policies x skews
+    assert len(summary.scenarios) == 6 * 5 * 2  # jobs x policies x skews
     steps = reader.steps()
     assert len(steps) == 4 * len(summary.scenarios) + 4 * len(summary.reproductions)
     assert steps["simulated"].all()

@@ -37,7 +37,7 @@ def write(tmp_path, devices=64, pipeline=8, expert=8, batch=64, extra="") -> str
 def test_a_valid_spec_builds_every_job():
     loaded = load_spec("training-sim-scale")
     spec = loaded.simulation
-    assert [j.config().cluster.devices for j in spec.job] == [128, 512, 2048, 6144, 12288]
+    assert [j.config().cluster.devices for j in spec.job] == [128, 512, 2048, 6144, 12288, 12288]
 
 
 def test_a_layout_that_does_not_divide_names_the_job_and_each_mismatch(tmp_path, capsys):
