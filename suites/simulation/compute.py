@@ -33,6 +33,8 @@ def layout_text(cfg: SimConfig) -> str:
         text += f" VP{p.virtual_stages}"
     if p.context > 1:
         text += f" CP{p.context}"
+    if p.fsdp:
+        text += " FSDP"
     return f"{text}, m={cfg.microbatches}"
 
 

@@ -44,6 +44,8 @@ class JobSpec(Strict):
     virtual_stages: Count = 1
     expert: Count = 1
     context: Count = 1
+    uneven_layers: bool = False  # layers pipeline x virtual_stages does not divide: allowed
+    fsdp: bool = False  # weights and gradients sharded over data parallel too (ZeRO-3)
     global_batch: Count  # sequences per optimizer step
     micro_batch: Count = 1
     # Share of peak reached by GEMMs and by links: assumptions unless calibrated.
@@ -60,7 +62,8 @@ class JobSpec(Strict):
             changes["comm_efficiency"] = self.comm_efficiency
         layout = Parallel(
             tensor=self.tensor, pipeline=self.pipeline, virtual_stages=self.virtual_stages,
-            expert=self.expert, context=self.context,
+            expert=self.expert, context=self.context, uneven_layers=self.uneven_layers,
+            fsdp=self.fsdp,
         )  # fmt: skip
         cfg = SimConfig(
             presets.model(self.model, self.seq_len), layout,

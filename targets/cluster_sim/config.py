@@ -121,6 +121,14 @@ class Parallel:
     virtual_stages: int = 1  # model chunks per pipeline rank (interleaved 1F1B when > 1)
     expert: int = 1
     context: int = 1
+    # Layers that pipeline x virtual_stages does not divide: split as evenly as possible,
+    # the first chunks one layer more (the last, with the head and MTP, fewer), as jobs
+    # with 61 layers do (Megatron's num_layers_in_first/last_pipeline_stage). Off: refused.
+    uneven_layers: bool = False
+    # Weights and gradients sharded over data parallel as well (FSDP / ZeRO-3); the
+    # optimizer state is sharded either way (the distributed optimizer). Its all-gathers
+    # and reduce-scatters are taken as hidden under compute, as the gradient reduction is.
+    fsdp: bool = False
 
 
 @dataclass(frozen=True)
@@ -180,10 +188,16 @@ class SimConfig:
                 f"{p.tensor} x {p.pipeline} x {p.context} = {model_ranks}"
             )
         problems += _attention_problems(m, p)
-        if m.num_layers % self.stages:
+        if m.num_layers < self.stages:
+            problems.append(
+                f"num_layers {m.num_layers} is fewer than pipeline x virtual_stages = "
+                f"{p.pipeline} x {p.virtual_stages} = {self.stages}"
+            )
+        elif m.num_layers % self.stages and not p.uneven_layers:
             problems.append(
                 f"num_layers {m.num_layers} is not a multiple of pipeline x virtual_stages = "
-                f"{p.pipeline} x {p.virtual_stages} = {self.stages}"
+                f"{p.pipeline} x {p.virtual_stages} = {self.stages} (uneven_layers = true "
+                "splits them as evenly as possible)"
             )
         if m.num_experts % p.expert:
             problems.append(f"expert {p.expert} must divide num_experts {m.num_experts}")

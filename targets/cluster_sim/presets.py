@@ -6,8 +6,9 @@ Models:
   (it gives their sizes, 188B and 1.04T, not their shapes): DeepSeek-V3-like GQA MoEs
   with one shared expert, top-8 routing and 4,096-token sequences. 187.0B and 1.028T
   parameters as counted by ``SimModel.parameters``.
-- ``deepseek-v3``, ``qwen3-235b-a22b``: the published Hugging Face config.json files
-  (targets/cluster_sim/configs/, read by hf_config.py).
+- ``deepseek-v3``, ``qwen3-235b-a22b``, ``qwen3-30b-a3b``: the published Hugging Face
+  config.json files (targets/cluster_sim/configs/, trimmed to the fields read, by
+  hf_config.py; Qwen3-30B-A3B counts 30.5B parameters, 3.35B active, as published).
 
 Clusters (per device; links one direction; efficiencies are assumptions until calibrated):
 
@@ -43,7 +44,11 @@ _ASSUMED_MODELS = {
         shared_experts=1,
     ),
 }  # fmt: skip
-_HF_MODELS = {"deepseek-v3": "deepseek-v3.json", "qwen3-235b-a22b": "qwen3-235b-a22b.json"}
+_HF_MODELS = {
+    "deepseek-v3": "deepseek-v3.json",
+    "qwen3-235b-a22b": "qwen3-235b-a22b.json",
+    "qwen3-30b-a3b": "qwen3-30b-a3b.json",
+}
 
 _H100 = Cluster(
     devices=8, peak_flops_per_s=989.4e12, memory_bytes=80e9, hbm_bytes_per_s=3.35e12,

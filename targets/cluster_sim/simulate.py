@@ -138,7 +138,8 @@ class _Stage:
 def _stages(cfg: SimConfig) -> list[_Stage]:
     m, par = cfg.model, cfg.parallel
     chunks = cfg.stages  # pipeline x virtual stages, in pipeline order (Megatron's chunks)
-    per = m.num_layers // chunks
+    # As even as possible, the first chunks one layer more (all equal when they divide).
+    counts = [len(part) for part in np.array_split(np.arange(m.num_layers), chunks)]
     c, f, e = m.hidden_size, m.expert_hidden_size, m.bytes_per_element
     attention = m.attention_params() / par.tensor
     shared = (m.shared_experts * 3 * c * f + c * m.num_experts) / par.tensor
@@ -147,8 +148,8 @@ def _stages(cfg: SimConfig) -> list[_Stage]:
     dp = cfg.data_parallel
     expert_dp = max(dp * par.context // par.expert, 1)
     out = []
-    for s in range(chunks):
-        d = int(np.clip(m.dense_layers - s * per, 0, per))
+    for s, per in enumerate(counts):
+        d = int(np.clip(m.dense_layers - sum(counts[:s]), 0, per))
         head, first = s == chunks - 1, s == 0
         plain = per * attention + (per - d) * shared + d * dense
         plain += (m.vocab_size * c / par.tensor) * (int(head) + int(first))
@@ -156,6 +157,9 @@ def _stages(cfg: SimConfig) -> list[_Stage]:
             plain += m.mtp_depth * (attention + shared + 2 * c * c / par.tensor)
         experts = (per - d + (m.mtp_depth if head else 0)) * routed
         weights_and_grads = (plain + experts) * (e + 4)
+        if par.fsdp:  # sharded, plus one layer gathered for its forward or backward
+            gathered = (plain + experts) / max(per, 1) * e
+            weights_and_grads = (plain / dp + experts / expert_dp) * (e + 4) + gathered
         optimizer = 12 * (plain / dp + experts / expert_dp)
         out.append(_Stage(per, d, head, first, weights_and_grads + optimizer, plain + experts))
     return out
@@ -179,11 +183,12 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
     tokens = cfg.micro_batch * m.seq_len / par.context  # per rank (SP splits activations)
     groups = max(cfg.data_parallel * par.context // par.expert, 1)
     rng = np.random.default_rng(job.seed)
-    draws = routing.draw(rng, (job.iterations, groups, p, mb), stages[0].layers,
+    most = max(st.layers for st in stages)  # uneven chunks: the missing layers masked out
+    draws = routing.draw(rng, (job.iterations, groups, p, mb), most,
                          m.num_experts, m.top_k, job.skew)  # fmt: skip
     share = routing.hottest_share(draws.ratio, m.num_experts, par.expert)  # [I,G,p,m,Ls]
     group_slots = par.expert * tokens * m.top_k
-    moe_mask = np.array([[i >= st.dense for i in range(st.layers)] for st in stages])
+    moe_mask = np.array([[st.dense <= i < st.layers for i in range(most)] for st in stages])
     hot_slots = share * group_slots * moe_mask[None, None, :, None, :]  # [I,G,p,m,Ls]
     slots_sum = hot_slots.sum(-1)  # [I,G,p,m]
     own_slots = tokens * m.top_k * moe_mask.sum(-1)  # [p]

@@ -5,6 +5,7 @@ negative, no OOM without cause, more skew never fewer OOMs, and layouts that do 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pytest
@@ -35,8 +36,8 @@ GPU = Cluster(devices=64, peak_flops_per_s=989e12, memory_bytes=80e9, hbm_bytes_
               host_link_bytes_per_s=55e9)  # fmt: skip
 
 
-def _config(memory_bytes: float = 80e9, **parallel: int) -> SimConfig:
-    layout = Parallel(**{"pipeline": 4, "expert": 8, **parallel})
+def _config(memory_bytes: float = 80e9, **parallel: Any) -> SimConfig:
+    layout = dataclasses.replace(Parallel(pipeline=4, expert=8), **parallel)
     return SimConfig(SMALL, layout, dataclasses.replace(GPU, memory_bytes=memory_bytes),
                      global_batch=128, micro_batch=2)  # fmt: skip
 
