@@ -86,7 +86,7 @@ def _sim_job(spec: SimulationSpec, policy: Any, skew: Any) -> SimJob:
     return SimJob(
         policy=policy, skew=skew, iterations=s.iterations, seed=s.seed,
         checkpoint_every=s.checkpoint_every, checkpoint_write_s=s.checkpoint_write_s,
-        restart_s=s.restart_s,
+        restart_s=s.restart_s, replay_counts=s.replay_counts() if skew == "replay" else None,
     )  # fmt: skip
 
 

@@ -16,15 +16,18 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
+import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
 from suites.errors import SpecError
+from suites.spec import spec_data_path
 from suites.spec_base import NonNegative, Positive, Strict
 from suites.spec_errors import problems_of, spec_error
 from targets.cluster_sim import presets
 from targets.cluster_sim.config import ClusterSimConfigError, Parallel, SimConfig
 from targets.cluster_sim.routing import SkewName
 from targets.cluster_sim.simulate import SIM_POLICIES, SimPolicy
+from targets.training.skew import SkewProfileError, read_replay_file
 
 _SKEWS: tuple[SkewName, ...] = ("calm", "spiky")
 Count = Annotated[int, Field(ge=1)]
@@ -93,6 +96,20 @@ class SimSettings(Strict):
     checkpoint_every: Count = 50
     checkpoint_write_s: NonNegative = 15.0  # seed 003: checkpoint writes cut to ~15 s
     restart_s: NonNegative = 300.0  # seed 000: restart and reload, "hundreds of seconds"
+    # Skew "replay": the reference trainer's replay file (one micro-batch's tokens per
+    # expert per layer a line; looped), as given, else under the shipped specs.
+    replay_file: str = ""
+
+    def replay_counts(self) -> np.ndarray | None:
+        """The replay file's loads ``[lines, layers, E]`` (None without a file); a file
+        that cannot be read, or rows of unequal shape, is a SpecError."""
+        if not self.replay_file:
+            return None
+        try:
+            _, loads = read_replay_file(spec_data_path(self.replay_file))
+            return np.array(loads, dtype=np.float64)
+        except (SkewProfileError, ValueError) as exc:
+            raise SpecError(f"sim.replay_file: {exc}") from None
 
 
 class SimulationSpec(Strict):
@@ -111,6 +128,9 @@ class SimulationSpec(Strict):
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise ValueError(f"job and reproduce names must be unique; repeated: {repeated}")
+        replays = "replay" in self.sim.skews or any(r.skew == "replay" for r in self.reproduce)
+        if replays and not self.sim.replay_file:
+            raise ValueError("skew 'replay' needs sim.replay_file (a routing replay file)")
         if self.sim.baseline not in self.sim.policies:
             raise ValueError(
                 f"sim.baseline {self.sim.baseline!r} must be one of sim.policies "
@@ -129,12 +149,19 @@ def validate_simulation(
     except ValidationError as exc:
         raise spec_error(source, problems_of(exc, SimulationSpec), overrides) from None
     problems = []
+    counts = spec.sim.replay_counts()
     for kind, jobs in (("job", spec.job), ("reproduce", spec.reproduce)):
         for i, job in enumerate(jobs):
             try:
-                job.config()
+                cfg = job.config()
             except ClusterSimConfigError as exc:
                 problems.append(f"{kind}[{i}] ({job.name!r}): {exc}")
+                continue
+            if counts is not None and counts.shape[-1] != cfg.model.num_experts:
+                problems.append(
+                    f"{kind}[{i}] ({job.name!r}): sim.replay_file has {counts.shape[-1]} "
+                    f"experts per layer, the model {cfg.model.num_experts}"
+                )
     if problems:
         raise SpecError(f"{source}: " + "\n".join(problems))
     return spec

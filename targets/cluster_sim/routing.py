@@ -28,8 +28,8 @@ from targets.training.skew import (
     SPIKE_RATIO,
 )
 
-SkewName = Literal["none", "calm", "spiky"]
-SKEW_NAMES: tuple[SkewName, ...] = ("none", "calm", "spiky")
+SkewName = Literal["none", "calm", "spiky", "replay"]
+SKEW_NAMES: tuple[SkewName, ...] = ("none", "calm", "spiky", "replay")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,8 @@ def draw(
     if skew not in SKEW_NAMES:
         raise ValueError(f"unknown skew {skew!r}; valid: {', '.join(SKEW_NAMES)}")
     full = (*shape, layers)
+    if skew == "replay":  # the loads come from a file (replay_share); no draw
+        return Loads(np.ones(full), np.zeros(full, dtype=np.int64), np.zeros(shape, bool))
     hot = rng.integers(0, experts, size=full)
     spike = np.zeros(shape, dtype=bool)
     if skew == "none":
@@ -79,3 +81,17 @@ def rank_slots(
     hot_rank = hot_expert // g
     np.put_along_axis(shares, hot_rank[..., None], hot[..., None], axis=-1)
     return shares * group_slots
+
+
+def replay_share(counts: np.ndarray, ep: int, shape: tuple[int, ...], layers: int) -> np.ndarray:
+    """The hottest rank's share ``[*shape, layers]`` from recorded tokens per expert
+    ``counts [lines, file layers, E]`` (the reference trainer's replay files): micro-batch
+    k replays line k mod lines (looped, in order, as the trainer does), layer l the file's
+    layer l mod its layers; each rank holds E / ep consecutive experts."""
+    lines, file_layers, experts = counts.shape
+    per_rank = counts.reshape(lines, file_layers, ep, experts // ep).sum(-1)
+    total = np.maximum(counts.sum(-1), 1)
+    share = per_rank.max(-1) / total  # [lines, file layers]
+    k = np.arange(int(np.prod(shape))) % lines
+    layer = np.arange(layers) % file_layers
+    return share[k][:, layer].reshape(*shape, layers)

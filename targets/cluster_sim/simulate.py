@@ -69,6 +69,8 @@ class JobSpec:
     checkpoint_every: int = 50
     checkpoint_write_s: float = 15.0  # seed 003: checkpoint writes cut to ~15 s
     restart_s: float = 300.0  # seed 000: restart + reload "hundreds of seconds"
+    # skew "replay": tokens per expert [lines, layers, E] (targets.training.skew's files)
+    replay_counts: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,11 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
     most = max(st.layers for st in stages)  # uneven chunks: the missing layers masked out
     draws = routing.draw(rng, (job.iterations, groups, p, mb), most,
                          m.num_experts, m.top_k, job.skew)  # fmt: skip
-    share = routing.hottest_share(draws.ratio, m.num_experts, par.expert)  # [I,G,p,m,Ls]
+    if job.skew == "replay":
+        share = routing.replay_share(_replay_counts(job, m.num_experts), par.expert,
+                                     (job.iterations, groups, p, mb), most)  # fmt: skip
+    else:
+        share = routing.hottest_share(draws.ratio, m.num_experts, par.expert)  # [I,G,p,m,Ls]
     group_slots = par.expert * tokens * m.top_k
     moe_mask = np.array([[st.dense <= i < st.layers for i in range(most)] for st in stages])
     hot_slots = share * group_slots * moe_mask[None, None, :, None, :]  # [I,G,p,m,Ls]
@@ -330,6 +336,18 @@ def _dual_batch(
     left_s = np.maximum(extra_s - plan.moved_s[None], 0.0)
     backward_s = (plain_backward_s + left_s).max(axis=0)
     return rank_timeline(forward_s, backward_s, hop_s, orders, chunks, plan.fill_s), plan
+
+
+def _replay_counts(job: JobSpec, experts: int) -> np.ndarray:
+    if job.replay_counts is None:
+        raise ClusterSimConfigError("skew 'replay' needs replay_counts (a replay file's loads)")
+    counts = np.asarray(job.replay_counts, dtype=np.float64)
+    if counts.ndim != 3 or counts.shape[-1] != experts:
+        raise ClusterSimConfigError(
+            f"replay loads of shape {counts.shape} do not fit the model: expected "
+            f"[micro-batches, layers, {experts} experts]"
+        )
+    return counts
 
 
 def _by_rank(a: np.ndarray, ranks: int, chunks: int) -> np.ndarray:

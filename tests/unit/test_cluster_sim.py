@@ -156,3 +156,22 @@ def test_a_layout_that_does_not_divide_names_each_mismatch():
     assert "num_layers 8 is not a multiple of pipeline x virtual_stages = 3 x 1 = 3" in message
     assert "devices 64 is not a multiple of tensor x pipeline x context" in message
     assert "expert 5 must divide num_experts 16" in message
+
+
+def test_uneven_layers_only_when_asked_and_fsdp_shards_the_weights():
+    """7 layers over 2 stages: refused naming the flag, else split 4 + 3 (the last stage,
+    with the head, fewer); FSDP puts less on every rank than the distributed optimizer."""
+    model = dataclasses.replace(SMALL, num_layers=7)
+
+    def config(**parallel: Any) -> SimConfig:
+        layout = dataclasses.replace(Parallel(pipeline=2, expert=8), **parallel)
+        return SimConfig(model, layout, GPU, global_batch=128, micro_batch=2)
+
+    with pytest.raises(ClusterSimConfigError, match="uneven_layers = true splits them"):
+        config().validate()
+    uneven = simulate(config(uneven_layers=True), JobSpec(skew="none", iterations=2))
+    sharded = simulate(config(uneven_layers=True, fsdp=True), JobSpec(skew="none", iterations=2))
+    assert uneven.ooms == sharded.ooms == 0
+    for a, b in zip(uneven.iterations, sharded.iterations, strict=True):
+        assert (b.peak_memory_bytes < a.peak_memory_bytes).all()
+        assert b.time_s == pytest.approx(a.time_s)  # its collectives are taken as hidden

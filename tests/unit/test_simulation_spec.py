@@ -3,13 +3,16 @@ unknown model or cluster, a typo: each a SpecError naming it (exit 2), before an
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from moeperf.cli import main
 from suites.errors import SpecError
 from suites.spec import load_spec
+from targets.cluster_sim import routing
 
 JOB = """
 suite = "simulation"
@@ -78,3 +81,58 @@ def test_a_policy_typo_and_a_baseline_not_run_are_named(tmp_path):
         load_spec(write(tmp_path), ["sim.policies=['keep-al']"])
     with pytest.raises(SpecError, match=r"sim\.baseline 'full-recompute' must be one of"):
         load_spec(write(tmp_path), ["sim.policies=['keep-all']"])
+
+
+MIXTRAL_SMALL = {
+    "model_type": "mixtral", "hidden_size": 1024, "num_hidden_layers": 8,
+    "num_attention_heads": 16, "num_key_value_heads": 4, "num_local_experts": 8,
+    "num_experts_per_tok": 2, "intermediate_size": 2048, "vocab_size": 32000,
+    "tie_word_embeddings": False,
+}  # fmt: skip
+REPLAY = Path(__file__).parent.parent / "data" / "routing_replay_example.jsonl"
+
+
+def test_replayed_routing_is_the_recorded_loads(tmp_path, capsys):
+    """Skew "replay" reads the reference trainer's replay file: the hottest rank's share of
+    each micro-batch and layer is the file's, looped, and a run completes on it."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(MIXTRAL_SMALL))
+    spec_text = f"""
+suite = "simulation"
+name = "replay"
+[sim]
+iterations = 3
+skews = ["replay", "calm"]
+policies = ["keep-all"]
+baseline = "keep-all"
+replay_file = "{REPLAY}"
+[[job]]
+name = "mixtral-ish"
+model = "{config}"
+devices = 16
+pipeline = 2
+expert = 4
+global_batch = 32
+"""
+    path = tmp_path / "replay.toml"
+    path.write_text(spec_text)
+    spec = load_spec(str(path)).simulation
+    counts = spec.sim.replay_counts()
+    assert counts is not None and counts.shape[1:] == (4, 8)
+    share = routing.replay_share(counts, 4, (2, 3), 4)
+    # micro-batch 4 replays line 4 mod lines; rank r holds experts 2r, 2r + 1
+    line = counts[4 % len(counts)]
+    expected = line.reshape(4, 4, 2).sum(-1).max(-1) / line.sum(-1)
+    np.testing.assert_allclose(share.reshape(-1, 4)[4], expected)
+    runs = tmp_path / "runs"
+    assert main(["--runs-dir", str(runs), "run", str(path)]) == 0
+    assert "mixtral-ish/keep-all/replay" in capsys.readouterr().out
+
+    with pytest.raises(SpecError, match=r"needs sim\.replay_file"):
+        load_spec(str(path), ["sim.replay_file=''"])
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({**MIXTRAL_SMALL, "num_local_experts": 16}))
+    other = tmp_path / "wrong.toml"
+    other.write_text(spec_text.replace(str(config), str(wrong)))
+    with pytest.raises(SpecError, match="replay_file has 8 experts per layer, the model 16"):
+        load_spec(str(other))
