@@ -1,7 +1,9 @@
 """Simulated training iterations: per-stage times from a roofline, the 1F1B timeline,
 activation memory per stage as micro-batches stack, OOMs, restarts and MFU.
 
-Per micro-batch and stage (``p`` stages of ``L / p`` layers, the dense ones first):
+Per micro-batch and stage (``p x v`` model chunks of about ``L / (p v)`` layers, the dense
+ones first; with ``virtual_stages`` v > 1 rank r holds chunks r, p + r, ... and runs
+Megatron's interleaved 1F1B; ``uneven_layers`` gives the first chunks one layer more):
 
 - compute: forward FLOPs of this rank (attention, router and shared experts / tensor; the
   routed experts of the hottest expert-parallel rank, which the all-to-all waits for) over
@@ -13,14 +15,19 @@ Per micro-batch and stage (``p`` stages of ``L / p`` layers, the dense ones firs
   compute. Data-parallel gradient reduction is taken as hidden under backward (Megatron's
   --overlap-grad-reduce) and the optimizer step is charged at HBM speed (16 B/param).
 - memory: weights bf16 + fp32 gradients per rank, fp32 master weights and two Adam moments
-  sharded over data parallel (the distributed optimizer), plus the saved activations
+  sharded over data parallel (the distributed optimizer; with ``fsdp`` weights and
+  gradients too, plus one layer gathered), plus the saved activations
   (activations.py) alive under this stage's 1F1B order, plus a working set (one layer's
   expert buffers on the hottest rank, forward and backward).
 
 Policies: keep-all, full-recompute, selective (experts recomputed), adaptive (after the
 router: keep while the stage's predicted peak fits under ``memory x (1 - margin)``, else the
-cheaper of recomputing or offloading the fewest expert slots that fit). An OOM is any stage
-of any expert group over its memory. All figures are simulated and say so where shown.
+cheaper of recomputing or offloading the fewest expert slots that fit, room reserved for
+the forwards still to come before the next backward), adaptive-dual (adaptive, its extra
+work then moved into the stage's bubbles and under its transfers: dual_batch.py). Skews:
+the reference trainer's none / calm / spiky drawn per micro-batch and layer, or replayed
+from its tokens-per-expert files. An OOM is any stage of any expert group over its
+memory. All figures are simulated and say so where shown.
 """
 
 from __future__ import annotations
