@@ -93,7 +93,7 @@ def test_a_misspelt_shipped_spec_gets_the_right_name_suggested():
     # The shipped names in order (new specs join the list; these are always among them).
     shipped = "shipped specs: accuracy, capacity, default, long-context, long-context-full, "
     assert shipped in message
-    assert ", nightly, " in message and message.endswith("training-oom-long")
+    assert ", nightly, " in message and message.endswith("training-sim-scale")
     with pytest.raises(SpecError) as far:
         resolve_spec_path("zzzz")
     assert "did you mean" not in str(far.value)
