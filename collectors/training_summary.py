@@ -126,11 +126,36 @@ class PredictedScenario:
     predicted_ooms: int
     measured_ooms: int
     fitted: bool  # this scenario's own steps set the efficiency: not a prediction
+    # Scenarios run interleaved: this scenario's step at the fitted scenario's pace (its
+    # median x the median ratio of the two scenarios' steps in the same rounds), so the
+    # host's drift over the run cancels; None when run sequentially or fitted.
+    measured_step_s_paired: float | None = None
+    paired_rounds: int = 0  # rounds the paired figure rests on
+    # Its 95% interval: the fitted median x a percentile bootstrap (over rounds) of the
+    # median ratio. The fitted median cancels in the step error (predicted ratio /
+    # measured ratio - 1), so this bounds the error's sampling noise.
+    measured_step_s_paired_ci: tuple[float, float] | None = None
+
+    @property
+    def measured_step_s(self) -> float | None:
+        """What the prediction is held to: the paired figure where there is one, else the
+        median step time."""
+        if self.measured_step_s_paired is not None:
+            return self.measured_step_s_paired
+        return self.measured_step_s_p50
 
     @property
     def step_error(self) -> float | None:
-        """predicted / measured - 1 of the median step time."""
-        return _ratio_error(self.predicted_step_s_p50, self.measured_step_s_p50)
+        """predicted / measured - 1 of the step time (``measured_step_s``)."""
+        return _ratio_error(self.predicted_step_s_p50, self.measured_step_s)
+
+    @property
+    def step_error_ci(self) -> tuple[float, float] | None:
+        """95% interval of the step error, from the paired figure's."""
+        if self.measured_step_s_paired_ci is None or self.predicted_step_s_p50 is None:
+            return None
+        low_s, high_s = self.measured_step_s_paired_ci
+        return self.predicted_step_s_p50 / high_s - 1, self.predicted_step_s_p50 / low_s - 1
 
     @property
     def peak_error(self) -> float | None:

@@ -555,6 +555,12 @@ def _simulator_blocks(check: SimulatorCheck) -> list[Chart | Table]:
         f"peak memory within {check.peak_tolerance:.0%}. Its one fitted factor, compute "
         f"efficiency: {efficiency}; 'fitted' marks a scenario whose own steps set it."
     )
+    if any(p.measured_step_s_paired is not None for p in check.scenarios.values()):
+        caption += (
+            " The scenarios ran interleaved (one step each in turn): 'step s measured' is "
+            "a scenario's step at the fitted scenario's pace, its median x the median ratio "
+            "of the two scenarios' steps in the same rounds, so the host's drift cancels."
+        )
     if check.not_predicted:
         caption += " Not predicted: " + "; ".join(
             f"{name} ({why})" for name, why in check.not_predicted.items()

@@ -13,6 +13,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+import numpy as np
+
+from collectors.bootstrap import bootstrap_statistic
 from collectors.training_summary import (
     BudgetCalibration,
     PredictedScenario,
@@ -46,8 +49,11 @@ def check_simulator(
     budgets: dict[str, BudgetCalibration],
     peak_flops_per_s: float,
     host_copy_s_per_byte: float,
+    paired: bool = False,
 ) -> SimulatorCheck | None:
-    """None when no scenario could be predicted (nothing to fit the efficiency on)."""
+    """None when no scenario could be predicted (nothing to fit the efficiency on).
+    ``paired``: the scenarios ran interleaved, so each one's steps are compared with the
+    fitted scenario's steps of the same rounds (``paired_step_s``)."""
     efficiency: dict[str, float] = {}
     fitted_on: dict[str, str] = {}
     fitted_scenario: dict[str, str] = {}
@@ -84,8 +90,9 @@ def check_simulator(
         cfg = given.config
         profile = profile_by_name(cfg.skew, cfg.skew_seed, cfg.replay_path, cfg.model)
         prediction = reference.predict(cfg, cal, profile, cfg.budget_bytes)
+        fitted = _named(outcomes, fitted_scenario.get(outcome.size))
         predicted[outcome.name] = _compare(
-            prediction, outcome, summaries[outcome.name], fitted_scenario.get(outcome.size)
+            prediction, outcome, summaries[outcome.name], fitted, paired
         )
     return SimulatorCheck(
         efficiency=efficiency,
@@ -145,14 +152,53 @@ def _why_not(
     return None
 
 
+def _named(outcomes: list[ScenarioOutcome], name: str | None) -> ScenarioOutcome | None:
+    return next((o for o in outcomes if o.name == name), None)
+
+
+@dataclass(frozen=True)
+class PairedStep:
+    """A scenario's step time at the fitted scenario's pace (``paired_step_s``)."""
+
+    step_s: float
+    rounds: int
+    step_s_ci: tuple[float, float]  # 95%: a percentile bootstrap of the ratio, over rounds
+
+
+def paired_step_s(outcome: ScenarioOutcome, fitted: ScenarioOutcome) -> PairedStep | None:
+    """The scenario's step time at the fitted scenario's pace: the fitted scenario's median
+    step (the one the efficiency is fitted on) x the median, over the rounds both ran, of
+    this scenario's step / the fitted scenario's step in the same round. Interleaved, the
+    r-th step of every scenario is round r (a step's lost attempts run inside it), and
+    within a round the host's pace is nearly shared, so the ratio cancels the drift that a
+    median over minutes keeps. Round 0 is left out, as in the fit (a fresh trainer's first
+    step warms the allocator). The fitted median cancels in the step error (predicted /
+    this - 1 = predicted ratio / measured ratio - 1), so the ratio's interval is the
+    error's."""
+    mine = [r.step_time_s for r in outcome.records][1:]
+    theirs = [r.step_time_s for r in fitted.records][1:]
+    rounds = min(len(mine), len(theirs))
+    if rounds == 0:
+        return None
+    ratios = np.array(mine[:rounds]) / np.array(theirs[:rounds])
+    pace_s = statistics.median(theirs)
+    replicates = bootstrap_statistic(ratios, "median", n_boot=2000)
+    low, high = np.quantile(replicates, [0.025, 0.975])
+    ci = (pace_s * float(low), pace_s * float(high))
+    return PairedStep(pace_s * float(np.median(ratios)), rounds, ci)
+
+
 def _compare(
     prediction: reference.ReferencePrediction,
     outcome: ScenarioOutcome,
     summary: TrainingScenarioSummary,
-    fitted_scenario: str | None,
+    fitted: ScenarioOutcome | None,
+    paired: bool,
 ) -> PredictedScenario:
     done = prediction.completed
     peaks = [r.peak_memory_bytes for r in outcome.records if r.peak_memory_bytes is not None]
+    own = fitted is not None and fitted.name == outcome.name
+    pair = paired_step_s(outcome, fitted) if paired and fitted is not None and not own else None
     return PredictedScenario(
         predicted_step_s_p50=statistics.median(s.time_s for s in done) if done else None,
         measured_step_s_p50=statistics.median(r.step_time_s for r in outcome.records),
@@ -160,5 +206,8 @@ def _compare(
         measured_peak_bytes=max(peaks) if peaks else None,
         predicted_ooms=prediction.ooms,
         measured_ooms=summary.ooms,
-        fitted=fitted_scenario == outcome.name,
+        fitted=own,
+        measured_step_s_paired=pair.step_s if pair else None,
+        paired_rounds=pair.rounds if pair else 0,
+        measured_step_s_paired_ci=pair.step_s_ci if pair else None,
     )

@@ -4,17 +4,16 @@ one run directory, one ``StepRecord`` per optimizer step.
 Before the first scenario: the peak FLOP/s of the device (measured on a CPU with the
 trainer's threads, a datasheet's on a GPU, or the spec's), and, for a ``budget_ratio``,
 the budget (budget.py). Each scenario then builds its own model, data and policy, and
-trains; its build time is kept apart from its wall time. Step times are the trainer's
-``time.monotonic_ns``, stored from the run's anchor.
+trains (scenario_run.py), to its end before the next (``matrix.order = "sequential"``)
+or one step each in turn (``"interleaved"``); its build time is kept apart from its wall
+time. Step times are the trainer's ``time.monotonic_ns``, stored from the run's anchor.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import gc
 import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,13 +33,13 @@ from collectors.training_summary import (
 )
 from suites.errors import SpecError
 from suites.training.budget import Budgets
-from suites.training.plan import Scenario, build_trainer, scenarios, sizes
+from suites.training.plan import Scenario, scenarios, sizes
 from suites.training.predict import ScenarioInputs, check_simulator
+from suites.training.scenario_run import ScenarioRun, run_in_turn
 from suites.training.spec import TrainingSpec
 from targets.training.cost_model import host_copy_seconds_per_byte
-from targets.training.peak import CpuMatmulDetail, PeakFlops, PeakFlopsError, mfu, peak_flops
+from targets.training.peak import CpuMatmulDetail, PeakFlops, PeakFlopsError, peak_flops
 from targets.training.setup import DTYPES
-from targets.training.trainer import StepResult, TrainingAbortedError
 
 MIB = 2**20
 TARGET_NAME = "reference-trainer"
@@ -61,87 +60,6 @@ def measure_peak(spec: TrainingSpec) -> PeakFlops:
 def peak_summary(peak: PeakFlops) -> PeakFlopsSummary:
     detail = dataclasses.asdict(peak.detail) if peak.detail is not None else None
     return PeakFlopsSummary(flops_per_s=peak.flops_per_s, source=peak.source, detail=detail)
-
-
-def step_record(result: StepResult, scenario: str, anchor_ns: int, peak: PeakFlops) -> StepRecord:
-    """A trainer step as stored: times from the run's anchor, MFU against ``peak``."""
-    step_time_s = (result.end_ns - result.start_ns) / 1e9
-    return StepRecord(
-        step=result.step,
-        rank=result.rank,
-        start_ns=result.start_ns - anchor_ns,
-        end_ns=result.end_ns - anchor_ns,
-        tokens=result.tokens,
-        scenario=scenario,
-        loss=result.loss,
-        model_flops=result.model_flops,
-        mfu=mfu(result.model_flops, step_time_s, peak) if step_time_s > 0 else None,
-        peak_memory_bytes=result.peak_memory_bytes,
-        tokens_per_expert=result.tokens_per_expert,
-        policy_decisions=result.policy_decisions,
-        events=list(result.events),
-    )
-
-
-def _checkpoint_dir(spec: TrainingSpec, run: RunWriter, scenario: Scenario) -> Path:
-    root = Path(spec.trainer.checkpoint_dir) if spec.trainer.checkpoint_dir else run.directory
-    return root / "checkpoints" / scenario.name.replace("/", "_")
-
-
-def run_scenario(
-    scenario: Scenario,
-    outcome: ScenarioOutcome,
-    checkpoint_dir: Path,
-    keep: Callable[[StepRecord], None],
-    peak: PeakFlops,
-    anchor_ns: int,
-    say: Say,
-    max_ooms: int | None = None,
-    built: Callable[[ScenarioInputs], None] = lambda _inputs: None,
-) -> None:
-    """Train ``scenario``, filling ``outcome`` as it goes (an interrupted one keeps what
-    it measured). After ``max_ooms`` OOMs (default: one per step) the trainer gives up
-    (its max_restarts), noted in ``outcome.stopped``. ``built`` gets what the simulator
-    needs to predict the scenario, once its trainer exists."""
-    config = dataclasses.replace(
-        scenario.config,
-        budget_bytes=outcome.budget_bytes,
-        checkpoint_dir=str(checkpoint_dir),
-        max_restarts=max_ooms or scenario.config.steps,
-    )
-    trainer, outcome.setup_s = build_trainer(config, f"scenario {scenario.name}")
-    working_set = trainer.setup.working_set
-    built(
-        ScenarioInputs(
-            config=config,
-            static_bytes=trainer.budget.stats().static.total_bytes,
-            working_set_bytes=working_set.working_set_bytes if working_set else None,
-        )
-    )
-
-    def on_step(result: StepResult) -> None:
-        record = step_record(result, scenario.name, anchor_ns, peak)
-        outcome.records.append(record)
-        outcome.decide_s += result.decide_s
-        keep(record)
-        kinds = [e["kind"] for e in result.events if e["kind"] != "checkpoint"]
-        say(
-            f"{scenario.name}: step {result.step + 1}/{config.steps} "
-            f"{record.step_time_s:.2f} s, peak {result.peak_memory_bytes / MIB:.1f} MiB"
-            + (f" [{', '.join(kinds)}]" if kinds else "")
-        )
-
-    started = time.perf_counter()
-    try:
-        trainer.run(on_step)
-    except TrainingAbortedError as stop:
-        outcome.stopped = f"stopped: {stop}"
-        say(f"{scenario.name}: {stop}")
-    finally:
-        outcome.wall_s = time.perf_counter() - started
-        outcome.skipped_samples = trainer.summary()["skipped_samples"]
-        del trainer
-        gc.collect()
 
 
 def run_training(
@@ -203,6 +121,12 @@ def _notes(spec: TrainingSpec, run: RunWriter, peak: PeakFlops) -> None:
             "Device memory is accounted on the CPU (static + saved activations + a "
             "calibrated working set); an OOM is that account crossing the budget."
         )
+    if spec.matrix.order == "interleaved":
+        run.add_note(
+            "Scenarios ran interleaved: one step of each in turn, every trainer alive, so "
+            "the host's drift over the run falls on all of them alike; a scenario's wall time "
+            "is the time in its own steps, restarts and checkpoint writes."
+        )
     if spec.trainer.budget_ratio is not None:
         run.add_note(
             f"Budget = {spec.trainer.budget_ratio:g} x the highest step peak of keep-all under "
@@ -229,10 +153,10 @@ def _run_all(
         if exporter is not None:
             exporter.observe_step(record, policy=record.scenario)
 
+    runs: list[ScenarioRun] = []
     try:
         for scenario in plan:
             budget = budgets.bytes_for(scenario)
-            checkpoints = _checkpoint_dir(spec, run, scenario)
             say(
                 f"{scenario.name}: building"
                 + (f" (budget {budget / MIB:.1f} MiB)" if budget is not None else "")
@@ -241,26 +165,33 @@ def _run_all(
                 scenario.name, scenario.policy, scenario.skew, scenario.size, budget
             )
             outcomes.append(outcome)
-            try:
-                run_scenario(
-                    scenario,
-                    outcome,
-                    checkpoints,
-                    keep,
-                    peak,
-                    anchor_ns,
-                    say,
-                    spec.trainer.max_ooms,
-                    built=functools.partial(inputs.__setitem__, scenario.name),
-                )
-            finally:
-                if not spec.trainer.checkpoint_dir:
-                    shutil.rmtree(checkpoints, ignore_errors=True)
+            scenario_run = ScenarioRun(
+                scenario,
+                outcome,
+                _checkpoint_dir(spec, run, scenario),
+                keep,
+                peak,
+                anchor_ns,
+                say,
+                spec.trainer.max_ooms,
+                built=functools.partial(inputs.__setitem__, scenario.name),
+            )
+            runs.append(scenario_run)
+            if spec.matrix.order == "sequential":
+                try:
+                    while scenario_run.advance():
+                        pass
+                finally:
+                    _close(spec, run, scenario_run)
+        if spec.matrix.order == "interleaved":
+            run_in_turn(runs)
         for outcome in outcomes:
             if outcome.stopped:
                 run.add_note(f"Scenario {outcome.name} {outcome.stopped}; its figures cover "
                              f"{len(outcome.records)} step records.")  # fmt: skip
     finally:
+        for scenario_run in runs:
+            _close(spec, run, scenario_run)
         if not spec.trainer.checkpoint_dir:
             shutil.rmtree(run.directory / "checkpoints", ignore_errors=True)
         summary = summarize_training(spec.kind, outcomes, peak_summary(peak), budgets.by_size)
@@ -278,6 +209,17 @@ def _run_all(
             run.write_summary(dataclasses.replace(summary, simulator=simulator))
 
 
+def _checkpoint_dir(spec: TrainingSpec, run: RunWriter, scenario: Scenario) -> Path:
+    root = Path(spec.trainer.checkpoint_dir) if spec.trainer.checkpoint_dir else run.directory
+    return root / "checkpoints" / scenario.name.replace("/", "_")
+
+
+def _close(spec: TrainingSpec, run: RunWriter, scenario_run: ScenarioRun) -> None:
+    scenario_run.close()
+    if not spec.trainer.checkpoint_dir:
+        shutil.rmtree(_checkpoint_dir(spec, run, scenario_run.scenario), ignore_errors=True)
+
+
 def _check_simulator(
     spec: TrainingSpec,
     outcomes: list[ScenarioOutcome],
@@ -292,7 +234,13 @@ def _check_simulator(
         return None
     host_copy = host_copy_seconds_per_byte(torch.device("cpu"))
     return check_simulator(
-        outcomes, summary.scenarios, inputs, budgets.by_size, peak.flops_per_s, host_copy
+        outcomes,
+        summary.scenarios,
+        inputs,
+        budgets.by_size,
+        peak.flops_per_s,
+        host_copy,
+        paired=spec.matrix.order == "interleaved",
     )
 
 

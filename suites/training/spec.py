@@ -163,6 +163,10 @@ class MatrixSpec(_Strict):
     policies: Annotated[list[PolicyName], Field(min_length=1)]
     skews: Annotated[list[SkewName], Field(min_length=1)] = ["calm"]
     sizes: list[SizeSpec] = []
+    # "sequential": each scenario to its end, then the next. "interleaved": one step of
+    # each in turn, every trainer alive at once, so a host whose speed drifts over the run
+    # slows all scenarios alike and their step times compare side by side (CPU only).
+    order: Literal["sequential", "interleaved"] = "sequential"
 
     @model_validator(mode="after")
     def _distinct(self) -> MatrixSpec:
@@ -196,6 +200,11 @@ class TrainingSpec(_Strict):
         if self.kind == "oom_rate" and t.budget_bytes is None and t.budget_ratio is None:
             raise ValueError(
                 "kind 'oom_rate' needs a budget: trainer.budget_bytes or trainer.budget_ratio"
+            )
+        if self.matrix.order == "interleaved" and t.device != "cpu":
+            raise ValueError(
+                "matrix.order 'interleaved' keeps every scenario's trainer alive at once; on "
+                f"{t.device!r} the allocator's peak would count them all: use 'sequential'"
             )
         if self.matrix.sizes and t.init_dir is not None:
             raise ValueError(f"matrix.sizes needs trainer.init_from = {NO_INIT!r}")

@@ -106,7 +106,9 @@ def simulator_table(check: SimulatorCheck) -> Table:
     """Per scenario: the cluster simulator's prediction (configured as this trainer)
     beside the measurement, and the error against its tolerance."""
     table = Table(title="Training: cluster simulator (simulated) against the trainer (measured)")
-    heads = ["scenario", "step s sim", "step s measured", "step error", "peak MiB sim",
+    paired = any(p.measured_step_s_paired is not None for p in check.scenarios.values())
+    heads = ["scenario", "step s sim", "step s measured", *(["paired s"] if paired else []),
+             "step error", *(["95% CI"] if paired else []), "peak MiB sim",
              "peak MiB measured", "peak error", "OOMs sim / measured"]  # fmt: skip
     for name in heads:
         table.add_column(name, justify="left" if name == "scenario" else "right", no_wrap=True)
@@ -115,7 +117,9 @@ def simulator_table(check: SimulatorCheck) -> Table:
             name + (" (fitted)" if p.fitted else ""),
             _num(p.predicted_step_s_p50, ".3f"),
             _num(p.measured_step_s_p50, ".3f"),
+            *([_num(p.measured_step_s_paired, ".3f")] if paired else []),
             _within(p.step_error, check.step_tolerance),
+            *([_interval(p.step_error_ci)] if paired else []),
             _num(p.predicted_peak_bytes, ".1f", 1 / MIB),
             _num(p.measured_peak_bytes, ".1f", 1 / MIB),
             _within(p.peak_error, check.peak_tolerance),
@@ -128,13 +132,26 @@ def simulator_table(check: SimulatorCheck) -> Table:
     skipped = "".join(
         f" {name}: not predicted, {why}." for name, why in check.not_predicted.items()
     )
+    pairing = (
+        "paired = the step at the fitted scenario's pace (scenarios ran interleaved: its "
+        "median x the median ratio of the two scenarios' steps in the same rounds), what "
+        "the step error is taken against, its 95% CI a bootstrap over the rounds; "
+        if paired
+        else ""
+    )
     table.caption = (
-        "step = median step time of successful steps; peak = highest step peak; error = "
+        "step = median step time of successful steps; "
+        + pairing
+        + "peak = highest step peak; error = "
         f"predicted / measured - 1, * past the tolerance (step {check.step_tolerance:.0%}, "
         f"peak {check.peak_tolerance:.0%}). Fitted efficiency: {efficiency}; (fitted): that "
         "scenario's own steps set it, not a prediction." + skipped
     )
     return table
+
+
+def _interval(interval: tuple[float, float] | None) -> str:
+    return "n/a" if interval is None else f"{interval[0]:+.1%} to {interval[1]:+.1%}"
 
 
 def _within(error: float | None, tolerance: float) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,13 @@ class Trainer:
         self.restarts = 0
 
     def run(self, on_step: Callable[[StepResult], None]) -> None:
+        for result in self.steps():
+            on_step(result)
+
+    def steps(self) -> Iterator[StepResult]:
+        """The job's completed steps, one at a time: a caller may run several trainers'
+        steps in turn (interleaved scenarios see the same host drift). A step's lost
+        attempts (OOM, restore) happen inside the ``next()`` that returns it."""
         cfg = self.config
         state = TrainState(step=0, next_sample=0)
         pending: list[dict] = [
@@ -108,7 +115,7 @@ class Trainer:
                 write_s = self.checkpoints.save(self.model, self.optimizer, state)
                 last_checkpoint_ns = time.monotonic_ns()
                 result.events.append({"kind": "checkpoint", "step": state.step, "write_s": write_s})
-            on_step(result)
+            yield result
 
     def _recover(self, state: TrainState, message: str, last_checkpoint_ns: int) -> list[dict]:
         self.restarts += 1

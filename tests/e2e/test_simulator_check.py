@@ -5,12 +5,17 @@ trainer (targets/cluster_sim/reference.py) and compared with what was measured.
 
 Issue 18's bar, per policy and skew: peak memory within 5% and step time within 10%. Peak
 and OOMs are deterministic (the same samples, routing and ledger), so this test holds the
-peak to 5% and the OOM count to the trainer's exactly. Step time is wall time on a shared
-2-core host, where one scenario's steps have been seen to range from 2.98 to 4.30 s and
-the same work 20% apart in two scenarios of one run; a CI run missed by 37.7% with the
-model unchanged. The 10% step bar is not met here (README, "The cluster simulator against
-this trainer"), so it is printed per scenario, not asserted: a gate that fails on the
-host's drift says nothing about the model.
+peak to 5% and the OOM count to the trainer's exactly.
+
+Step time is wall time on a shared 2-core host whose pace drifts by tens of percent over
+minutes: run one after another, the same work measured 20% apart in two scenarios of one
+run, and a CI run missed by 37.7% with the model unchanged. The spec now runs its
+scenarios interleaved, and each one's step is taken at the fitted scenario's pace (the
+median ratio of their steps in the same rounds), which cancels the drift; what is left is
+step-to-step jitter (about 8% per step here), a few percent on a median of 7 ratios. So
+the test holds each scenario's step error to 10% unless its 95% interval says the miss is
+noise: a prediction that is off by more than 10% beyond doubt fails it, and every error
+is printed with its interval.
 """
 
 from __future__ import annotations
@@ -47,7 +52,14 @@ def test_the_simulator_predicts_the_ci_sized_training_spec(tmp_path, capsys):
         own = steps[steps["scenario"] == name]
         times_s = (own["end_ns"] - own["start_ns"]) / 1e9
         spread = float(times_s.quantile(0.9) / times_s.quantile(0.1) - 1)
-        print(f"{name}: step error {p.step_error:+.1%}, own step spread {spread:.1%}")
+        if p.fitted:
+            continue
+        assert p.paired_rounds == 7 and p.step_error_ci is not None, (name, p)
+        low, high = p.step_error_ci
+        print(f"{name}: step error {p.step_error:+.1%} (95% CI {low:+.1%} to {high:+.1%}), "
+              f"own step spread {spread:.1%}")  # fmt: skip
+        # Off by more than the tolerance beyond the interval's doubt: a wrong prediction.
+        assert -check.step_tolerance <= high and low <= check.step_tolerance, (name, p)
 
     page = tmp_path / "report.html"
     assert main(["--runs-dir", str(runs), "report", reader.run_id, "--out", str(page)]) == 0

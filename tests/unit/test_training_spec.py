@@ -133,6 +133,14 @@ def test_budget_rules(tmp_path):
     assert "trainer.budget_ratio" in problem(write(tmp_path, "budget_ratio = 0\n"))
 
 
+def test_interleaving_is_for_the_cpu_and_an_unknown_order_lists_the_valid_ones(tmp_path):
+    interleaved = MATRIX + 'order = "interleaved"\n'
+    message = problem(write(tmp_path, 'device = "cuda"\n', rest=interleaved))
+    assert "matrix.order 'interleaved'" in message and "use 'sequential'" in message
+    message = problem(write(tmp_path, rest=MATRIX + 'order = "shuffled"\n'))
+    assert "matrix.order" in message and "'sequential'" in message and "'interleaved'" in message
+
+
 def test_model_table_only_with_random_init(tmp_path):
     path = tmp_path / "spec.toml"
     write(tmp_path, "[trainer.model]\nhidden_size = 128\n")
