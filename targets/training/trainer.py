@@ -45,7 +45,7 @@ class StepResult:
 
     step: int
     rank: int
-    start_ns: int  # time.monotonic_ns()
+    start_ns: int  # the trainer's clock: time.monotonic_ns unless given
     end_ns: int
     tokens: int
     loss: float  # mean next-token loss over the micro-batches
@@ -59,8 +59,9 @@ class StepResult:
 
 
 class Trainer:
-    def __init__(self, setup: TrainingSetup):
+    def __init__(self, setup: TrainingSetup, clock: Callable[[], int] = time.monotonic_ns):
         self.setup = setup
+        self._clock = clock  # monotonic nanoseconds: step times and the work an OOM loses
         self.config: TrainerConfig = setup.config
         self.model: MoETransformer = setup.model
         self.optimizer = make_optimizer(self.model, setup.recipe)
@@ -78,6 +79,7 @@ class Trainer:
         self._high_water = 0  # steps completed before any restart
         self._failed_sample = -1
         self.restarts = 0
+        self._paused_ns = 0  # time spent suspended at a yield of steps()
 
     def run(self, on_step: Callable[[StepResult], None]) -> None:
         for result in self.steps():
@@ -93,9 +95,9 @@ class Trainer:
             {"kind": "checkpoint", "step": 0,
              "write_s": self.checkpoints.save(self.model, self.optimizer, state)}
         ]  # fmt: skip
-        last_checkpoint_ns = time.monotonic_ns()
+        last_checkpoint_ns = self._own_ns()
         while state.step < cfg.steps:
-            started_ns = time.monotonic_ns()
+            started_ns = self._clock()
             try:
                 result, state = self._step(state, started_ns)
             except self.budget.oom_errors as error:
@@ -104,7 +106,7 @@ class Trainer:
                 pending += self._recover(state, message, last_checkpoint_ns)
                 state, restore_s = self.checkpoints.restore(self.model, self.optimizer)
                 pending[-1]["restore_s"] = restore_s
-                last_checkpoint_ns = time.monotonic_ns()  # what a next OOM loses starts here
+                last_checkpoint_ns = self._own_ns()  # what a next OOM loses starts here
                 continue
             result.events.extend(pending)
             pending = []
@@ -113,9 +115,16 @@ class Trainer:
             self._high_water = max(self._high_water, state.step)
             if state.step % cfg.checkpoint_every == 0:
                 write_s = self.checkpoints.save(self.model, self.optimizer, state)
-                last_checkpoint_ns = time.monotonic_ns()
+                last_checkpoint_ns = self._own_ns()
                 result.events.append({"kind": "checkpoint", "step": state.step, "write_s": write_s})
+            paused_ns = self._clock()
             yield result
+            self._paused_ns += self._clock() - paused_ns
+
+    def _own_ns(self) -> int:
+        """Monotonic time less the time this job sat suspended between its steps: the work
+        an OOM loses is this job's own, not other jobs' stepped in between."""
+        return self._clock() - self._paused_ns
 
     def _recover(self, state: TrainState, message: str, last_checkpoint_ns: int) -> list[dict]:
         self.restarts += 1
@@ -134,7 +143,7 @@ class Trainer:
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        lost_s = (time.monotonic_ns() - last_checkpoint_ns) / 1e9
+        lost_s = (self._own_ns() - last_checkpoint_ns) / 1e9
         return [
             {"kind": "oom", "step": state.step, "sample": failed, "message": message},
             {"kind": "skip", "samples": failed_step_samples},
@@ -183,7 +192,7 @@ class Trainer:
         self.optimizer.step()
         if self.model.lm_head.weight.device.type == "cuda":
             torch.cuda.synchronize()
-        ended_ns = time.monotonic_ns()
+        ended_ns = self._clock()
         tokens = cfg.microbatches * cfg.micro_batch_size * cfg.seq_len
         result = StepResult(
             step=state.step,

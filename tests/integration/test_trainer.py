@@ -102,6 +102,36 @@ def test_oom_at_the_budget_restarts_from_the_checkpoint_and_continues(
     assert [r.loss for r in results[:3]] == [r.loss for r in unlimited[:3]]
 
 
+class SteppedClock:
+    """Monotonic nanoseconds that move 1 ms a reading, and jump when the test says so."""
+
+    def __init__(self) -> None:
+        self.now_ns = 0
+
+    def __call__(self) -> int:
+        self.now_ns += 1_000_000
+        return self.now_ns
+
+
+def test_the_work_an_oom_loses_is_the_jobs_own_not_the_time_between_its_steps(
+    tmp_path, replay_file, unlimited
+):
+    """Stepped in turn with other jobs (interleaved scenarios), a trainer sits suspended
+    between its steps; an OOM loses the work since its last checkpoint, not that wait."""
+    peaks = {r.step: r.peak_memory_bytes for r in unlimited}
+    budget = (max(p for step, p in peaks.items() if step != 3) + peaks[3]) // 2
+    clock = SteppedClock()
+    trainer = Trainer(build(config(tmp_path, replay_file, budget_bytes=budget)), clock)
+    wait_ns = 1_000 * 10**9  # 1,000 s of other jobs' steps between two of this one's
+    results = []
+    for result in trainer.steps():
+        results.append(result)
+        clock.now_ns += wait_ns
+    restart = next(e for r in results for e in r.events if e["kind"] == "restart")
+    assert 0 < restart["lost_s"] < wait_ns / 1e9
+    assert all(0 < r.end_ns - r.start_ns < wait_ns for r in results)
+
+
 def test_full_recompute_and_adaptive_fit_where_keep_all_does_not(tmp_path, replay_file, unlimited):
     peaks = {r.step: r.peak_memory_bytes for r in unlimited}
     calm = max(p for step, p in peaks.items() if step != 3)
