@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,7 +85,7 @@ class Trainer:
         for result in self.steps():
             on_step(result)
 
-    def steps(self) -> Iterator[StepResult]:
+    def steps(self) -> Generator[StepResult, None, None]:
         """The job's completed steps, one at a time: a caller may run several trainers'
         steps in turn (interleaved scenarios see the same host drift). A step's lost
         attempts (OOM, restore) happen inside the ``next()`` that returns it."""

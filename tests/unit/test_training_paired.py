@@ -4,6 +4,7 @@ alike, and the paired figure takes that drift out where a median over the run ke
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
 import pytest
@@ -24,7 +25,8 @@ def outcome(name: str, step_s: float, paces: list[float]) -> ScenarioOutcome:
         start_ns, end_ns = int(at * S), int((at + time_s) * S)
         records.append(StepRecord(n, 0, start_ns, end_ns, tokens=100, scenario=name))
         at += time_s
-    return ScenarioOutcome(name, *name.split("/"), "", None, records=records)
+    policy, skew = name.split("/")
+    return ScenarioOutcome(name, policy, skew, "", None, records=records)
 
 
 def test_the_paired_step_is_the_true_ratio_at_the_fitted_pace():
@@ -64,11 +66,9 @@ def test_a_scenario_that_stopped_early_pairs_the_rounds_it_ran():
 
 
 def test_the_error_is_taken_against_the_paired_figure_where_there_is_one():
-    base = {"predicted_step_s_p50": 2.2, "measured_step_s_p50": 3.0,
-            "predicted_peak_bytes": 1, "measured_peak_bytes": 1, "predicted_ooms": 0,
-            "measured_ooms": 0, "fitted": False}  # fmt: skip
-    assert PredictedScenario(**base).step_error == pytest.approx(2.2 / 3.0 - 1)
-    paired = PredictedScenario(**base, measured_step_s_paired=2.0, paired_rounds=7)
+    median_only = PredictedScenario(2.2, 3.0, 1, 1, 0, 0, False)
+    assert median_only.step_error == pytest.approx(2.2 / 3.0 - 1)
+    paired = dataclasses.replace(median_only, measured_step_s_paired=2.0, paired_rounds=7)
     assert paired.step_error == pytest.approx(0.1)
 
 
