@@ -1,0 +1,113 @@
+"""One rank of a distributed training job.
+
+    python -m targets.training.distributed.worker CONFIG.json
+
+torchrun's environment contract: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and LOCAL_RANK
+for the GPU), so ``torchrun --nproc-per-node N -m targets.training.distributed.worker
+CONFIG.json`` runs it as well as the launcher does. The rank starts from the newest
+complete sharded checkpoint in the config's ``out_dir`` (writing step 0's first when there
+is none), trains, and writes a JSON line per step and per event to
+``out_dir/records/rank-R.jsonl``. An OOM is written down and ends the process with exit
+code 3: the launcher restarts the whole job, as a real job is restarted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from targets.training.checkpoint import TrainState
+from targets.training.distributed.comm import Comm, make_groups
+from targets.training.distributed.rank_step import RankEvent, RecordsFile, records_path
+from targets.training.distributed.rank_trainer import DistConfig, RankTrainer
+
+OOM_EXIT = 3
+COLLECTIVE_TIMEOUT_S = 120  # a peer that never comes (a hung rank) ends the job this late
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m targets.training.distributed.worker CONFIG.json", file=sys.stderr)
+        return 2
+    config = DistConfig.from_json(Path(argv[0]).read_text())
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if world_size != config.layout.world_size:
+        print(f"WORLD_SIZE {world_size} but the layout needs {config.layout.world_size}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    cfg = config.trainer
+    if cfg.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    backend = "nccl" if cfg.device == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))  # fmt: skip
+    records = RecordsFile(records_path(Path(config.out_dir) / "records", rank))
+    try:
+        comm = Comm(rank, make_groups(config.layout.all_groups()))
+        trainer = RankTrainer(config, rank, comm)
+        state = _start(trainer, records)
+        _train(trainer, state, records)
+        dist.barrier()
+    finally:
+        records.close()
+    dist.destroy_process_group()
+    return 0
+
+
+def _start(trainer: RankTrainer, records: RecordsFile) -> TrainState:
+    config, rank = trainer.config, trainer.rank
+    latest = trainer.checkpoints.latest()
+    if latest is None:
+        state = TrainState(step=0, next_sample=0)
+        write_s = _checkpoint(trainer, state)
+        records.write(RankEvent("started", rank, config.attempt, time.monotonic_ns(), 0,
+                                {"checkpoint_write_s": write_s}))  # fmt: skip
+        return state
+    state, restore_s = trainer.checkpoints.restore(trainer.model, trainer.optimizer)
+    records.write(RankEvent("restored", rank, config.attempt, time.monotonic_ns(), state.step,
+                            {"restore_s": restore_s}))  # fmt: skip
+    return state
+
+
+def _checkpoint(trainer: RankTrainer, state: TrainState) -> float:
+    write_s = trainer.checkpoints.write_shard(trainer.model, trainer.optimizer, state)
+    dist.barrier()  # every shard on disk before the step is marked complete
+    if trainer.rank == 0:
+        trainer.checkpoints.mark_complete(state.step, trainer.layout.world_size)
+    return write_s
+
+
+def _train(trainer: RankTrainer, state: TrainState, records: RecordsFile) -> None:
+    config = trainer.config
+    cfg = config.trainer
+    while state.step < cfg.steps:
+        try:
+            result, next_state = trainer.step(state)
+        except trainer.budget.oom_errors as error:
+            samples, _ = trainer.samples_for_step(state.next_sample)
+            message = str(error).splitlines()[0]
+            records.write(RankEvent("oom", trainer.rank, config.attempt, time.monotonic_ns(),
+                                    state.step, {"message": message, "samples": samples}))  # fmt: skip
+            records.close()
+            # The peers wait in a collective that will not complete: leave now, the
+            # launcher stops them and restarts the job.
+            os._exit(OOM_EXIT)
+        state = next_state
+        events: list[dict] = []
+        if result.step < config.replayed_below:
+            events.append({"kind": "replay", "step": result.step})
+        if state.step % cfg.checkpoint_every == 0:
+            write_s = _checkpoint(trainer, state)
+            events.append({"kind": "checkpoint", "step": state.step, "write_s": write_s})
+        records.write(dataclasses.replace(result, events=events))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
