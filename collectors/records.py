@@ -95,6 +95,28 @@ class StepRecord:
     # True for the cluster simulator's steps (targets/cluster_sim): times, memory and MFU
     # are predicted, never measured, and every table and chart that shows them says so.
     simulated: bool = False
+    # Distributed runs (suite "training-dist"); None / empty for one process. The rank's
+    # pipeline stage and the job's attempt (0, then +1 per restart); the step's time split
+    # (compute is the step less the rest), the 1F1B loop's own time, and the bytes moved.
+    stage: int | None = None
+    attempt: int | None = None
+    compute_s: float | None = None
+    all_to_all_s: float | None = None
+    pipeline_s: float | None = None
+    all_reduce_s: float | None = None
+    wait_s: float | None = None
+    microbatch_s: float | None = None
+    all_to_all_bytes: int | None = None
+    pipeline_bytes: int | None = None
+    all_reduce_bytes: int | None = None
+    # The main layers this rank runs: the rows of tokens_per_expert and of the lists below
+    # (empty: every layer). tokens_per_local_expert[layer][i]: token-slots the rank's i-th
+    # expert received from every rank; dispatched / received: token-slots the rank's
+    # all-to-all sent (to itself too) and got, per layer.
+    layers: list[int] = field(default_factory=list)
+    tokens_per_local_expert: list[list[int]] = field(default_factory=list)
+    dispatched_tokens: list[int] = field(default_factory=list)
+    received_tokens: list[int] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     @property

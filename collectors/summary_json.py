@@ -24,6 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from collectors.accuracy_records import AccuracySummary
+from collectors.dist_training_summary import DistTrainingSummary
 from collectors.errors import CollectorError
 from collectors.micro_summary import BenchmarkSummary, MicroSummary
 from collectors.schema import (
@@ -35,11 +36,15 @@ from collectors.serving_records import ServingSummary, empty_scenario
 from collectors.simulation_summary import SimulationSummary
 from collectors.training_summary import TrainingSummary
 
-RunSummary = ServingSummary | TrainingSummary | MicroSummary | AccuracySummary | SimulationSummary
+RunSummary = (
+    ServingSummary | TrainingSummary | DistTrainingSummary | MicroSummary | AccuracySummary
+    | SimulationSummary
+)  # fmt: skip
 _BY_SUITE: dict[str, type[RunSummary]] = {
     cls.SUITE: cls
     for cls in (
-        ServingSummary, TrainingSummary, MicroSummary, AccuracySummary, SimulationSummary,
+        ServingSummary, TrainingSummary, DistTrainingSummary, MicroSummary, AccuracySummary,
+        SimulationSummary,
     )
 }  # fmt: skip
 # A benchmark's rounds (a Described) are written inline in its entry, as version 1 did.

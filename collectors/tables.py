@@ -76,6 +76,21 @@ STEP_SCHEMA = _schema(
         ("policy_decisions", _STR),
         ("events", _STR),
         ("simulated", pa.bool_()),
+        ("stage", _INT),
+        ("attempt", _INT),
+        ("compute_s", pa.float64()),
+        ("all_to_all_s", pa.float64()),
+        ("pipeline_s", pa.float64()),
+        ("all_reduce_s", pa.float64()),
+        ("wait_s", pa.float64()),
+        ("microbatch_s", pa.float64()),
+        ("all_to_all_bytes", _INT),
+        ("pipeline_bytes", _INT),
+        ("all_reduce_bytes", _INT),
+        ("layers", pa.list_(_INT)),
+        ("tokens_per_local_expert", pa.list_(pa.list_(_INT))),
+        ("dispatched_tokens", pa.list_(_INT)),
+        ("received_tokens", pa.list_(_INT)),
         ("schema_version", _INT),
     ]
 )
@@ -91,11 +106,17 @@ SAMPLE_SCHEMA = _schema(
     ]
 )
 
+# The distributed trainer's columns (collectors.records.StepRecord), added later too.
+_DIST_STEP_COLUMNS = (
+    "stage", "attempt", "compute_s", "all_to_all_s", "pipeline_s", "all_reduce_s", "wait_s",
+    "microbatch_s", "all_to_all_bytes", "pipeline_bytes", "all_reduce_bytes", "layers",
+    "tokens_per_local_expert", "dispatched_tokens", "received_tokens",
+)  # fmt: skip
 _JSON_COLUMNS = {"steps": ("policy_decisions", "events")}
 # Optional columns added after schema version 1 shipped: older files lack them.
 _ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
     "requests": ("stream_end", "conversation", "turn", "cached_prompt_tokens"),
-    "steps": ("simulated",),
+    "steps": ("simulated", *_DIST_STEP_COLUMNS),
 }
 SCHEMAS = {"requests": REQUEST_SCHEMA, "steps": STEP_SCHEMA, "samples": SAMPLE_SCHEMA}
 

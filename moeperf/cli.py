@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Literal
 from rich.console import Console
 
 from collectors.accuracy_records import AccuracySummary
+from collectors.dist_training_summary import DistTrainingSummary
 from collectors.errors import MoeperfError
 from collectors.serving_records import ServingSummary
 from collectors.simulation_summary import SimulationSummary
@@ -67,6 +68,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     store = RunStore(args.runs_dir)
     if loaded.spec.suite == "training":
         return _run_training(args, console, store, loaded)
+    if loaded.spec.suite == "training-dist":
+        return _run_training_dist(args, console, store, loaded)
     if loaded.spec.suite == "accuracy":
         return _run_accuracy(args, console, store, loaded)
     if loaded.spec.suite == "simulation":
@@ -101,6 +104,21 @@ def _run_training(
         store,
         lambda run: announce_run(run, console),
         pushgateway_url=_pushgateway_url(args),
+        say=plain_lines(console),
+    )
+    return _show_ended(store, run_id, console, warn_only=args.warn_only)
+
+
+def _run_training_dist(
+    args: argparse.Namespace, console: Console, store: RunStore, loaded: LoadedSpec
+) -> int:
+    from suites.training.dist_runner import run_training_dist
+
+    run_id = run_training_dist(
+        loaded.training_dist,
+        loaded.given,
+        store,
+        lambda run: announce_run(run, console),
         say=plain_lines(console),
     )
     return _show_ended(store, run_id, console, warn_only=args.warn_only)
@@ -185,6 +203,13 @@ def _show(store: RunStore, run: str, console: Console) -> None:
         from suites.training.tables import training_tables
 
         for table in training_tables(summary):
+            console.print(table)
+        console.print(f"results: {reader.directory}")
+        return
+    if isinstance(summary, DistTrainingSummary):
+        from suites.training.dist_tables import dist_training_tables
+
+        for table in dist_training_tables(summary):
             console.print(table)
         console.print(f"results: {reader.directory}")
         return

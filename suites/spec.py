@@ -50,6 +50,7 @@ from targets.synthetic.config import SyntheticConfig
 if TYPE_CHECKING:
     from suites.accuracy.spec import AccuracySpec
     from suites.simulation.spec import SimulationSpec
+    from suites.training.dist_spec import DistTrainingSpec
     from suites.training.spec import TrainingSpec
     from targets.serving.config import ReferenceTargetConfig
 
@@ -823,7 +824,7 @@ class LoadedSpec:
 
     # As given, overrides applied: what the run's manifest stores.
     given: dict[str, Any]
-    spec: ServingSpec | TrainingSpec | AccuracySpec | SimulationSpec
+    spec: ServingSpec | TrainingSpec | DistTrainingSpec | AccuracySpec | SimulationSpec
     # The spec file, or what built the data ("calibrate"): named in errors.
     source: str
 
@@ -839,6 +840,15 @@ class LoadedSpec:
         """The spec, for a command that runs training specs only (SpecError otherwise)."""
         if self.spec.suite != "training":
             raise SpecError(f"{self.source}: suite {self.spec.suite!r}; a training spec is needed")
+        return self.spec
+
+    @property
+    def training_dist(self) -> DistTrainingSpec:
+        """The spec, for the distributed training suite (SpecError otherwise)."""
+        if self.spec.suite != "training-dist":
+            raise SpecError(
+                f"{self.source}: suite {self.spec.suite!r}; a training-dist spec is needed"
+            )
         return self.spec
 
     @property
@@ -896,6 +906,8 @@ def validate_spec(
     suite = given.get("suite", "serving")
     if suite == "training":
         return LoadedSpec(given, _training_spec(given, source, overrides), source)
+    if suite == "training-dist":
+        return LoadedSpec(given, _training_spec(given, source, overrides, dist=True), source)
     if suite == "accuracy":
         from suites.accuracy.spec import validate_accuracy
 
@@ -908,8 +920,8 @@ def validate_spec(
         culprits = blame(overrides, [("suite",)])
         where = ", ".join(f"--set {o.text}" for o in culprits) or source
         raise SpecError(
-            f"{where}: unknown suite {suite!r}; valid suites: serving, training, accuracy, "
-            "simulation"
+            f"{where}: unknown suite {suite!r}; valid suites: serving, training, "
+            "training-dist, accuracy, simulation"
         )
     try:
         spec = ServingSpec.model_validate(given)
@@ -943,13 +955,20 @@ REFERENCE_INSTALL = (
 )
 
 
-def _training_spec(data: dict[str, Any], source: str, overrides: Sequence[str]) -> TrainingSpec:
-    """A training spec, validated by suites.training (imported only here: it needs torch)."""
+def _training_spec(
+    data: dict[str, Any], source: str, overrides: Sequence[str], *, dist: bool = False
+) -> TrainingSpec | DistTrainingSpec:
+    """A training (or training-dist) spec, validated by suites.training (imported only here:
+    it needs torch)."""
     if not torch_installed():
         raise SpecError(
-            f"{source}: suite 'training' runs the reference trainer, which needs PyTorch and "
-            f"the reference extra; install them with: {REFERENCE_INSTALL}"
+            f"{source}: suite {data.get('suite')!r} runs the reference trainer, which needs "
+            f"PyTorch and the reference extra; install them with: {REFERENCE_INSTALL}"
         )
+    if dist:
+        from suites.training.dist_spec import validate_training_dist
+
+        return validate_training_dist(data, source, overrides)
     from suites.training.spec import validate_training
 
     return validate_training(data, source, overrides)

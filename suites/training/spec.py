@@ -117,6 +117,8 @@ class TrainerSpec(_TrainerFields):
     device: str = TrainerConfig.device
     threads: int = TrainerConfig.threads
     replay_path: str | None = TrainerConfig.replay_path
+    steps: int = TrainerConfig.steps
+    microbatches: int = TrainerConfig.microbatches
     model: ModelSpec = ModelSpec()
     # A model directory, "default" (the shipped model) or "none" (random weights of `model`).
     init_from: str = "default"

@@ -140,17 +140,41 @@ class Comm:
         self.times.all_reduce_bytes += _nbytes(buffer)
 
 
+def ping_pong(tensor: Tensor, peer: int, lead: bool, reps: int = 20, warmup: int = 2) -> float:
+    """The one-way time of ``tensor`` to ``peer`` and back, halved, best of ``reps`` after
+    ``warmup`` (the link alone: both ranks wait here for nothing else). The ``lead`` rank
+    sends first and times; the other returns what it gets. Returns seconds (the leader's
+    measure; 0.0 on the other side)."""
+    buffer = torch.empty_like(tensor)
+    best = float("inf")
+    for i in range(warmup + reps):
+        started = time.monotonic_ns()
+        if lead:
+            dist.send(tensor, peer)
+            dist.recv(buffer, peer)
+        else:
+            dist.recv(buffer, peer)
+            dist.send(buffer, peer)
+        if i >= warmup:
+            best = min(best, (time.monotonic_ns() - started) / 2e9)
+    return best if lead else 0.0
+
+
 class _AllToAll(torch.autograd.Function):
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: Any, x: Tensor, out_splits: list[int], in_splits: list[int],
-        members: list[int], comm: Comm,
-    ) -> Tensor:  # fmt: skip
+    def forward(
+        ctx: Any,
+        x: Tensor,
+        out_splits: list[int],
+        in_splits: list[int],
+        members: list[int],
+        comm: Comm,
+    ) -> Tensor:
         ctx.splits, ctx.members, ctx.comm = (out_splits, in_splits), members, comm
         return comm._all_to_all(x, out_splits, in_splits, members)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         out_splits, in_splits = ctx.splits
         back = ctx.comm._all_to_all(grad, in_splits, out_splits, ctx.members)
         return back, None, None, None, None

@@ -68,8 +68,8 @@ class ExpertParallelMoE(MoE):
         self.runner.after_routing(self.layer, loads)  # this rank's policy, on its own loads
 
         # Received rows come by source rank, then expert: regroup them by expert.
-        expert_of_row = torch.arange(per_rank).repeat(ranks).repeat_interleave(
-            recv_counts.flatten()
+        expert_of_row = (
+            torch.arange(per_rank).repeat(ranks).repeat_interleave(recv_counts.flatten())
         )
         by_expert = expert_of_row.argsort(stable=True)
         grouped = received[by_expert]

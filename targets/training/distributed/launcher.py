@@ -31,7 +31,7 @@ import torch
 
 from targets.training.distributed.rank_step import RankEvent, RankStep, read_line, records_path
 from targets.training.distributed.rank_trainer import DistConfig
-from targets.training.distributed.worker import OOM_EXIT
+from targets.training.distributed.worker import CONFIG_EXIT, OOM_EXIT
 
 POLL_S = 0.01
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
@@ -63,6 +63,7 @@ class Recovery:
     resumed_ns: int | None = None  # the next attempt's first step completed on every rank
     steps_replayed: int = 0  # steps done before the failure and done again
     message: str = ""
+    exit_code: int | None = None
 
     @property
     def detect_s(self) -> float:
@@ -85,6 +86,10 @@ class JobResult:
 
 class LaunchError(RuntimeError):
     """The job failed in a way a restart does not fix (its rank's log is in the message)."""
+
+
+class LaunchConfigError(LaunchError):
+    """A rank refused the configuration (exit code 2): the message is the rank's."""
 
 
 def free_port() -> int:
@@ -149,9 +154,11 @@ def launch(
     pending_fault = fault
     while True:
         attempt_config = dataclasses.replace(
-            config, attempt=result.attempts, skip_samples=tuple(sorted(skip)),
+            config,
+            attempt=result.attempts,
+            skip_samples=tuple(sorted(skip)),
             replayed_below=min(done_by_rank) if result.attempts else 0,
-        )  # fmt: skip
+        )
         procs = _start(attempt_config, out)
         result.attempts += 1
         recovery = result.recoveries[-1] if result.recoveries else None
@@ -166,11 +173,18 @@ def launch(
                     result.steps.append(record)
                     done_by_rank[record.rank] = max(done_by_rank[record.rank], record.step + 1)
                     first_step_seen.setdefault(record.rank, record.end_ns)
-                    if recovery is not None and recovery.resumed_ns is None and \
-                            len(first_step_seen) == world:  # fmt: skip
+                    if (
+                        recovery is not None
+                        and recovery.resumed_ns is None
+                        and len(first_step_seen) == world
+                    ):
                         recovery.resumed_ns = max(first_step_seen.values())
-                    if pending_fault is not None and record.rank == pending_fault.rank and \
-                            record.step >= pending_fault.after_step and kill_at_ns is None:  # fmt: skip
+                    if (
+                        pending_fault is not None
+                        and record.rank == pending_fault.rank
+                        and record.step >= pending_fault.after_step
+                        and kill_at_ns is None
+                    ):
                         kill_at_ns = clock() + int(pending_fault.delay_s * 1e9)
                 else:
                     result.events.append(record)
@@ -189,12 +203,27 @@ def launch(
             bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
             if bad:
                 detected_ns = clock()
-                # The cause first: the rank killed, or out of memory; a peer that then
-                # failed in a collective (exit code 1) is a consequence.
-                rank, code = min(bad, key=lambda rc: (
-                    killed is None or rc[0] != killed[0], rc[1] != OOM_EXIT, rc[1] > 0))
-                failed = _failure(rank, code, attempt_config, detected_ns, result, tail,
-                                  on_record, out, min(done_by_rank))  # fmt: skip
+                # The cause first: the rank killed, out of memory or refusing the config;
+                # a peer that then failed in a collective (exit code 1) is a consequence.
+                rank, code = min(
+                    bad,
+                    key=lambda rc: (
+                        killed is None or rc[0] != killed[0],
+                        rc[1] not in (OOM_EXIT, CONFIG_EXIT),
+                        rc[1] > 0,
+                    ),
+                )
+                failed = _failure(
+                    rank,
+                    code,
+                    attempt_config,
+                    detected_ns,
+                    result,
+                    tail,
+                    on_record,
+                    out,
+                    min(done_by_rank),
+                )
                 if killed is not None and killed[0] == rank:  # the drill's kill, not a crash
                     failed.failed_ns = killed[1]
                     failed.message = "SIGKILL (training.faults drill)"
@@ -207,36 +236,74 @@ def launch(
                 skip.update(event.detail["samples"])  # the failed step's batch, as one job skips
         result.recoveries.append(failed)
         if failed.cause == "crash":
+            if failed.exit_code == CONFIG_EXIT:
+                raise LaunchConfigError(_last_error(failed.message))
             raise LaunchError(f"rank {failed.rank} failed: {failed.message}")
         if len(result.recoveries) > max_restarts:
-            result.stopped = (f"stopped after {len(result.recoveries)} failures "
-                              f"(max_restarts {max_restarts}); last: {failed.message}")  # fmt: skip
+            result.stopped = (
+                f"stopped after {len(result.recoveries)} failures "
+                f"(max_restarts {max_restarts}); last: {failed.message}"
+            )
             return result
 
 
 def _failure(
-    rank: int, code: int, config: DistConfig, detected_ns: int, result: JobResult,
-    tail: _Tail, on_record: Callable[[RankStep | RankEvent], None], out: Path, step: int,
-) -> Recovery:  # fmt: skip
+    rank: int,
+    code: int,
+    config: DistConfig,
+    detected_ns: int,
+    result: JobResult,
+    tail: _Tail,
+    on_record: Callable[[RankStep | RankEvent], None],
+    out: Path,
+    step: int,
+) -> Recovery:
     _drain(tail, result, on_record)
     if code == OOM_EXIT:
         oom = [e for e in result.events if e.kind == "oom" and e.attempt == config.attempt]
         first = min(oom, key=lambda e: e.at_ns) if oom else None
-        return Recovery("oom", first.rank if first else rank, config.attempt,
-                        first.at_ns if first else detected_ns, detected_ns,
-                        first.step if first else step,
-                        message=first.detail["message"] if first else "out of memory")  # fmt: skip
+        return Recovery(
+            "oom",
+            first.rank if first else rank,
+            config.attempt,
+            first.at_ns if first else detected_ns,
+            detected_ns,
+            first.step if first else step,
+            message=first.detail["message"] if first else "out of memory",
+        )
     if code < 0:
-        return Recovery("killed", rank, config.attempt, detected_ns, detected_ns, step,
-                        message=f"killed by signal {-code}")  # fmt: skip
+        return Recovery(
+            "killed",
+            rank,
+            config.attempt,
+            detected_ns,
+            detected_ns,
+            step,
+            message=f"killed by signal {-code}",
+        )
     log = _log_path(out, config.attempt, rank)
     tail_text = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-    return Recovery("crash", rank, config.attempt, detected_ns, detected_ns, step,
-                    message=f"exit code {code}\n{tail_text}")  # fmt: skip
+    return Recovery(
+        "crash",
+        rank,
+        config.attempt,
+        detected_ns,
+        detected_ns,
+        step,
+        message=f"exit code {code}\n{tail_text}",
+        exit_code=code,
+    )
 
 
-def _drain(tail: _Tail, result: JobResult,
-           on_record: Callable[[RankStep | RankEvent], None]) -> None:  # fmt: skip
+def _last_error(log_text: str) -> str:
+    """The ``error: ...`` line a rank printed before exiting with CONFIG_EXIT."""
+    lines = [line for line in log_text.splitlines() if line.startswith("error: ")]
+    return lines[-1].removeprefix("error: ") if lines else log_text
+
+
+def _drain(
+    tail: _Tail, result: JobResult, on_record: Callable[[RankStep | RankEvent], None]
+) -> None:
     for record in tail.read():
         on_record(record)
         (result.steps if isinstance(record, RankStep) else result.events).append(record)  # type: ignore[arg-type]
@@ -254,20 +321,26 @@ def _start(config: DistConfig, out: Path) -> list[subprocess.Popen[bytes]]:
     for rank in range(config.layout.world_size):
         env = {
             **os.environ,
-            "RANK": str(rank), "LOCAL_RANK": str(rank),
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
             "WORLD_SIZE": str(config.layout.world_size),
             "LOCAL_WORLD_SIZE": str(config.layout.world_size),
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
             "GLOO_SOCKET_IFNAME": "lo",  # gloo's connections over loopback only
             "OMP_NUM_THREADS": str(config.trainer.threads),
-        }  # fmt: skip
+        }
         log = _log_path(out, config.attempt, rank)
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("wb") as log_file:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "targets.training.distributed.worker", str(path)],
-                env=env, stdout=log_file, stderr=subprocess.STDOUT,
-            ))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "targets.training.distributed.worker", str(path)],
+                    env=env,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                )
+            )
     return procs
 
 

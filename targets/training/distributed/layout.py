@@ -85,8 +85,12 @@ class Layout:
         """Every group the job creates, each once, in one order every rank agrees on
         (torch.distributed.new_group must be called by all ranks alike)."""
         found: list[list[int]] = []
-        for maker in (self.expert_group, self.dense_group, self.expert_data_group,
-                      self.embedding_group):  # fmt: skip
+        for maker in (
+            self.expert_group,
+            self.dense_group,
+            self.expert_data_group,
+            self.embedding_group,
+        ):
             for rank in range(self.world_size):
                 group = maker(rank)
                 if len(group) > 1 and group not in found:
@@ -100,8 +104,10 @@ class Layout:
         c = self.coords(rank)
         if self.pp == 1 or c.stage not in (0, self.pp - 1):
             return [rank]
-        return [self.rank_of(0, c.dp_index, c.ep_index),
-                self.rank_of(self.pp - 1, c.dp_index, c.ep_index)]  # fmt: skip
+        return [
+            self.rank_of(0, c.dp_index, c.ep_index),
+            self.rank_of(self.pp - 1, c.dp_index, c.ep_index),
+        ]
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ class RankStep:
     pipeline_s: float
     all_reduce_s: float
     wait_s: float
+    microbatch_s: float  # the 1F1B loop (forwards, backwards, their send/recv) alone
     all_to_all_bytes: int
     pipeline_bytes: int
     all_reduce_bytes: int

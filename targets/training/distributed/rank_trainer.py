@@ -81,19 +81,28 @@ def _is_expert(name: str) -> bool:
 
 class RankTrainer:
     def __init__(
-        self, config: DistConfig, rank: int, comm: Comm,
+        self,
+        config: DistConfig,
+        rank: int,
+        comm: Comm,
         clock: Callable[[], int] = time.monotonic_ns,
-    ):  # fmt: skip
+    ):
         self.config, self.comm, self._clock = config, comm, clock
         cfg, layout = config.trainer, config.layout
         self.layout, self.rank = layout, rank
         self.coords = layout.coords(rank)
         # The whole model is built and calibrated here first (the working set, the adaptive
         # policy's costs: one process's forward, no collectives), then cut to this rank.
-        self.setup = build(dataclasses.replace(
-            cfg, expert_parallel=1, pipeline_stages=1, stage=0, rank=rank,
-            world_size=layout.world_size,
-        ))  # fmt: skip
+        self.setup = build(
+            dataclasses.replace(
+                cfg,
+                expert_parallel=1,
+                pipeline_stages=1,
+                stage=0,
+                rank=rank,
+                world_size=layout.world_size,
+            )
+        )
         model = self.setup.model
         layout.check(model.config.num_experts, model.config.num_layers, cfg.microbatches)
         self.plan = StagePlan(
@@ -129,8 +138,8 @@ class RankTrainer:
         named = [(n, p) for n, p in model.named_parameters()]
         self.expert_params = [p for n, p in named if _is_expert(n)]
         self.dense_params = [p for n, p in named if not _is_expert(n)]
-        self.tied = layout.pp > 1 and model.config.mtp_depth > 0 and (
-            self.plan.first or self.plan.last
+        self.tied = (
+            layout.pp > 1 and model.config.mtp_depth > 0 and (self.plan.first or self.plan.last)
         )
         embedding = model.model.embed_tokens
         # The last stage's copy of the embedding is the first stage's: counted once in the norm.
@@ -141,10 +150,11 @@ class RankTrainer:
         self.skipped = set(config.skip_samples)
         device = torch.device(cfg.device)
         tokens = cfg.micro_batch_size * cfg.seq_len
-        self._activation = torch.empty(
-            (tokens, model.config.hidden_size), dtype=next(model.parameters()).dtype,
+        self.activation = torch.empty(
+            (tokens, model.config.hidden_size),
+            dtype=next(model.parameters()).dtype,
             device=device,
-        )  # fmt: skip
+        )
 
     # -- the step ---------------------------------------------------------------------------
 
@@ -171,6 +181,7 @@ class RankTrainer:
             ep_layer.take_traffic()
         started_ns = self._clock()
         losses, experts, decisions, decide_s = self._microbatches(mine)
+        microbatch_s = (self._clock() - started_ns) / 1e9
         self._sum_gradients()
         loss_sum = sum(losses)
         total_norm, loss_total = self._global_norm_and_loss(loss_sum)
@@ -215,6 +226,7 @@ class RankTrainer:
             pipeline_s=times.pipeline_s,
             all_reduce_s=times.all_reduce_s,
             wait_s=times.wait_s,
+            microbatch_s=microbatch_s,
             all_to_all_bytes=times.all_to_all_bytes,
             pipeline_bytes=times.pipeline_bytes,
             all_reduce_bytes=times.all_reduce_bytes,
@@ -249,7 +261,7 @@ class RankTrainer:
                     self.policy.begin_microbatch()
                     x_in = None
                     if not plan.first:
-                        x_in = comm.recv(self._activation, prev_rank).requires_grad_()
+                        x_in = comm.recv(self.activation, prev_rank).requires_grad_()
                     out = stage_forward(self.model, plan, x, y, x_in)
                     # This stage's share of the load-balancing loss (its layers of the mean
                     # over all layers), divided as every micro-batch's loss is.
@@ -274,8 +286,10 @@ class RankTrainer:
                     if plan.last:
                         objective.backward()
                     else:
-                        grad = comm.recv(self._activation, next_rank)
-                        torch.autograd.backward([hidden, objective], [grad, torch.ones_like(objective)])
+                        grad = comm.recv(self.activation, next_rank)
+                        torch.autograd.backward(
+                            [hidden, objective], [grad, torch.ones_like(objective)]
+                        )
                     if x_in is not None:
                         assert x_in.grad is not None
                         sends.append(comm.send(x_in.grad, prev_rank))
@@ -293,8 +307,9 @@ class RankTrainer:
         self._sum(self.dense_params, layout.dense_group(rank))
         self._sum(self.expert_params, layout.expert_data_group(rank))
         if self.tied:
-            self._sum(list(self.model.model.embed_tokens.parameters()),
-                      layout.embedding_group(rank))  # fmt: skip
+            self._sum(
+                list(self.model.model.embed_tokens.parameters()), layout.embedding_group(rank)
+            )
 
     def _sum(self, params: list[nn.Parameter], members: list[int]) -> None:
         if len(members) < 2 or not params:
@@ -303,10 +318,10 @@ class RankTrainer:
         # expert no token reached has none on that rank, and AdamW must skip it only if no
         # replica had one (as the single process skips it).
         dtype = params[0].dtype
-        parts = [p.grad.flatten() if p.grad is not None else p.new_zeros(p.numel())
-                 for p in params]  # fmt: skip
-        present = torch.tensor([p.grad is not None for p in params], dtype=dtype,
-                               device=params[0].device)  # fmt: skip
+        parts = [p.grad.flatten() if p.grad is not None else p.new_zeros(p.numel()) for p in params]
+        present = torch.tensor(
+            [p.grad is not None for p in params], dtype=dtype, device=params[0].device
+        )
         buffer = torch.cat([*parts, present])
         self.comm.all_reduce_sum(buffer, members)
         offset = 0

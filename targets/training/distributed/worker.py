@@ -24,11 +24,16 @@ import torch
 import torch.distributed as dist
 
 from targets.training.checkpoint import TrainState
-from targets.training.distributed.comm import Comm, make_groups
+from targets.training.distributed.comm import Comm, make_groups, ping_pong
+from targets.training.distributed.layout import LayoutError
 from targets.training.distributed.rank_step import RankEvent, RecordsFile, records_path
 from targets.training.distributed.rank_trainer import DistConfig, RankTrainer
+from targets.training.setup import TrainingConfigError
+from targets.training.skew import SkewProfileError
 
 OOM_EXIT = 3
+CONFIG_EXIT = 2  # the configuration cannot run (the message says why): no restart helps
+CONFIG_ERRORS = (TrainingConfigError, LayoutError, SkewProfileError)
 COLLECTIVE_TIMEOUT_S = 120  # a peer that never comes (a hung rank) ends the job this late
 
 
@@ -39,19 +44,28 @@ def main(argv: list[str]) -> int:
     config = DistConfig.from_json(Path(argv[0]).read_text())
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if world_size != config.layout.world_size:
-        print(f"WORLD_SIZE {world_size} but the layout needs {config.layout.world_size}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"WORLD_SIZE {world_size} but the layout needs {config.layout.world_size}",
+            file=sys.stderr,
+        )
         return 2
     cfg = config.trainer
     if cfg.device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     backend = "nccl" if cfg.device == "cuda" else "gloo"
-    dist.init_process_group(backend, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))  # fmt: skip
+    dist.init_process_group(
+        backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S)
+    )
     records = RecordsFile(records_path(Path(config.out_dir) / "records", rank))
     try:
         comm = Comm(rank, make_groups(config.layout.all_groups()))
-        trainer = RankTrainer(config, rank, comm)
+        try:
+            trainer = RankTrainer(config, rank, comm)
+        except CONFIG_ERRORS as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            os._exit(CONFIG_EXIT)  # the peers would wait for this rank in a collective
+        if config.attempt == 0 and config.layout.pp > 1:
+            _measure_pipeline_link(trainer, records)
         state = _start(trainer, records)
         _train(trainer, state, records)
         dist.barrier()
@@ -67,13 +81,55 @@ def _start(trainer: RankTrainer, records: RecordsFile) -> TrainState:
     if latest is None:
         state = TrainState(step=0, next_sample=0)
         write_s = _checkpoint(trainer, state)
-        records.write(RankEvent("started", rank, config.attempt, time.monotonic_ns(), 0,
-                                {"checkpoint_write_s": write_s}))  # fmt: skip
+        records.write(
+            RankEvent(
+                "started",
+                rank,
+                config.attempt,
+                time.monotonic_ns(),
+                0,
+                {"checkpoint_write_s": write_s},
+            )
+        )
         return state
     state, restore_s = trainer.checkpoints.restore(trainer.model, trainer.optimizer)
-    records.write(RankEvent("restored", rank, config.attempt, time.monotonic_ns(), state.step,
-                            {"restore_s": restore_s}))  # fmt: skip
+    records.write(
+        RankEvent(
+            "restored",
+            rank,
+            config.attempt,
+            time.monotonic_ns(),
+            state.step,
+            {"restore_s": restore_s},
+        )
+    )
     return state
+
+
+def _measure_pipeline_link(trainer: RankTrainer, records: RecordsFile) -> None:
+    """The link between neighbouring stages, with the activation a step sends over it: what
+    the cluster simulator's pipeline hop is calibrated with."""
+    layout, coords = trainer.layout, trainer.coords
+    hop = layout.dp * layout.ep  # ranks from one stage to the next
+    for stage in range(layout.pp - 1):  # one pair of stages at a time
+        if coords.stage in (stage, stage + 1):
+            lead = coords.stage == stage
+            one_way_s = ping_pong(trainer.activation, trainer.rank + (hop if lead else -hop), lead)
+            if lead:
+                records.write(
+                    RankEvent(
+                        "link",
+                        trainer.rank,
+                        trainer.config.attempt,
+                        time.monotonic_ns(),
+                        0,
+                        {
+                            "bytes": trainer.activation.numel() * trainer.activation.element_size(),
+                            "one_way_s": one_way_s,
+                        },
+                    )
+                )
+        dist.barrier()
 
 
 def _checkpoint(trainer: RankTrainer, state: TrainState) -> float:
@@ -93,8 +149,16 @@ def _train(trainer: RankTrainer, state: TrainState, records: RecordsFile) -> Non
         except trainer.budget.oom_errors as error:
             samples, _ = trainer.samples_for_step(state.next_sample)
             message = str(error).splitlines()[0]
-            records.write(RankEvent("oom", trainer.rank, config.attempt, time.monotonic_ns(),
-                                    state.step, {"message": message, "samples": samples}))  # fmt: skip
+            records.write(
+                RankEvent(
+                    "oom",
+                    trainer.rank,
+                    config.attempt,
+                    time.monotonic_ns(),
+                    state.step,
+                    {"message": message, "samples": samples},
+                )
+            )
             records.close()
             # The peers wait in a collective that will not complete: leave now, the
             # launcher stops them and restarts the job.

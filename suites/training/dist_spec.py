@@ -1,0 +1,153 @@
+"""Distributed training specs (suite "training-dist"): the reference trainer as several
+processes on torch.distributed, one scenario per layout x policy x skew.
+
+``[trainer]`` is the training suite's table (suites/training/spec.py), less what a layout
+decides (``pipeline_stages``, ``stage``, ``expert_parallel``: the one-process emulation's).
+``[[matrix.layouts]]`` names each layout: ``ep`` (experts split over ranks, tokens moved by
+all-to-all), ``pp`` (pipeline stages, 1F1B over send/recv), ``dp`` (replicas, gradients
+summed); the world size is their product. ``budget_bytes`` applies to every rank;
+``budget_ratio`` is a ratio of the highest rank's peak, measured per layout first
+(keep-all, calm routing, no budget). ``[faults]`` is the training fault drill: SIGKILL one
+rank once it has reported a step, in the layouts listed (all when none are).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from suites.errors import SpecError
+from suites.spec_errors import problems_of, spec_error
+from suites.training.spec import (
+    PolicyName,
+    SkewName,
+    TrainerSpec,
+    _Strict,
+    _unique,
+    model_config,
+)
+from targets.training.distributed.layout import Layout, LayoutError
+
+# TrainerSpec fields a layout decides; set in a training-dist spec, they are refused.
+_SET_BY_LAYOUT = ("pipeline_stages", "stage", "expert_parallel")
+
+
+class LayoutSpec(_Strict):
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+    ep: Annotated[int, Field(ge=1)] = 1
+    pp: Annotated[int, Field(ge=1)] = 1
+    dp: Annotated[int, Field(ge=1)] = 1
+
+    def layout(self) -> Layout:
+        return Layout(ep=self.ep, pp=self.pp, dp=self.dp)
+
+
+class DistMatrixSpec(_Strict):
+    layouts: Annotated[list[LayoutSpec], Field(min_length=1)]
+    policies: Annotated[list[PolicyName], Field(min_length=1)] = Field(
+        default_factory=lambda: ["keep-all"]
+    )
+    skews: Annotated[list[SkewName], Field(min_length=1)] = Field(default_factory=lambda: ["calm"])
+
+    @model_validator(mode="after")
+    def _distinct(self) -> DistMatrixSpec:
+        _unique([x.name for x in self.layouts], "matrix.layouts")
+        _unique(list(self.policies), "matrix.policies")
+        _unique(list(self.skews), "matrix.skews")
+        return self
+
+
+class FaultsSpec(_Strict):
+    """SIGKILL rank ``kill_rank`` once it has reported step ``after_step``, ``delay_s`` later
+    (mid-way through the next step); the launcher restarts the job from its checkpoint."""
+
+    kill_rank: Annotated[int, Field(ge=0)]
+    after_step: Annotated[int, Field(ge=0)]
+    delay_s: Annotated[float, Field(ge=0)] = 0.0
+    # The layouts whose scenarios get the drill; empty: every one.
+    layouts: list[str] = Field(default_factory=list)
+
+
+class DistTrainingSpec(_Strict):
+    suite: Literal["training-dist"] = "training-dist"
+    name: str
+    description: str = ""
+    trainer: TrainerSpec = TrainerSpec()
+    matrix: DistMatrixSpec
+    faults: FaultsSpec | None = None
+    # The MFU denominator per rank; unset: measured on a CPU (one rank's threads), the
+    # datasheet's on a GPU.
+    peak_flops_per_s: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _coherent(self) -> DistTrainingSpec:
+        t = self.trainer
+        fixed = [f"trainer.{name}" for name in _SET_BY_LAYOUT if name in t.model_fields_set]
+        if fixed:
+            raise ValueError(
+                f"{', '.join(fixed)}: set by matrix.layouts in a training-dist spec "
+                "(ep, pp, dp per layout)"
+            )
+        if "replay" in self.matrix.skews and t.replay_path is None:
+            raise ValueError("matrix.skews 'replay' needs trainer.replay_path (a JSONL file)")
+        if self.faults is not None:
+            names = {x.name for x in self.matrix.layouts}
+            unknown = [n for n in self.faults.layouts if n not in names]
+            if unknown:
+                raise ValueError(
+                    f"faults.layouts {', '.join(unknown)}: not in matrix.layouts "
+                    f"({', '.join(sorted(names))})"
+                )
+            if self.faults.after_step >= t.steps - 1:
+                raise ValueError(
+                    f"faults.after_step {self.faults.after_step} leaves no step to kill the "
+                    f"rank in: trainer.steps is {t.steps}; give at most {t.steps - 2}"
+                )
+            for spec in self.drilled():
+                if self.faults.kill_rank >= spec.layout().world_size:
+                    raise ValueError(
+                        f"faults.kill_rank {self.faults.kill_rank}: layout {spec.name!r} has "
+                        f"ranks 0..{spec.layout().world_size - 1}"
+                    )
+        return self
+
+    def drilled(self) -> list[LayoutSpec]:
+        """The layouts whose scenarios get the fault drill."""
+        if self.faults is None:
+            return []
+        wanted = self.faults.layouts
+        return [x for x in self.matrix.layouts if not wanted or x.name in wanted]
+
+
+def validate_training_dist(
+    data: dict[str, Any], source: str, overrides: Sequence[str] = ()
+) -> DistTrainingSpec:
+    """The spec in ``data`` validated; a ``SpecError`` naming the field otherwise."""
+    try:
+        spec = DistTrainingSpec.model_validate(data)
+    except ValidationError as exc:
+        raise spec_error(source, problems_of(exc, DistTrainingSpec), overrides) from None
+    model = model_config(spec.trainer)
+    problems = []
+    for layout_spec in spec.matrix.layouts:
+        try:
+            layout_spec.layout().check(
+                model.num_experts, model.num_layers, spec.trainer.microbatches
+            )
+        except LayoutError as exc:
+            problems.append(f"  matrix.layouts {layout_spec.name!r}: {exc}")
+    if spec.trainer.device == "cuda":
+        import torch
+
+        count = torch.cuda.device_count()
+        for layout_spec in spec.matrix.layouts:
+            if layout_spec.layout().world_size > count:
+                problems.append(
+                    f"  matrix.layouts {layout_spec.name!r}: "
+                    f"{layout_spec.layout().world_size} ranks, {count} GPUs"
+                )
+    if problems:
+        raise SpecError("\n".join([f"{source}: invalid spec", *problems]))
+    return spec

@@ -1,0 +1,163 @@
+"""The training-dist suite's tables (rich), from a run's summary (``DistTrainingSummary``).
+
+Presenting only: every number is a summary field, scaled. All measured, none simulated.
+"""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from collectors.dist_training_summary import DistTrainingSummary
+
+MIB = 2**20
+
+
+def _num(value: float | None, spec: str, scale: float = 1.0) -> str:
+    return "n/a" if value is None else format(value * scale, spec)
+
+
+def _table(title: str, heads: list[str], labels: int) -> Table:
+    table = Table(title=title)
+    for i, name in enumerate(heads):
+        table.add_column(name, justify="left" if i < labels else "right", no_wrap=i < labels)
+    return table
+
+
+def layout_table(summary: DistTrainingSummary) -> Table:
+    table = _table(
+        "Distributed training (measured): per layout, policy and skew",
+        [
+            "layout",
+            "policy",
+            "skew",
+            "ranks",
+            "steps",
+            "tokens/s",
+            "eff. tokens/s",
+            "MFU",
+            "comm",
+            "all-to-all",
+            "send/recv",
+            "all-reduce",
+            "wait",
+            "bubble",
+            "(p-1)/(m+p-1)",
+            "peak MiB by rank",
+            "OOM rate",
+        ],
+        3,
+    )
+    for s in summary.scenarios.values():
+        sh = s.shares
+        table.add_row(
+            s.layout,
+            s.policy,
+            s.skew,
+            str(s.world_size),
+            str(s.steps),
+            _num(s.tokens_per_s, ",.0f"),
+            _num(s.effective_tokens_per_s, ",.0f"),
+            _num(s.mfu, ".1%"),
+            _num(sh.communication if sh else None, ".1%"),
+            _num(sh.all_to_all if sh else None, ".1%"),
+            _num(sh.pipeline if sh else None, ".1%"),
+            _num(sh.all_reduce if sh else None, ".1%"),
+            _num(sh.wait if sh else None, ".1%"),
+            _num(s.bubble, ".1%"),
+            f"{s.bubble_formula:.1%}",
+            " ".join(f"{b / MIB:.0f}" for b in s.peak_memory_bytes_by_rank),
+            _num(s.oom_rate, ".0%"),
+        )
+    return table
+
+
+def straggler_table(summary: DistTrainingSummary) -> Table:
+    table = _table(
+        "Ranks (measured): median compute seconds per step, the slowest rank, the spread",
+        [
+            "scenario",
+            "compute s p50 by rank",
+            "slowest rank",
+            "straggler spread",
+            "job step s p50",
+            "loss first",
+            "loss last",
+        ],
+        1,
+    )
+    for name, s in summary.scenarios.items():
+        table.add_row(
+            name,
+            " ".join(f"{v:.3f}" for v in s.compute_s_p50_by_rank),
+            str(s.slowest_rank) if s.slowest_rank is not None else "n/a",
+            _num(s.straggler_spread, ".1%"),
+            _num(s.job_step_s_p50, ".3f"),
+            _num(s.loss_first, ".4f"),
+            _num(s.loss_last, ".4f"),
+        )
+    return table
+
+
+def recovery_table(summary: DistTrainingSummary) -> Table | None:
+    rows = [(name, r) for name, s in summary.scenarios.items() for r in s.recoveries]
+    if not rows:
+        return None
+    table = _table(
+        "Failures and recoveries (measured): detect, resume, replay, loss continuity",
+        [
+            "scenario",
+            "cause",
+            "rank",
+            "at step",
+            "restored from",
+            "steps replayed",
+            "detect ms",
+            "resume s",
+            "replayed losses bit-equal",
+        ],
+        2,
+    )
+    for name, r in rows:
+        table.add_row(
+            name,
+            r.cause,
+            str(r.rank),
+            str(r.step),
+            str(r.restored_step) if r.restored_step is not None else "n/a",
+            str(r.steps_replayed),
+            f"{r.detect_s * 1e3:.0f}",
+            _num(r.resume_s, ".2f"),
+            f"{r.replayed_losses_equal}/{r.replayed_records}",
+        )
+    return table
+
+
+def link_table(summary: DistTrainingSummary) -> Table:
+    link = summary.link
+    table = _table(
+        "Links (measured on this host), for the cluster simulator's comm model",
+        ["link", "MB/s", "bytes measured"],
+        1,
+    )
+    table.add_row(
+        "all-to-all (token payload)",
+        _num(link.all_to_all_bytes_per_s, ",.0f", 1e-6),
+        f"{link.all_to_all_bytes:,}",
+    )
+    table.add_row(
+        "pipeline send/recv (ping-pong, best)",
+        _num(link.pipeline_bytes_per_s, ",.0f", 1e-6),
+        f"{link.pipeline_message_bytes:,}" if link.pipeline_message_bytes else "n/a",
+    )
+    table.add_row(
+        "all-reduce (gradients)",
+        _num(link.all_reduce_bytes_per_s, ",.0f", 1e-6),
+        f"{link.all_reduce_bytes:,}",
+    )
+    return table
+
+
+def dist_training_tables(summary: DistTrainingSummary) -> list[Table]:
+    recovery = recovery_table(summary)
+    tables = [layout_table(summary), straggler_table(summary), link_table(summary)]
+    return tables + ([recovery] if recovery is not None else [])
