@@ -16,6 +16,8 @@ import pandas as pd
 
 from collectors.accuracy_records import AccuracySummary
 from collectors.capacity_records import CapacitySummary
+from collectors.dist_training_summary import DEFINITIONS as DIST_DEFINITIONS
+from collectors.dist_training_summary import DistTrainingSummary
 from collectors.errors import CollectorError
 from collectors.interference_records import InterferenceSummary, interference_rows
 from collectors.latency import itl_samples_s, per_request
@@ -42,6 +44,13 @@ from reports.figures.cluster_sim import (
     scenario_frame,
 )
 from reports.figures.concurrency import concurrency_curve, levels_frame
+from reports.figures.dist_training import (
+    layout_frame,
+    link_frame,
+    rank_frame,
+    recovery_frame,
+    time_split_chart,
+)
 from reports.figures.errors import error_bars, error_counts
 from reports.figures.expert_load import expert_load_heatmap, policy_matrices
 from reports.figures.interactivity import has_numbers, interactivity_chart, interactivity_frame
@@ -571,6 +580,107 @@ def _simulator_blocks(check: SimulatorCheck) -> list[Chart | Table]:
     ]
 
 
+# --- distributed training --------------------------------------------------------------
+
+DIST_MEASURED = (
+    "Every figure is measured on this host, none simulated: each rank is a process on it, "
+    "the ranks talk over gloo on loopback. "
+)
+
+
+# The names the tables give the summary's definitions (DistTrainingSummary.definitions).
+_DIST_TERMS = {
+    "job_step_s": "job step s",
+    "tokens_per_s": "tokens/s",
+    "effective_tokens_per_s": "effective tokens/s",
+    "mfu": "MFU",
+    "shares": "time shares",
+    "bubble": "bubble",
+    "straggler_spread": "straggler spread",
+    "oom_rate": "OOM rate",
+    "detect_s": "detect",
+    "resume_s": "resume",
+}
+
+
+def _dist_defined(summary: DistTrainingSummary, *keys: str) -> str:
+    """The summary's own definitions of ``keys`` (the code's, for an older summary)."""
+    own = summary.definitions or {}
+    return " ".join(f"{_DIST_TERMS[key]}: {own.get(key) or DIST_DEFINITIONS[key]}." for key in keys)
+
+
+def _dist_training_blocks(run: RunData) -> list[Chart | Table]:
+    summary = run.summary if isinstance(run.summary, DistTrainingSummary) else None
+    blocks: list[Chart | Table] = []
+    if summary is None or not summary.scenarios:
+        blocks.append(
+            Table(
+                pd.DataFrame({"scenarios": [0]}),
+                "The run has no summary of its scenarios (it ended before writing one).",
+            )
+        )
+    else:
+        peak = summary.peak_flops
+        blocks += [
+            Table(
+                layout_frame(summary),
+                DIST_MEASURED + "Per layout, policy and skew; shares, bubble and OOM rate in "
+                "%, comm = all-to-all + send/recv + all-reduce + wait; peak memory per rank "
+                "in MiB, rank order; p stages, m micro-batches per pipeline; peak FLOP/s per "
+                f"rank {peak.flops_per_s / 1e9:,.1f} G ({peak.source}). "
+                + _dist_defined(
+                    summary,
+                    "tokens_per_s",
+                    "effective_tokens_per_s",
+                    "mfu",
+                    "shares",
+                    "bubble",
+                    "oom_rate",
+                ),
+            ),
+            Table(
+                rank_frame(summary),
+                DIST_MEASURED + "Per scenario, its ranks: median compute seconds per step "
+                "of each rank (rank order), the slowest (the others wait for it), the loss "
+                "of the first and last completed step. "
+                + _dist_defined(summary, "job_step_s", "straggler_spread"),
+            ),
+        ]
+    if not run.steps.empty:
+        blocks.append(
+            Chart(
+                time_split_chart(run.steps),
+                DIST_MEASURED + "Each bar: one rank of one scenario, the mean over its step "
+                "records (replays included) of each kind's seconds; compute is the step less "
+                "the rest, so the bar's height is the rank's mean step time.",
+                drawn_by=("dist_training",),
+            )
+        )
+    if summary is None:
+        return blocks
+    blocks.append(
+        Table(
+            link_frame(summary),
+            DIST_MEASURED + "This host's links, as the run measured them, not a cluster's: a "
+            "simulation job's links_from = this run's directory gives them to the cluster "
+            "simulator's communication model (targets/cluster_sim).",
+        )
+    )
+    recoveries = recovery_frame(summary)
+    if recoveries is not None:
+        blocks.append(
+            Table(
+                recoveries,
+                DIST_MEASURED + "Each failure (a killed rank, the fault drill, or an OOM) and "
+                "the job's recovery from its newest checkpoint. "
+                + _dist_defined(summary, "detect_s", "resume_s")
+                + " Replayed losses bit-equal: k of the n rank-step records run again "
+                "after the failure whose loss equals the first run's bit for bit.",
+            )
+        )
+    return blocks
+
+
 # --- micro -----------------------------------------------------------------------------
 
 
@@ -618,6 +728,7 @@ def _accuracy_blocks(run: RunData) -> list[Chart | Table]:
 _BLOCKS: dict[str, Callable[[RunData], list[Chart | Table]]] = {
     "serving": _serving_blocks,
     "training": _training_blocks,
+    "training-dist": _dist_training_blocks,
     "micro": _micro_blocks,
     "accuracy": _accuracy_blocks,
     "simulation": _simulation_blocks,

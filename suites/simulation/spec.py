@@ -13,12 +13,17 @@ anything runs.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
+from collectors.dist_training_summary import DistTrainingSummary
+from collectors.errors import CollectorError
+from collectors.summary_json import summary_from_json
 from suites.errors import SpecError
 from suites.spec import spec_data_path
 from suites.spec_base import NonNegative, Positive, Strict
@@ -54,11 +59,17 @@ class JobSpec(Strict):
     # Share of peak reached by GEMMs and by links: assumptions unless calibrated.
     gemm_efficiency: Efficiency | None = None
     comm_efficiency: Efficiency | None = None
+    # A training-dist run (its directory or summary.json): the links it measured replace the
+    # cluster's, the all-to-all's bytes/s as scale-up, the pipeline ping-pong's as
+    # scale-out, at efficiency 1 (measured bytes/s are achieved ones) unless given.
+    links_from: str | None = None
 
     def config(self) -> SimConfig:
         """The validated simulator config (ClusterSimConfigError naming each mismatch)."""
         cluster = presets.cluster(self.cluster)
         changes: dict[str, Any] = {"devices": self.devices}
+        if self.links_from is not None:
+            changes |= measured_links(self.links_from)
         if self.gemm_efficiency is not None:
             changes["gemm_efficiency"] = self.gemm_efficiency
         if self.comm_efficiency is not None:
@@ -74,6 +85,36 @@ class JobSpec(Strict):
         )  # fmt: skip
         cfg.validate()
         return cfg
+
+
+def measured_links(source: str) -> dict[str, Any]:
+    """Cluster fields from the links a training-dist run measured (``links_from``)."""
+    path = Path(source)
+    path = path / "summary.json" if path.is_dir() else path
+    try:
+        summary = summary_from_json(json.loads(path.read_text()), str(path))
+    except (OSError, ValueError, CollectorError) as exc:
+        raise ClusterSimConfigError(f"links_from: cannot read {path}: {exc}") from None
+    if not isinstance(summary, DistTrainingSummary):
+        raise ClusterSimConfigError(
+            f"links_from: {path} is the summary of a {summary.SUITE!r} run; give a "
+            "training-dist run (moeperf run training-dist)"
+        )
+    link = summary.link
+    missing = [name for name, value in (
+        ("all-to-all (an ep layout)", link.all_to_all_bytes_per_s),
+        ("pipeline send/recv (a pp layout)", link.pipeline_bytes_per_s),
+    ) if value is None]  # fmt: skip
+    if missing:
+        raise ClusterSimConfigError(
+            f"links_from: {path} measured no {' and no '.join(missing)}; run layouts with "
+            "ep > 1 and pp > 1"
+        )
+    return {
+        "scale_up_bytes_per_s": link.all_to_all_bytes_per_s,
+        "scale_out_bytes_per_s": link.pipeline_bytes_per_s,
+        "comm_efficiency": 1.0,
+    }
 
 
 class ReproduceSpec(JobSpec):

@@ -120,6 +120,8 @@ class Comm:
         return out
 
     def wait_sends(self, works: list[Any]) -> None:
+        if not works:
+            return
         started = time.monotonic_ns()
         for work in works:
             work.wait()

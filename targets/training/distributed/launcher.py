@@ -143,170 +143,158 @@ def launch(
     clock: Callable[[], int] = time.monotonic_ns,
 ) -> JobResult:
     """Run the job in ``config`` to its last step (restarting it as needed)."""
-    out = Path(config.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    config = prepare_token_stream(config)
-    world = config.layout.world_size
-    tail = _Tail(out / "records", world)
-    result = JobResult()
-    done_by_rank = [0] * world  # steps each rank has completed (its high-water mark)
-    skip: set[int] = set(config.skip_samples)
-    pending_fault = fault
-    while True:
-        attempt_config = dataclasses.replace(
-            config,
+    Path(config.out_dir).mkdir(parents=True, exist_ok=True)
+    job = _Job(prepare_token_stream(config), fault, on_record, clock)
+    try:
+        while True:
+            failed = job.attempt()
+            if failed is None:
+                job.result.completed = True
+                return job.result
+            job.result.recoveries.append(failed)
+            if failed.cause == "crash":
+                if failed.exit_code == CONFIG_EXIT:
+                    raise LaunchConfigError(_last_error(failed.message))
+                raise LaunchError(f"rank {failed.rank} failed: {failed.message}")
+            if len(job.result.recoveries) > max_restarts:
+                job.result.stopped = (
+                    f"stopped after {len(job.result.recoveries)} failures "
+                    f"(max_restarts {max_restarts}); last: {failed.message}"
+                )
+                return job.result
+    except BaseException:  # Ctrl-C, or a bug here: no rank outlives the launcher
+        _stop(job.procs)
+        raise
+
+
+class _Job:
+    """One job across its attempts: what its ranks reported, and the drill still to come."""
+
+    def __init__(
+        self,
+        config: DistConfig,
+        fault: KillRank | None,
+        on_record: Callable[[RankStep | RankEvent], None],
+        clock: Callable[[], int],
+    ):
+        self.config, self.fault, self.on_record, self.clock = config, fault, on_record, clock
+        self.out = Path(config.out_dir)
+        self.world = config.layout.world_size
+        self.tail = _Tail(self.out / "records", self.world)
+        self.result = JobResult()
+        self.done_by_rank = [0] * self.world  # steps each rank has completed (high water)
+        self.skip: set[int] = set(config.skip_samples)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.kill_at_ns: int | None = None
+        self.killed: tuple[int, int] | None = None  # (rank, when) the drill sent SIGKILL
+        self._first_step: dict[int, int] = {}  # rank -> end of its first step this attempt
+
+    def attempt(self) -> Recovery | None:
+        """Start every rank and watch them: None when all finish, else the failure (every
+        rank stopped, its records read)."""
+        result = self.result
+        config = dataclasses.replace(
+            self.config,
             attempt=result.attempts,
-            skip_samples=tuple(sorted(skip)),
-            replayed_below=min(done_by_rank) if result.attempts else 0,
+            skip_samples=tuple(sorted(self.skip)),
+            replayed_below=min(self.done_by_rank) if result.attempts else 0,
         )
-        procs = _start(attempt_config, out)
+        self.procs = _start(config, self.out)
         result.attempts += 1
-        recovery = result.recoveries[-1] if result.recoveries else None
-        first_step_seen: dict[int, int] = {}  # rank -> end of its first step this attempt
-        kill_at_ns: int | None = None
-        killed: tuple[int, int] | None = None  # (rank, when) the drill sent SIGKILL
-        failed: Recovery | None = None
-        while failed is None:
-            for record in tail.read():
-                on_record(record)
-                if isinstance(record, RankStep):
-                    result.steps.append(record)
-                    done_by_rank[record.rank] = max(done_by_rank[record.rank], record.step + 1)
-                    first_step_seen.setdefault(record.rank, record.end_ns)
-                    if (
-                        recovery is not None
-                        and recovery.resumed_ns is None
-                        and len(first_step_seen) == world
-                    ):
-                        recovery.resumed_ns = max(first_step_seen.values())
-                    if (
-                        pending_fault is not None
-                        and record.rank == pending_fault.rank
-                        and record.step >= pending_fault.after_step
-                        and kill_at_ns is None
-                    ):
-                        kill_at_ns = clock() + int(pending_fault.delay_s * 1e9)
-                else:
-                    result.events.append(record)
-                    if record.kind == "restored" and recovery is not None:
-                        recovery.restored_step = record.step
-                        recovery.steps_replayed = max(recovery.step - record.step, 0)
-            if kill_at_ns is not None and pending_fault is not None and clock() >= kill_at_ns:
-                killed = (pending_fault.rank, clock())
-                procs[pending_fault.rank].send_signal(signal.SIGKILL)
-                pending_fault, kill_at_ns = None, None
-            codes = [p.poll() for p in procs]
+        self._first_step = {}
+        self.killed = None
+        while True:
+            self._read()
+            self._maybe_kill()
+            codes = [p.poll() for p in self.procs]
             if all(code == 0 for code in codes):
-                result.completed = True
-                _drain(tail, result, on_record)
-                return result
+                self._read()
+                return None
             bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
             if bad:
-                detected_ns = clock()
-                # The cause first: the rank killed, out of memory or refusing the config;
-                # a peer that then failed in a collective (exit code 1) is a consequence.
-                rank, code = min(
-                    bad,
-                    key=lambda rc: (
-                        killed is None or rc[0] != killed[0],
-                        rc[1] not in (OOM_EXIT, CONFIG_EXIT),
-                        rc[1] > 0,
-                    ),
-                )
-                failed = _failure(
-                    rank,
-                    code,
-                    attempt_config,
-                    detected_ns,
-                    result,
-                    tail,
-                    on_record,
-                    out,
-                    min(done_by_rank),
-                )
-                if killed is not None and killed[0] == rank:  # the drill's kill, not a crash
-                    failed.failed_ns = killed[1]
-                    failed.message = "SIGKILL (training.faults drill)"
-                break
+                failed = self._failure(bad, config)
+                _stop(self.procs)
+                self._read()
+                for event in result.events:
+                    if event.kind == "oom" and event.attempt == config.attempt:
+                        # The failed step's batch is skipped, as a job skips what crashed it.
+                        self.skip.update(event.detail["samples"])
+                return failed
             time.sleep(POLL_S)
-        _stop(procs)
-        _drain(tail, result, on_record)
-        for event in result.events:
-            if event.kind == "oom" and event.attempt == attempt_config.attempt:
-                skip.update(event.detail["samples"])  # the failed step's batch, as one job skips
-        result.recoveries.append(failed)
-        if failed.cause == "crash":
-            if failed.exit_code == CONFIG_EXIT:
-                raise LaunchConfigError(_last_error(failed.message))
-            raise LaunchError(f"rank {failed.rank} failed: {failed.message}")
-        if len(result.recoveries) > max_restarts:
-            result.stopped = (
-                f"stopped after {len(result.recoveries)} failures "
-                f"(max_restarts {max_restarts}); last: {failed.message}"
-            )
-            return result
 
+    def _read(self) -> None:
+        recovery = self.result.recoveries[-1] if self.result.recoveries else None
+        for record in self.tail.read():
+            self.on_record(record)
+            if isinstance(record, RankEvent):
+                self.result.events.append(record)
+                if record.kind == "restored" and recovery is not None:
+                    recovery.restored_step = record.step
+                    recovery.steps_replayed = max(recovery.step - record.step, 0)
+                continue
+            self.result.steps.append(record)
+            self.done_by_rank[record.rank] = max(self.done_by_rank[record.rank], record.step + 1)
+            self._first_step.setdefault(record.rank, record.end_ns)
+            resuming = recovery is not None and recovery.resumed_ns is None
+            if resuming and len(self._first_step) == self.world:
+                assert recovery is not None
+                recovery.resumed_ns = max(self._first_step.values())
+            fault = self.fault
+            if (
+                fault is not None
+                and (record.rank, self.kill_at_ns) == (fault.rank, None)
+                and record.step >= fault.after_step
+            ):
+                self.kill_at_ns = self.clock() + int(fault.delay_s * 1e9)
 
-def _failure(
-    rank: int,
-    code: int,
-    config: DistConfig,
-    detected_ns: int,
-    result: JobResult,
-    tail: _Tail,
-    on_record: Callable[[RankStep | RankEvent], None],
-    out: Path,
-    step: int,
-) -> Recovery:
-    _drain(tail, result, on_record)
-    if code == OOM_EXIT:
-        oom = [e for e in result.events if e.kind == "oom" and e.attempt == config.attempt]
-        first = min(oom, key=lambda e: e.at_ns) if oom else None
-        return Recovery(
-            "oom",
-            first.rank if first else rank,
-            config.attempt,
-            first.at_ns if first else detected_ns,
-            detected_ns,
-            first.step if first else step,
-            message=first.detail["message"] if first else "out of memory",
+    def _maybe_kill(self) -> None:
+        fault = self.fault
+        if fault is None or self.kill_at_ns is None or self.clock() < self.kill_at_ns:
+            return
+        self.killed = (fault.rank, self.clock())
+        self.procs[fault.rank].send_signal(signal.SIGKILL)
+        self.fault, self.kill_at_ns = None, None  # once per job
+
+    def _failure(self, bad: list[tuple[int, int]], config: DistConfig) -> Recovery:
+        detected_ns = self.clock()
+        killed = self.killed
+        # The cause first: the rank killed, out of memory or refusing the config; a peer
+        # that then failed in a collective (exit code 1) is a consequence.
+        rank, code = min(
+            bad,
+            key=lambda rc: (
+                killed is None or rc[0] != killed[0],
+                rc[1] not in (OOM_EXIT, CONFIG_EXIT),
+                rc[1] > 0,
+            ),
         )
-    if code < 0:
-        return Recovery(
-            "killed",
-            rank,
-            config.attempt,
-            detected_ns,
-            detected_ns,
-            step,
-            message=f"killed by signal {-code}",
-        )
-    log = _log_path(out, config.attempt, rank)
-    tail_text = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-    return Recovery(
-        "crash",
-        rank,
-        config.attempt,
-        detected_ns,
-        detected_ns,
-        step,
-        message=f"exit code {code}\n{tail_text}",
-        exit_code=code,
-    )
+        self._read()  # the failing rank's last words (an OOM's samples)
+        step = min(self.done_by_rank)
+        if killed is not None and killed[0] == rank:
+            return Recovery("killed", rank, config.attempt, killed[1], detected_ns, step,
+                            message="SIGKILL (training.faults drill)")  # fmt: skip
+        if code == OOM_EXIT:
+            ooms = [e for e in self.result.events
+                    if e.kind == "oom" and e.attempt == config.attempt]  # fmt: skip
+            if ooms:
+                first = min(ooms, key=lambda e: e.at_ns)
+                return Recovery("oom", first.rank, config.attempt, first.at_ns, detected_ns,
+                                first.step, message=first.detail["message"])  # fmt: skip
+            return Recovery("oom", rank, config.attempt, detected_ns, detected_ns, step,
+                            message="out of memory")  # fmt: skip
+        if code < 0:
+            return Recovery("killed", rank, config.attempt, detected_ns, detected_ns, step,
+                            message=f"killed by signal {-code}")  # fmt: skip
+        log = _log_path(self.out, config.attempt, rank)
+        tail_text = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        return Recovery("crash", rank, config.attempt, detected_ns, detected_ns, step,
+                        message=f"exit code {code}\n{tail_text}", exit_code=code)  # fmt: skip
 
 
 def _last_error(log_text: str) -> str:
     """The ``error: ...`` line a rank printed before exiting with CONFIG_EXIT."""
     lines = [line for line in log_text.splitlines() if line.startswith("error: ")]
     return lines[-1].removeprefix("error: ") if lines else log_text
-
-
-def _drain(
-    tail: _Tail, result: JobResult, on_record: Callable[[RankStep | RankEvent], None]
-) -> None:
-    for record in tail.read():
-        on_record(record)
-        (result.steps if isinstance(record, RankStep) else result.events).append(record)  # type: ignore[arg-type]
 
 
 def _log_path(out: Path, attempt: int, rank: int) -> Path:
