@@ -73,7 +73,10 @@ class ExpertParallelMoE(MoE):
         )
         by_expert = expert_of_row.argsort(stable=True)
         grouped = received[by_expert]
-        out_grouped = torch.empty_like(grouped)
+        # When this rank's experts received nothing, the outputs must still come from the
+        # received rows (zero of them), so that backward runs this rank's share of the
+        # combine and dispatch all-to-alls: its peers wait in them.
+        out_grouped = grouped * 0 if not grouped.shape[0] else torch.empty_like(grouped)
         start = 0
         for i, count in enumerate(local_loads.tolist()):
             if count:

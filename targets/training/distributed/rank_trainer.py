@@ -42,7 +42,9 @@ from targets.training.distributed.stage import (
     spread_experts,
     stage_forward,
 )
+from targets.training.memory import AccountedBudget, CudaBudget, training_static_bytes
 from targets.training.pipeline import one_f_one_b
+from targets.training.policies import AdaptivePolicy
 from targets.training.setup import TrainerConfig, TrainingConfigError, build
 
 
@@ -92,10 +94,12 @@ class RankTrainer:
         self.layout, self.rank = layout, rank
         self.coords = layout.coords(rank)
         # The whole model is built and calibrated here first (the working set, the adaptive
-        # policy's costs: one process's forward, no collectives), then cut to this rank.
+        # policy's costs: one process's forward, no collectives), with no budget: the
+        # rank's budget holds the rank's slice, set once the model is cut to it.
         self.setup = build(
             dataclasses.replace(
                 cfg,
+                budget_bytes=None,
                 expert_parallel=1,
                 pipeline_stages=1,
                 stage=0,
@@ -127,14 +131,7 @@ class RankTrainer:
         )
         self.model = model
         self.optimizer = make_optimizer(model, self.setup.recipe)
-        self.budget = self.setup.budget
-        self.budget.set_static(model, self.optimizer)
-        static = self.budget.stats().static.total_bytes
-        if cfg.budget_bytes is not None and static >= cfg.budget_bytes:
-            raise TrainingConfigError(
-                f"budget_bytes {cfg.budget_bytes:,} is smaller than rank {rank}'s weights, "
-                f"gradients and optimizer state alone ({static:,} bytes)"
-            )
+        self.budget = self._rank_budget(cfg.budget_bytes)
         named = [(n, p) for n, p in model.named_parameters()]
         self.expert_params = [p for n, p in named if _is_expert(n)]
         self.dense_params = [p for n, p in named if not _is_expert(n)]
@@ -155,6 +152,30 @@ class RankTrainer:
             dtype=next(model.parameters()).dtype,
             device=device,
         )
+
+    def _rank_budget(self, limit_bytes: int | None) -> AccountedBudget | CudaBudget:
+        """This rank's device-memory budget: its own weights, gradients and optimizer state,
+        the working set calibrated on the whole model, against ``limit_bytes``."""
+        setup = self.setup
+        static = training_static_bytes(self.model, self.optimizer).total_bytes
+        working_set = setup.working_set.working_set_bytes if setup.working_set else 0
+        if limit_bytes is not None and static + working_set >= limit_bytes:
+            raise TrainingConfigError(
+                f"budget_bytes {limit_bytes:,} is smaller than rank {self.rank}'s weights, "
+                f"gradients and optimizer state ({static:,} bytes) and working set "
+                f"({working_set:,} bytes) alone"
+            )
+        budget: AccountedBudget | CudaBudget
+        if isinstance(setup.budget, CudaBudget):
+            setup.budget.close()  # build's, unlimited: the cap is process-wide state
+            budget = CudaBudget(limit_bytes, torch.device("cuda"))
+        else:
+            budget = AccountedBudget(limit_bytes, working_set_bytes=working_set)
+        budget.set_static(self.model, self.optimizer)
+        if isinstance(self.policy, AdaptivePolicy):
+            self.policy.budget = budget  # it predicts against this rank's budget
+        setup.budget = budget
+        return budget
 
     # -- the step ---------------------------------------------------------------------------
 
