@@ -111,6 +111,8 @@ class AdaptivePolicy:
     top_k: int
     margin: float = 0.03  # of the budget, for what the cost model does not see
     name: str = "adaptive"
+    # The blocks this device runs (a pipeline stage's, by slot); None: all num_blocks.
+    blocks: tuple[int, ...] | None = None
     _plan: dict[Op, Action] = field(default_factory=dict)
     _decisions: list[dict] = field(default_factory=list)
     _decide_s: float = 0.0
@@ -176,10 +178,11 @@ class AdaptivePolicy:
         expert_bpt = self.cost.expert.bytes_per_token
         attention_bpt = self.cost.attention.bytes_per_token
         this_layer = sum(loads) * expert_bpt
-        later = self.num_blocks - layer - 1
+        later_layers = self._later(layer)
+        later = len(later_layers)
         later_attention = sum(
             n * attention_bpt
-            for later_layer in range(layer + 1, self.num_blocks)
+            for later_layer in later_layers
             if self._plan.get(("attention", later_layer, -1), "keep") == "keep"
         )
         # Later layers' loads are unknown: assume this device gets as many tokens there as
@@ -192,6 +195,11 @@ class AdaptivePolicy:
         still_to_save = this_layer + later_attention + later_experts + other_left
         return self.budget.in_use_bytes() + still_to_save
 
+    def _later(self, layer: int) -> list[int]:
+        """The blocks this device still runs after ``layer`` in this micro-batch."""
+        blocks = range(self.num_blocks) if self.blocks is None else self.blocks
+        return [b for b in blocks if b > layer]
+
     def _candidates(self, layer: int, loads: list[int]) -> list[_Choice]:
         """For every operator still to run: its cheaper way of not keeping activations."""
         n = self.tokens_per_microbatch
@@ -199,7 +207,7 @@ class AdaptivePolicy:
         for expert, count in enumerate(loads):
             if count:
                 options.append(self._best(("expert", layer, expert), count, self.cost.expert))
-        for later in range(layer + 1, self.num_blocks):
+        for later in self._later(layer):
             op = ("attention", later, -1)
             if op not in self._plan:
                 options.append(self._best(op, n, self.cost.attention))

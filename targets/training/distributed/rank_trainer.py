@@ -174,6 +174,9 @@ class RankTrainer:
         budget.set_static(self.model, self.optimizer)
         if isinstance(self.policy, AdaptivePolicy):
             self.policy.budget = budget  # it predicts against this rank's budget
+            # ... and over this stage's blocks only (the MTP module's on the last stage)
+            mtp = range(self.model.config.num_layers, self.model.num_slots)
+            self.policy.blocks = tuple(self.plan.layers) + (tuple(mtp) if self.plan.last else ())
         setup.budget = budget
         return budget
 
