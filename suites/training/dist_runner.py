@@ -266,10 +266,13 @@ def _scenario(
         for r in result.recoveries
     ]
     for r in outcome.recoveries:
-        say(
-            f"{name}: {r.cause} rank {r.rank} at step {r.step}: detected in {r.detect_s * 1e3:.0f} "
-            f"ms, resumed from step {r.restored_step} in {r.resume_s or float('nan'):.2f} s"
+        resumed = (
+            f"resumed from step {r.restored_step} in {r.resume_s:.2f} s"
+            if r.resume_s is not None
+            else "no step completed after it"
         )
+        say(f"{name}: {r.cause} rank {r.rank} at step {r.step}: detected in "
+            f"{r.detect_s * 1e3:.0f} ms, {resumed}")  # fmt: skip
     return outcome
 
 

@@ -32,10 +32,10 @@ def test_every_layout_trains_the_same_losses(finished):
     scenarios = {s.layout: s for s in summary.scenarios.values()}
     assert sorted(scenarios) == sorted(LAYOUTS)
     single = scenarios["single"]
-    assert single.steps == 6 and single.loss_last is not None
+    assert single.steps == 8 and single.loss_last is not None
     for layout in LAYOUTS:
         s = scenarios[layout]
-        assert s.steps == 6, layout
+        assert s.steps == 8, layout
         # Same samples, same weights: the layouts differ only in the order of float sums.
         assert math.isclose(s.loss_last, single.loss_last, rel_tol=1e-5), layout
 
@@ -66,7 +66,7 @@ def test_each_layout_spends_its_time_in_its_own_communication(finished):
 def test_the_killed_rank_is_recovered_with_the_loss_continuous(finished):
     _, reader, _ = finished
     ep2 = next(s for s in reader.summary().scenarios.values() if s.layout == "ep2")
-    assert ep2.attempts == 2 and ep2.steps == 6
+    assert ep2.attempts == 2 and ep2.steps == 8
     (recovery,) = ep2.recoveries
     assert (recovery.cause, recovery.rank) == ("killed", 1)
     # Killed once it reported step 4; the newest checkpoint (one every 3 steps) is step 3.
@@ -78,7 +78,7 @@ def test_the_killed_rank_is_recovered_with_the_loss_continuous(finished):
     steps = reader.steps()
     ep2_rows = steps[steps["scenario"] == "ep2/keep-all/calm"]
     assert sorted(ep2_rows["attempt"].unique().tolist()) == [0, 1]
-    assert len(ep2_rows) >= 2 * 6 + 4  # every step on both ranks, the replays again
+    assert len(ep2_rows) == 2 * 8 + 4  # every step on both ranks, the replays again
 
 
 @pytest.mark.slow
