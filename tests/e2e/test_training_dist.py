@@ -35,7 +35,7 @@ def test_every_layout_trains_the_same_losses(finished):
     assert single.steps == 8 and single.loss_last is not None
     for layout in LAYOUTS:
         s = scenarios[layout]
-        assert s.steps == 8, layout
+        assert s.steps == 8 and s.loss_last is not None, layout
         # Same samples, same weights: the layouts differ only in the order of float sums.
         assert math.isclose(s.loss_last, single.loss_last, rel_tol=1e-5), layout
 

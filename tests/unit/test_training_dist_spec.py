@@ -4,6 +4,7 @@ fit the model or the batch and drills that cannot happen are spec errors (exit 2
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 
@@ -22,10 +23,10 @@ BASE = {
 }  # fmt: skip
 
 
-def spec_with(**changes):
-    data = copy.deepcopy(BASE)
+def spec_with(**changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = copy.deepcopy(BASE)
     for path, value in changes.items():
-        where = data
+        where: dict[str, Any] = data
         *parents, last = path.split("__")
         for key in parents:
             where = where.setdefault(key, {})
