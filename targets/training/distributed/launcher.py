@@ -1,7 +1,8 @@
 """Start a job's ranks, watch them, kill one on request, restart the job when a rank dies.
 
 What torchrun's elastic agent does for one host: every rank is a process (``worker.py``)
-given torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT);
+given torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT)
+and a rendezvous file (a FileStore: no port open beyond gloo's, which bind loopback);
 the launcher polls them every ``POLL_S``. When one exits with an error, the others are
 stopped (they would wait in a collective for a peer that is gone) and, for an OOM or a
 killed rank, the whole job starts again from the newest complete sharded checkpoint, up to
@@ -31,7 +32,7 @@ import torch
 
 from targets.training.distributed.rank_step import RankEvent, RankStep, read_line, records_path
 from targets.training.distributed.rank_trainer import DistConfig
-from targets.training.distributed.worker import CONFIG_EXIT, OOM_EXIT
+from targets.training.distributed.worker import CONFIG_EXIT, OOM_EXIT, STORE_FILE_ENV
 
 POLL_S = 0.01
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
@@ -304,7 +305,9 @@ def _log_path(out: Path, attempt: int, rank: int) -> Path:
 def _start(config: DistConfig, out: Path) -> list[subprocess.Popen[bytes]]:
     path = out / f"launch-{config.attempt:03d}.json"
     path.write_text(config.to_json())
-    port = free_port()
+    port = free_port()  # torchrun's contract; the ranks meet through ``store`` instead
+    store = out / f"store-{config.attempt:03d}"
+    store.unlink(missing_ok=True)  # a FileStore's file must start empty
     procs = []
     for rank in range(config.layout.world_size):
         env = {
@@ -315,6 +318,7 @@ def _start(config: DistConfig, out: Path) -> list[subprocess.Popen[bytes]]:
             "LOCAL_WORLD_SIZE": str(config.layout.world_size),
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
+            STORE_FILE_ENV: str(store),
             "GLOO_SOCKET_IFNAME": "lo",  # gloo's connections over loopback only
             "OMP_NUM_THREADS": str(config.trainer.threads),
         }

@@ -4,7 +4,8 @@
 
 torchrun's environment contract: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and LOCAL_RANK
 for the GPU), so ``torchrun --nproc-per-node N -m targets.training.distributed.worker
-CONFIG.json`` runs it as well as the launcher does. The rank starts from the newest
+CONFIG.json`` runs it as well as the launcher does (which has its ranks meet through a
+file, ``MOEPERF_DIST_STORE_FILE``, rather than a TCP store). The rank starts from the newest
 complete sharded checkpoint in the config's ``out_dir`` (writing step 0's first when there
 is none), trains, and writes a JSON line per step and per event to
 ``out_dir/records/rank-R.jsonl``. An OOM is written down and ends the process with exit
@@ -32,6 +33,7 @@ from targets.training.setup import TrainingConfigError
 from targets.training.skew import SkewProfileError
 
 OOM_EXIT = 3
+STORE_FILE_ENV = "MOEPERF_DIST_STORE_FILE"  # set by the launcher: the rendezvous file
 CONFIG_EXIT = 2  # the configuration cannot run (the message says why): no restart helps
 CONFIG_ERRORS = (TrainingConfigError, LayoutError, SkewProfileError)
 COLLECTIVE_TIMEOUT_S = 120  # a peer that never comes (a hung rank) ends the job this late
@@ -53,8 +55,16 @@ def main(argv: list[str]) -> int:
     if cfg.device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     backend = "nccl" if cfg.device == "cuda" else "gloo"
+    # The launcher's ranks meet through a file (a FileStore): torchrun's TCPStore listens on
+    # every interface, and one host needs no network for its rendezvous. Under torchrun
+    # (no STORE_FILE_ENV), its environment's store.
+    store_file = os.environ.get(STORE_FILE_ENV)
     dist.init_process_group(
-        backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S)
+        backend,
+        init_method=f"file://{store_file}" if store_file else "env://",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S),
     )
     records = RecordsFile(records_path(Path(config.out_dir) / "records", rank))
     try:
