@@ -14,7 +14,27 @@ from collectors.summary_json import summary_to_json
 from collectors.training_summary import PeakFlopsSummary
 from suites.errors import SpecError
 from suites.spec import load_spec
-from tests.unit.test_simulation_spec import write
+
+JOB = """
+suite = "simulation"
+name = "t"
+[sim]
+iterations = 2
+[[job]]
+name = "small"
+model = "moe-188b"
+cluster = "h100"
+devices = 64
+pipeline = 8
+expert = 8
+global_batch = 64
+"""
+
+
+def write(tmp_path, extra: str = "") -> str:
+    path = tmp_path / "sim.toml"
+    path.write_text(JOB + extra)
+    return str(path)
 
 
 def dist_summary(a2a: float | None, pipeline: float | None) -> DistTrainingSummary:
