@@ -22,7 +22,7 @@ import torch
 from collectors.dist_training_summary import DistOutcome, RecoveryOutcome, summarize_dist
 from collectors.records import StepRecord
 from collectors.store import RunStore, RunWriter, interrupts_end_runs
-from suites.errors import SpecError
+from suites.errors import SpecError, TargetError
 from suites.training.dist_spec import DistTrainingSpec, LayoutSpec
 from suites.training.plan import CONFIG_ERRORS
 from suites.training.runner import peak_summary
@@ -31,6 +31,7 @@ from targets.training.distributed.launcher import (
     JobResult,
     KillRank,
     LaunchConfigError,
+    LaunchError,
     launch,
     prepare_token_stream,
 )
@@ -183,6 +184,8 @@ def _budget(
         result = launch(DistConfig(config, layout_spec.layout(), str(out)), max_restarts=0)
     except LaunchConfigError as exc:
         raise SpecError(f"matrix.layouts {layout_spec.name!r}: {exc}") from None
+    except LaunchError as exc:
+        raise TargetError(f"budget calibration of {layout_spec.name!r}: {exc}") from None
     finally:
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
     peak_bytes = max(s.peak_memory_bytes for s in result.steps)
@@ -247,6 +250,8 @@ def _scenario(
         )
     except LaunchConfigError as exc:
         raise SpecError(f"scenario {name}: {exc}") from None
+    except LaunchError as exc:
+        raise TargetError(f"scenario {name}: the job failed: {exc}") from None
     finally:
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
     outcome.attempts = result.attempts

@@ -18,7 +18,13 @@ import pytest
 import torch
 
 from targets.model.config import MoEConfig
-from targets.training.distributed.launcher import JobResult, KillRank, launch
+from targets.training.distributed.launcher import (
+    JobResult,
+    KillRank,
+    LaunchConfigError,
+    LaunchError,
+    launch,
+)
 from targets.training.distributed.layout import Layout, local_experts
 from targets.training.distributed.rank_step import RankStep
 from targets.training.distributed.rank_trainer import DistConfig
@@ -38,8 +44,7 @@ EP, PP, DP = Layout(ep=2), Layout(pp=2), Layout(dp=2)
 
 # The fault runs: 6 steps under a replayed routing where samples 12 and 14 (step 3's first
 # micro-batch on ranks 0 and 1) send nearly every token-slot to experts 0 and 1, rank 0's
-# under EP=2. Not all of them: a rank whose experts receive nothing breaks the job (see
-# tests/unit/test_dist_ep_moe.py).
+# under EP=2. (A rank whose experts receive nothing at all: tests/unit/test_dist_ep_moe.py.)
 FAULT_STEPS = 6
 SPIKE_STEP, SPIKE_SAMPLES = 3, (12, 14)
 CALM = {"tokens_per_expert": [[1, 1, 1, 1]] * MODEL.num_layers}
@@ -337,3 +342,21 @@ def test_an_oom_restarts_the_job_and_skips_the_failed_steps_samples(
             for s in found[(rank, step)]:
                 assert s.loss == drill_found[(rank, step)][0].loss, (rank, step, s.attempt)
     assert max(s.peak_memory_bytes for s in result.steps) <= budget
+
+
+def test_a_rank_that_refuses_its_config_ends_the_job_with_its_message(tokens, tmp_path):
+    # 1 MB holds no rank's weights: every rank exits with code 2 and says why; no restart.
+    cfg = trainer_config(tokens, budget_bytes=1_000_000)
+    with pytest.raises(LaunchConfigError, match="is smaller than rank"):
+        launch(DistConfig(cfg, EP, str(tmp_path)), max_restarts=5)
+    assert len(list((tmp_path / "logs").glob("attempt-*"))) == 2  # one attempt, two ranks
+
+
+def test_a_rank_that_crashes_ends_the_job_with_its_log(tokens, tmp_path):
+    broken = tmp_path / "tokens.pt"
+    broken.write_text("not a tensor")
+    cfg = trainer_config(tokens, token_stream_path=str(broken))
+    with pytest.raises(LaunchError, match="failed: exit code 1") as caught:
+        launch(DistConfig(cfg, EP, str(tmp_path / "out")), max_restarts=5)
+    assert not isinstance(caught.value, LaunchConfigError)
+    assert "Traceback" in str(caught.value)  # the rank's own log, for the user to read
