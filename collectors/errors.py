@@ -29,3 +29,7 @@ class SchemaVersionError(CollectorError, MoeperfUsageError):
 
 class RunNotFoundError(CollectorError, MoeperfUsageError):
     """No run directory matches the id or prefix given."""
+
+
+class RunsDirError(CollectorError, MoeperfUsageError):
+    """The runs directory given is not one (a file)."""

@@ -26,7 +26,7 @@ import pandas as pd
 import psutil
 import pyarrow.parquet as pq
 
-from collectors.errors import CollectorError, RunNotFoundError
+from collectors.errors import CollectorError, RunNotFoundError, RunsDirError
 from collectors.fingerprint import host_fingerprint
 from collectors.manifest import RunManifest, RunStatus
 from collectors.records import RequestRecord, SampleRecord, StepRecord
@@ -337,6 +337,7 @@ class RunStore:
         # Microseconds: ids sort by start time even for runs started in the same second.
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S-%f")
         run_id = f"{stamp}-{suite}-{secrets.token_hex(3)}"
+        self.run_ids()  # a runs directory that is a file: said now, before anything runs
         directory = self.root / run_id
         directory.mkdir(parents=True)
         manifest = RunManifest(
@@ -373,6 +374,11 @@ class RunStore:
         """Run ids, oldest first (ids begin with their UTC start time)."""
         if not self.root.exists():
             return []
+        if not self.root.is_dir():
+            raise RunsDirError(
+                f"runs directory {str(self.root)!r} is a file, not a directory; "
+                "give --runs-dir a directory (it is created when missing)"
+            )
         return sorted(p.name for p in self.root.iterdir() if (p / "manifest.json").exists())
 
     def list(self) -> list[RunManifest]:

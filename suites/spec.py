@@ -889,6 +889,11 @@ def load_spec(name_or_path: str, overrides: Sequence[str] = ()) -> LoadedSpec:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text, as TOML must be ({exc.reason} at byte "
+                        f"{exc.start}); give a TOML spec file") from None  # fmt: skip
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     return validate_spec(data, str(path), overrides)
 
 

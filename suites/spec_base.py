@@ -6,8 +6,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# Unknown fields are refused (a typo names itself); a validated spec never changes.
-STRICT = ConfigDict(extra="forbid", frozen=True)
+# Unknown fields are refused (a typo names itself); a validated spec never changes; TOML's
+# inf and nan are no number a spec means (an infinite level or duration never ends).
+STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Strict(BaseModel):

@@ -23,7 +23,7 @@ KVDtype = Literal["fp32", "bf16", "fp8"]
 
 
 class DeployConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     devices: int = Field(ge=1)
     memory_per_device_bytes: int | None = Field(default=None, ge=1)

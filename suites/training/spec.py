@@ -23,9 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
 
 from suites.errors import SpecError
+from suites.spec_base import STRICT
 from suites.spec_errors import problems_of, spec_error
 from targets.model.checkpoint import default_model_dir
 from targets.model.config import MoEConfig
@@ -41,7 +42,7 @@ NO_INIT = "none"  # TOML has no null: init_from = "none" trains from random weig
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = STRICT
 
 
 def _dataclass_fields(
