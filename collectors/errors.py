@@ -31,5 +31,10 @@ class RunNotFoundError(CollectorError, MoeperfUsageError):
     """No run directory matches the id or prefix given."""
 
 
+class CorruptRunFileError(CollectorError, MoeperfUsageError):
+    """A run file that cannot be read (truncated, overwritten, not what its name says):
+    the message names the file and what is wrong with it."""
+
+
 class RunsDirError(CollectorError, MoeperfUsageError):
     """The runs directory given is not one (a file)."""

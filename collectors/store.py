@@ -16,7 +16,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -24,9 +24,15 @@ from typing import Any
 
 import pandas as pd
 import psutil
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collectors.errors import CollectorError, RunNotFoundError, RunsDirError
+from collectors.errors import (
+    CollectorError,
+    CorruptRunFileError,
+    RunNotFoundError,
+    RunsDirError,
+)
 from collectors.fingerprint import host_fingerprint
 from collectors.manifest import RunManifest, RunStatus
 from collectors.records import RequestRecord, SampleRecord, StepRecord
@@ -230,18 +236,36 @@ def _jsonl_to_parquet(directory: Path, kind: str, name: str) -> None:
     source.unlink()
 
 
+def _damaged(path: Path, what: str) -> CorruptRunFileError:
+    return CorruptRunFileError(
+        f"{path}: {what}; the file is damaged (truncated or overwritten since it was written): "
+        "restore it from a copy, or remove the run"
+    )
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise _damaged(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise _damaged(path, f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:
         lines = f.readlines()
-    for number, line in enumerate(lines, start=1):
+    for number, raw in enumerate(lines, start=1):
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
+            row = json.loads(raw.decode("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
             if number == len(lines):
                 # The process died while writing its last line; the rest is whole.
                 break
             raise CollectorError(f"{path}:{number}: not valid JSON") from None
+        if not isinstance(row, dict):
+            raise _damaged(path, f"line {number} is not a JSON object")
         check_schema_version(row.get("schema_version"), f"{path}:{number}")
         rows.append(row)
     return rows
@@ -252,8 +276,14 @@ class RunReader:
 
     def __init__(self, directory: Path):
         self.directory = directory
-        data = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
-        self.manifest = RunManifest.from_dict(data, str(directory / "manifest.json"))
+        path = directory / "manifest.json"
+        data = _read_json(path)
+        if not isinstance(data, dict):
+            raise _damaged(path, "not a JSON object")
+        try:
+            self.manifest = RunManifest.from_dict(data, str(path))
+        except (TypeError, KeyError, ValueError) as exc:
+            raise _damaged(path, f"not a run manifest ({exc})") from None
         _mark_if_orphaned(self.manifest)
 
     @property
@@ -264,10 +294,16 @@ class RunReader:
         name = _RECORD_FILES[kind]
         parquet = self.directory / f"{name}.parquet"
         if parquet.exists():
-            meta = pq.read_schema(parquet).metadata or {}
+            try:
+                meta = pq.read_schema(parquet).metadata or {}
+            except (pa.ArrowException, OSError) as exc:
+                raise _damaged(parquet, f"not a readable parquet file ({exc})") from None
             found = meta.get(b"moeperf_schema_version", b"")
             check_schema_version(int(found) if found.isdigit() else found, str(parquet))
-            return read_parquet_frame(kind, parquet)
+            try:
+                return read_parquet_frame(kind, parquet)
+            except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
+                raise _damaged(parquet, f"its {kind} cannot be read ({exc!r})") from None
         jsonl = self.directory / f"{name}.jsonl"
         rows = _latest_rows(kind, _read_jsonl(jsonl)) if jsonl.exists() else []
         return table_to_frame(
@@ -292,8 +328,7 @@ class RunReader:
         path = self.directory / "summary.json"
         if not path.exists():
             return None
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return summary_from_json(data, str(path))
+        return summary_from_json(_read_json(path), str(path))
 
 
 def _mark_if_orphaned(manifest: RunManifest) -> None:
@@ -383,3 +418,15 @@ class RunStore:
 
     def list(self) -> list[RunManifest]:
         return [RunReader(self.root / i).manifest for i in self.run_ids()]
+
+    def scan(self) -> tuple[Sequence[RunManifest], Sequence[CorruptRunFileError]]:
+        """Every readable run's manifest, and what is wrong with each unreadable one (a
+        damaged run does not hide the others)."""
+        manifests: list[RunManifest] = []
+        problems: list[CorruptRunFileError] = []
+        for run_id in self.run_ids():
+            try:
+                manifests.append(RunReader(self.root / run_id).manifest)
+            except CorruptRunFileError as exc:
+                problems.append(exc)
+        return manifests, problems

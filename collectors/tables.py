@@ -172,6 +172,9 @@ def read_parquet_frame(kind: str, path: Path) -> pd.DataFrame:
         for name in _ADDED_COLUMNS.get(kind, ()):
             if name not in columns:
                 columns[name] = pa.nulls(metadata.num_rows, schema.field(name).type).to_pandas()
+        missing = [n for n in schema.names if n not in columns]
+        if missing:  # a column name damaged on disk, or a file that is not a run's
+            raise KeyError(f"columns {', '.join(missing)} are missing")
         order = [n for n in schema.names if n in columns]
         frame = pd.DataFrame(columns, columns=order + [n for n in names if n not in order])
     finally:

@@ -269,7 +269,10 @@ def _show(store: RunStore, run: str, console: Console) -> None:
 
 
 def _runs_list(args: argparse.Namespace, console: Console) -> int:
-    console.print(runs_table(RunStore(args.runs_dir).list()))
+    manifests, problems = RunStore(args.runs_dir).scan()
+    console.print(runs_table(manifests))
+    for problem in problems:
+        console.print(f"warning: skipped a damaged run: {problem}", markup=False, highlight=False)
     return EXIT_OK
 
 

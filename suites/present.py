@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,7 +98,7 @@ def target_label(target: Mapping[str, Any]) -> str:
     return " ".join(str(part) for part in (where, model) if part)
 
 
-def runs_table(manifests: list[RunManifest]) -> Table:
+def runs_table(manifests: Sequence[RunManifest]) -> Table:
     table = Table(title="runs")
     # The id stays on one line (it is what the other commands take); a status reason is
     # shown whole, wrapped at word boundaries in its column, never cut.
