@@ -46,6 +46,13 @@ mode = "concurrency"
 levels = [2]
 max_requests = 16
 warmup_s = 0.0
+
+# The engine shares the 2 cores with the client, whose event loop then lags past the 2 ms
+# validity bound now and then (a CI run: 5.7 ms, the run invalid): what this test reads is
+# the cache, not the client's precision, as the other embedded-engine tests do.
+[harness]
+max_loop_lag_p99_s = 1.0
+max_cpu_fraction = 1.0
 """
 
 
