@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from collectors.capacity_records import CapacitySummary
+from collectors.drill_records import DrillSummary
 from collectors.interference_records import InterferenceSummary
 from collectors.mtp_ab_records import MtpAbSummary
 from collectors.quantiles import CI_METHOD, EMPTY, ESTIMATOR, Described
@@ -218,3 +219,5 @@ class ServingSummary:
     repeats: tuple[RepeatLevel, ...] = ()
     # An MTP A/B run ([mtp_ab]): its blocks, arms' figures, effects and output equality.
     mtp_ab: MtpAbSummary | None = None
+    # A fault drill ([drill]): each fault's failures and recovery, and the request audit.
+    drill: DrillSummary | None = None

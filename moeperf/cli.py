@@ -251,6 +251,11 @@ def _show(store: RunStore, run: str, console: Console) -> None:
             from suites.serving.interference_table import interference_table
 
             console.print(interference_table(summary.interference, summary.scenarios))
+        if summary.drill is not None:
+            from suites.serving.faults.tables import audit_line, drill_table
+
+            console.print(drill_table(summary.drill))
+            console.print(audit_line(summary.drill), markup=False, highlight=False)
         if summary.mtp_ab is not None:
             from suites.serving.mtp_ab.tables import mtp_ab_tables
 

@@ -40,6 +40,7 @@ from pydantic_core import PydanticCustomError
 from collectors.min_effects import MIN_EFFECT_KEYS
 from collectors.request_settings import SAMPLING_FIELDS, Sampling
 from suites.errors import SpecError
+from suites.serving.faults.spec import DrillSpec
 from suites.serving.load.openai_api import MaxTokensField
 from suites.spec_base import STRICT, NonNegative, Positive
 from suites.spec_errors import NO_ECHO, problems_of, spec_error, unknown_field
@@ -643,6 +644,31 @@ class ServingSpec(_Strict):
     mtp_ab: MtpAbSpec | None = None
     # Set: the memory planner's KV prediction beside a sweep's measured KV usage.
     plan: PlanSpec | None = None
+    # Set: faults injected into the one level, and the requests' recovery from each.
+    drill: DrillSpec | None = None
+
+    @model_validator(mode="after")
+    def _drill_alone(self) -> ServingSpec:
+        drill = self.drill
+        if drill is None:
+            return self
+        others = [name for name in ("capacity", "sweep", "interference", "mtp_ab", "plan")
+                  if getattr(self, name) is not None]  # fmt: skip
+        if others or len(self.load.levels) != 1 or self.load.repeats != 1:
+            raise ValueError(
+                "[drill] injects its faults into one load level: give one load.levels entry, "
+                "no load.repeats, and no " + ", ".join(f"[{o}]" for o in others or ["sweep"])
+            )
+        if problems := drill.check_target(self.target.kind):
+            raise ValueError("; ".join(problems))
+        last = drill.faults[-1]
+        if last.at_s + last.planned_s >= self.load.level_limit_s:
+            raise ValueError(
+                f"the last fault ({last.kind} at {last.at_s:g} s) ends after the level's "
+                f"{self.load.level_limit_s:g} s: raise load.duration_s past it, with time to "
+                "recover"
+            )
+        return self
 
     @model_validator(mode="after")
     def _plan_beside_a_sweep(self) -> ServingSpec:

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from collectors.capacity_records import CapacitySummary
+from collectors.drill_records import DrillSummary, FaultEvent
+from collectors.drill_summary import summarize_drill
 from collectors.interference_records import InterferenceSummary
 from collectors.mtp_ab_records import MtpAbSummary
 from collectors.mtp_ab_summary import with_figures
@@ -38,8 +40,10 @@ from collectors.workload_summary import repeat_levels, trace_replay, turn_summar
 from suites.errors import UsageError
 from suites.serving.capacity.run import capacity_note, capacity_verdict, search_capacity
 from suites.serving.capacity.search import Verdict as FitVerdict
-from suites.serving.embedded.process import running_target
-from suites.serving.embedded.reference import running_reference, with_reference_defaults
+from suites.serving.embedded.process import EmbeddedTarget, embedded_target
+from suites.serving.embedded.reference import embedded_reference, with_reference_defaults
+from suites.serving.faults.inject import Drill
+from suites.serving.faults.verdict import drill_verdict
 from suites.serving.load.arrivals import arrival_offsets_s, split_evenly, split_round_robin
 from suites.serving.load.auth import (
     NO_HEADERS,
@@ -108,6 +112,7 @@ class LevelOutcome:
     cache_reset: CacheReset | None = None
     repeat: int | None = None  # 1-based, with load.repeats > 1
     unique: bool = False  # the no-reuse control of a prefix workload
+    start_ns: int = 0  # when its workers started sending (time.monotonic_ns)
 
     @property
     def invalid_reasons(self) -> tuple[str, ...]:
@@ -133,19 +138,32 @@ def worker_count(spec: ServingSpec) -> int:
     return max(1, min(cores or 1, math.ceil(top / per_worker)))
 
 
+@dataclass(frozen=True)
+class RunningTarget:
+    """The target a run drives: its base URL, how the manifest describes it, and, for an
+    embedded target, its process (drills kill and pause it; the soak watches its memory)."""
+
+    url: str
+    described: dict[str, Any]
+    process: EmbeddedTarget | None = None
+
+
 @contextmanager
-def target_url(spec: ServingSpec) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The base URL to drive and a description of the target for the manifest."""
+def running(spec: ServingSpec) -> Iterator[RunningTarget]:
+    """The target of ``spec``, started first when it is embedded, stopped after."""
     if spec.target.kind == "url":
-        yield spec.target.url, {"kind": "url", "url": spec.target.url}
+        yield RunningTarget(spec.target.url, {"kind": "url", "url": spec.target.url})
         return
     if spec.target.kind == "reference":
-        with running_reference(spec) as (url, described):
-            yield url, described
+        with embedded_reference(spec) as (process, described):
+            yield RunningTarget(process.url, described, process)
         return
     config = spec.target.synthetic.to_dict()
-    with running_target("targets.synthetic", config) as url:
-        yield url, {"kind": "synthetic", "url": url, "config": config, "simulated": True}
+    if spec.drill is not None:
+        config["drill_control"] = True  # its fault windows: for this run's drill only
+    with embedded_target("targets.synthetic", config) as process:
+        described = {"kind": "synthetic", "url": process.url, "config": config, "simulated": True}
+        yield RunningTarget(process.url, described, process)
 
 
 def plan_level(
@@ -260,7 +278,8 @@ def run_serving(
     headers = request_headers(spec.target, os.environ)
     # Before a target starts, too: a trace that cannot be read is an exit 2 at once.
     trace = read_spec_trace(spec) if spec.workload.kind == "trace" else None
-    with target_url(spec) as (base_url, target):
+    with running(spec) as started:
+        base_url, target = started.url, started.described
         check = check_target(base_url, functools.partial(http_get, headers=headers))
         model = served_model(spec.target.model, check, base_url)
         source = "spec" if spec.target.model else f"target ({check.checked})"
@@ -287,8 +306,18 @@ def run_serving(
         try:
             with run, interrupts_end_runs():
                 observers.start()
+                drill = _drill(spec, started, run)
                 _run_levels(
-                    spec, run, base_url, model, levels, progress, observers, warn_only, headers
+                    spec,
+                    run,
+                    base_url,
+                    model,
+                    levels,
+                    progress,
+                    observers,
+                    warn_only,
+                    headers,
+                    drill,
                 )
         finally:
             observers.finish(run.manifest.status)
@@ -408,6 +437,7 @@ def _run_levels(
     observers: LiveObservers,
     warn_only: bool,
     headers: RequestHeaders = NO_HEADERS,
+    drill: Drill | None = None,
 ) -> None:
     load = spec.load
     sweep = levels.sweep
@@ -483,7 +513,15 @@ def _run_levels(
         )
         progress.level_started(scenario, next(iter(plans.values())).duration_s)
         observers.level_started(scenario, level)
-        reports = pool.run_level(plans, keep, progress.finished, progress.tick, observers.health)
+        if drill is not None:
+            drill.start(start_ns)
+        try:
+            reports = pool.run_level(
+                plans, keep, progress.finished, progress.tick, observers.health
+            )
+        finally:
+            if drill is not None:
+                drill.finish()
         reasons = client_bottlenecks(
             reports,
             open_loop=level_load.mode != "concurrency",
@@ -511,6 +549,7 @@ def _run_levels(
             reset,
             repeat,
             prompt_pool.unique,
+            start_ns,
         )
         outcomes.append(outcome)
         _note_count_limit(run, level_spec, outcome)
@@ -558,12 +597,16 @@ def _run_levels(
             sweep=sweep,
             fits=fits,
             trace=levels.trace,
+            drill=_drill_summary(drill, outcomes, records, run),
         )
         raise
     finally:
         pool.close()
     observers.stop_scraping()
-    truth = _ground_truth(spec, base_url, list(records.values()))
+    truth = None
+    if drill is None or not drill.kills:  # a restarted target numbers its answers anew
+        truth = _ground_truth(spec, base_url, list(records.values()))
+    drilled = _drill_summary(drill, outcomes, records, run)
     write_summary(
         run,
         spec,
@@ -574,6 +617,7 @@ def _run_levels(
         sweep,
         fits,
         trace=levels.trace,
+        drill=drilled,
     )
     note = _cache_note(spec, outcomes)
     if note:
@@ -588,6 +632,8 @@ def _run_levels(
     else:
         # A fit probe is judged by the target's counters: its level's status is its own.
         status, reason = run_verdict([o.verdict for o in outcomes if not o.fit_probe])
+    if drilled is not None:
+        status, reason = drill_verdict(drilled, status, reason)
     if status != "complete" and warn_only:
         run.add_note(
             f"--warn-only: the run ended {status}, and the command exits 0 all the same; "
@@ -597,6 +643,37 @@ def _run_levels(
         run.fail(reason or "")
     elif status == "invalid":
         run.invalidate(reason or "")
+
+
+def _drill(spec: ServingSpec, started: RunningTarget, run: RunWriter) -> Drill | None:
+    if spec.drill is None:
+        return None
+
+    def note(event: FaultEvent) -> None:  # stored as it happens: a drill cut short keeps it
+        at_s = event.planned_at_s
+        run.add_note(f"Drill fault {event.index} ({event.kind} at {at_s:g} s): {event.detail}")
+
+    return Drill(spec.drill, started.url, started.process, run.manifest.anchor_monotonic_ns, note)
+
+
+def _drill_summary(
+    drill: Drill | None,
+    outcomes: list[LevelOutcome],
+    records: dict[str, RequestRecord],
+    run: RunWriter,
+) -> DrillSummary | None:
+    if drill is None or not outcomes or not drill.events:
+        return None
+    level = outcomes[0]
+    sent = {report.worker: report.sent for report in level.reports}
+    return summarize_drill(
+        records_frame(list(records.values())),
+        level.scenario,
+        level.start_ns - run.manifest.anchor_monotonic_ns,
+        drill.events,
+        sent,
+        drill.spec.compare_window_s,
+    )
 
 
 def _cache_note(spec: ServingSpec, outcomes: list[LevelOutcome]) -> str:
@@ -745,6 +822,7 @@ def write_summary(
     interference: InterferenceSummary | None = None,
     trace: Trace | None = None,
     mtp_ab: MtpAbSummary | None = None,
+    drill: DrillSummary | None = None,
 ) -> None:
     frame = records_frame(records)
     slo = Slo(**spec.slo.model_dump())
@@ -799,6 +877,7 @@ def write_summary(
             # An A/B run's blocks repeat each arm: its own summary compares them.
             repeats=repeat_levels(scenarios) if mtp_ab is None else (),
             mtp_ab=mtp_ab,
+            drill=drill,
         )
     )
 

@@ -83,6 +83,8 @@ class SyntheticConfig:
     role_chunk: bool = True
     reject_unknown_fields: bool = False
     max_concurrent_streams: int = 0
+    # POST /drill/fault opens fault windows (drill.py); set by the harness for drills only.
+    drill_control: bool = False
 
     def __post_init__(self) -> None:
         for name in ("ttft_s", "itl_s", "jitter_scale", "stall_s"):
@@ -112,7 +114,7 @@ class SyntheticConfig:
             )
         if not isinstance(self.model, str) or not self.model:
             raise SyntheticConfigError(["model"], f"must be a non-empty string; got {self.model!r}")
-        for name in ("send_done", "role_chunk", "reject_unknown_fields"):
+        for name in ("send_done", "role_chunk", "reject_unknown_fields", "drill_control"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise SyntheticConfigError([name], f"must be true or false; got {value!r}")

@@ -8,6 +8,7 @@ everything up front also keeps the per-chunk path down to a sleep and a write.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -59,6 +60,15 @@ def plan_request(config: SyntheticConfig, index: int, output_tokens: int) -> Req
             stall_ns = round(config.stall_s * NS_PER_S)
             due_ns[fault_chunk:] = [due + stall_ns for due in due_ns[fault_chunk:]]
     return RequestPlan(fault, fault_chunk, chunk_tokens, tuple(due_ns))
+
+
+def malformed(plan: RequestPlan) -> RequestPlan:
+    """``plan`` with the malformed fault (a drill window's, drill.py), at the chunk the
+    drawn fault would take: the first after half of the tokens."""
+    tokens = sum(plan.chunk_tokens)
+    per_chunk = plan.chunk_tokens[0]
+    chunk = min(-(-(tokens // 2) // per_chunk), len(plan.chunk_tokens) - 1)
+    return dataclasses.replace(plan, fault="malformed", fault_chunk=chunk)
 
 
 def _draw_fault(config: SyntheticConfig, u: float) -> str | None:

@@ -36,6 +36,13 @@ from targets.openai_wire import (
     models_list,
 )
 from targets.synthetic.config import SyntheticConfig
+from targets.synthetic.drill import (
+    DrillRequestError,
+    DrillWindows,
+    FaultWindow,
+    parse_window,
+    reset_connection,
+)
 from targets.synthetic.ground_truth import GroundTruthRecord, GroundTruthStore
 from targets.synthetic.metrics import SyntheticMetrics
 from targets.synthetic.openai_format import MALFORMED_EVENT, MALFORMED_JSON, ChunkEncoder
@@ -46,7 +53,7 @@ from targets.synthetic.openai_request import (
     parse_json_object,
     prompt_text,
 )
-from targets.synthetic.plan import NS_PER_S, RequestPlan, plan_request
+from targets.synthetic.plan import NS_PER_S, RequestPlan, malformed, plan_request
 from targets.synthetic.slots import StreamSlots
 from targets.synthetic.tokenizer import encode, token_strs
 
@@ -67,6 +74,7 @@ class _State:
     store: GroundTruthStore
     slots: StreamSlots
     metrics: SyntheticMetrics
+    drill: DrillWindows
     # Request index: part of the response id and of the seed of the request's draws.
     indices: itertools.count = field(default_factory=lambda: itertools.count(1))
 
@@ -96,6 +104,7 @@ def build_app(
         store=GroundTruthStore(config.max_records),
         slots=slots,
         metrics=SyntheticMetrics(registry if registry is not None else CollectorRegistry(), slots),
+        drill=DrillWindows(clock_ns),
     )
     app.router.add_post("/v1/chat/completions", _chat_completions)
     app.router.add_post("/v1/completions", _completions)
@@ -105,6 +114,8 @@ def build_app(
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/ground_truth/{id}", _ground_truth_one)
     app.router.add_post("/ground_truth/query", _ground_truth_query)
+    if config.drill_control:
+        app.router.add_post("/drill/fault", _drill_fault)
     return app
 
 
@@ -133,10 +144,15 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
             )
         except ApiError as exc:
             return _refusal(exc)
+        window = state.drill.active()
+        if window is not None and window.kind != "malformed":
+            return _drill_answer(request, window)
         # Drawn on acceptance, before any queue wait: the n-th request accepted keeps the
         # n-th plan whatever the stream limit.
         index = next(state.indices)
         plan = plan_request(state.config, index, gen.output_tokens)
+        if window is not None and plan.fault is None:
+            plan = malformed(plan)
         record = GroundTruthRecord(
             id=f"{'chatcmpl' if chat else 'cmpl'}-{index}",
             stream=gen.stream,
@@ -382,3 +398,29 @@ async def _ground_truth_query(request: web.Request) -> web.Response:
     except ApiError as exc:
         return _refusal(exc)
     return web.json_response(request.app[_STATE].store.query(ids))
+
+
+def _drill_answer(request: web.Request, window: FaultWindow) -> web.Response:
+    """A drill window's answer to a request it catches (drill.py): an error status, or
+    the connection reset."""
+    if window.kind == "reset":
+        reset_connection(request.transport.get_extra_info("socket") if request.transport else None)
+        if request.transport is not None:
+            request.transport.abort()
+        raise asyncio.CancelledError  # nothing more to write: the connection is gone
+    response = _error(window.status, "synthetic drill: injected error", kind="server_error")
+    if window.status == 429:
+        response.headers["Retry-After"] = "1"
+    return response
+
+
+async def _drill_fault(request: web.Request) -> web.Response:
+    state = request.app[_STATE]
+    try:
+        window = parse_window(parse_json_object(await request.read()), state.clock_ns())
+    except DrillRequestError as exc:
+        return _refusal(BadRequest(str(exc), "drill"))
+    except ApiError as exc:
+        return _refusal(exc)
+    state.drill.open(window)
+    return web.json_response({"kind": window.kind, "until_ns": window.until_ns})

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from suites.errors import UsageError
-from suites.serving.embedded.process import running_target
+from suites.serving.embedded.process import EmbeddedTarget, embedded_target
 from suites.spec import ServingSpec, reference_config
 
 MODULE = "targets.serving"
@@ -118,8 +118,15 @@ def describe(config: dict[str, Any], url: str, rule: str = "") -> dict[str, Any]
 
 
 @contextmanager
+def embedded_reference(spec: ServingSpec) -> Iterator[tuple[EmbeddedTarget, dict[str, Any]]]:
+    """Start the reference target of ``spec``; yield (its process, its description)."""
+    config = target_config(spec)
+    with embedded_target(MODULE, config, ready_timeout_s=READY_TIMEOUT_S) as target:
+        yield target, describe(config, target.url, threads_rule(spec))
+
+
+@contextmanager
 def running_reference(spec: ServingSpec) -> Iterator[tuple[str, dict[str, Any]]]:
     """Start the reference target of ``spec``; yield (its base URL, its description)."""
-    config = target_config(spec)
-    with running_target(MODULE, config, ready_timeout_s=READY_TIMEOUT_S) as url:
-        yield url, describe(config, url, threads_rule(spec))
+    with embedded_reference(spec) as (target, described):
+        yield target.url, described

@@ -8,6 +8,7 @@ level, so tokenization never delays the timestamps of other streams.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,6 +138,11 @@ async def stream_request(
         _fail(record, "stall_timeout", f"no bytes for the read timeout: {exc}")
     except TimeoutError:
         _fail(record, "timeout", "request exceeded its total timeout")
+    except aiohttp.ClientOSError as exc:
+        # The target (or a proxy before it) reset the connection: RST, not a clean close.
+        reset = exc.errno in (errno.ECONNRESET, errno.EPIPE)
+        kind = "connection_reset" if reset else "client_error"
+        _fail(record, kind, f"{type(exc).__name__}: {exc}")
     except aiohttp.ClientError as exc:
         _fail(record, "client_error", f"{type(exc).__name__}: {exc}")
     except asyncio.CancelledError:

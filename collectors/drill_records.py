@@ -1,0 +1,88 @@
+"""A fault drill (``[drill]`` in a serving spec), as a serving run's summary holds it.
+
+Times are seconds from the drill level's start. What each figure is:
+- ``fault_s``: how long the fault itself lasted, as injected (the kill to the restarted
+  target's READY, the SIGSTOP to the SIGCONT, the window, the hook to a healthy answer).
+- ``recovery_s``: the fault's injection to the end of the first request sent at or after
+  it that succeeded (None: none did before the level ended). A request already in flight
+  does not count: what a user wants to know is when a new request works again.
+- ``failed``: requests that ended failed or cancelled between the injection and the
+  recovery (or the next fault), by error type.
+- Latencies (``before``, ``during``, ``after``): the median TTFT and E2E (from the
+  intended send) of the successful requests sent in the ``compare_window_s`` before the
+  injection, between the injection and the recovery, and in the window after the
+  recovery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class FaultEvent:
+    """One fault as the harness injected it; ``*_ns`` on the run's clock (from its anchor)."""
+
+    index: int
+    kind: str
+    planned_at_s: float
+    injected_ns: int
+    cleared_ns: int  # when the fault itself ended (see ``fault_s``)
+    injected: bool  # False: the injection failed (``detail`` says why); the run went on
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyWindow:
+    requests: int  # successful requests sent in the window
+    ttft_p50_s: float | None
+    e2e_p50_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class FaultOutcome:
+    index: int
+    kind: str
+    at_s: float  # injected, from the level's start
+    fault_s: float
+    injected: bool
+    detail: str
+    failed: int
+    failed_by_type: dict[str, int]
+    recovery_s: float | None
+    before: LatencyWindow
+    during: LatencyWindow
+    after: LatencyWindow
+
+
+@dataclass(frozen=True, slots=True)
+class RequestAudit:
+    """Every request a load worker sent is in the records exactly once.
+
+    Each worker numbers its requests 0, 1, 2...; ``sent`` is the workers' own count of the
+    requests they sent; ``missing``: numbers below a worker's count with no record (lost);
+    ``unknown``: records whose number no worker sent; ``duplicated``: ids held by more
+    than one record after amendments (counted twice). ``examples``: the first ids found
+    of each kind ("missing w0-17"), the counts are whole.
+    """
+
+    sent: int
+    recorded: int
+    missing: int
+    unknown: int
+    duplicated: int
+    examples: tuple[str, ...] = ()
+
+    @property
+    def exact(self) -> bool:
+        return self.sent == self.recorded and not (self.missing or self.unknown or self.duplicated)
+
+
+@dataclass(frozen=True, slots=True)
+class DrillSummary:
+    scenario: str
+    compare_window_s: float
+    faults: tuple[FaultOutcome, ...]
+    audit: RequestAudit
+    # Requests of the level by status and by error type, the drill's whole story in counts.
+    statuses: dict[str, int]

@@ -1,0 +1,61 @@
+"""A fault drill for the terminal: one row per fault, then the request audit."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from collectors.drill_records import DrillSummary, LatencyWindow
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _ms(window: LatencyWindow) -> str:
+    if window.ttft_p50_s is None:
+        return "-"
+    return f"{window.ttft_p50_s * 1e3:.0f} ({window.requests})"
+
+
+def drill_table(drill: DrillSummary) -> Table:
+    table = Table(
+        title=f"fault drill ({drill.scenario}): per fault",
+        caption=(
+            "at / fault / recovery: s from the level's start / the fault's own length / its "
+            "injection to the first success of a request sent after it; TTFT p50 ms (ok "
+            f"requests) sent in the {drill.compare_window_s:g} s before, between injection "
+            "and recovery, and in the same window after"
+        ),
+    )
+    for column in ("fault", "at s", "fault s", "failed", "why", "recovery s"):
+        table.add_column(column, justify="left" if column in ("fault", "why") else "right")
+    for column in ("TTFT before", "TTFT during", "TTFT after"):
+        table.add_column(column, justify="right")
+    for fault in drill.faults:
+        why = ", ".join(f"{k}={v}" for k, v in sorted(fault.failed_by_type.items())) or "-"
+        name = fault.kind if fault.injected else f"{fault.kind} (NOT INJECTED)"
+        table.add_row(
+            name,
+            f"{fault.at_s:.2f}",
+            _s(fault.fault_s),
+            str(fault.failed),
+            why,
+            _s(fault.recovery_s) if fault.recovery_s is not None else "not recovered",
+            _ms(fault.before),
+            _ms(fault.during),
+            _ms(fault.after),
+        )
+    return table
+
+
+def audit_line(drill: DrillSummary) -> str:
+    audit = drill.audit
+    verdict = "exact" if audit.exact else "NOT EXACT"
+    line = (
+        f"request audit: {verdict}: {audit.sent} sent by the load workers, {audit.recorded} "
+        f"recorded, {audit.missing} missing, {audit.unknown} unknown, {audit.duplicated} "
+        "recorded twice"
+    )
+    if audit.examples:
+        line += f" ({', '.join(audit.examples[:5])})"
+    return line

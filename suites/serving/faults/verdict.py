@@ -1,0 +1,28 @@
+"""How a drill's run ends: what it measured decides, not how many requests the faults
+failed (failing them is what a drill is for)."""
+
+from __future__ import annotations
+
+from collectors.drill_records import DrillSummary
+
+
+def drill_verdict(drill: DrillSummary, status: str, reason: str | None) -> tuple[str, str | None]:
+    """The run's status and reason, given the levels' own (``run_verdict``'s).
+
+    A fault that could not be injected fails the run (the drill did not happen as
+    specified); records that are not exactly the requests sent make it invalid (its
+    counts cannot be trusted). Otherwise the levels' verdict stands: a target that failed
+    most requests of the level failed, with or without a drill.
+    """
+    missed = [f for f in drill.faults if not f.injected]
+    if missed:
+        first = missed[0]
+        return "failed", f"drill fault {first.index} ({first.kind}) not injected: {first.detail}"
+    audit = drill.audit
+    if not audit.exact:
+        return "invalid", (
+            f"request audit: {audit.sent} sent, {audit.recorded} recorded, {audit.missing} "
+            f"missing, {audit.unknown} unknown, {audit.duplicated} duplicated "
+            f"({', '.join(audit.examples[:5])})"
+        )
+    return status, reason
