@@ -1,0 +1,153 @@
+"""serving.faults end to end: ``moeperf run faults`` against the synthetic target it
+starts, and a hook drill against a target moeperf did not start (a url target).
+
+Each fault must be seen in what was measured: the kill as failed requests with a finite
+recovery, each window as its own error type, and every request sent exactly once in the
+records; a hook that fails fails the run, with the records kept.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from collectors.serving_records import ServingSummary
+from collectors.store import RunStore
+from suites.serving.embedded.process import embedded_target
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONIOENCODING": "utf-8"}
+
+pytestmark = pytest.mark.slow
+
+
+def moeperf(runs_dir: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "moeperf.cli", "--runs-dir", str(runs_dir), *args],
+        cwd=REPO_ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _only_run(runs: Path):
+    store = RunStore(runs)
+    (run_id,) = store.run_ids()
+    reader = store.open(run_id)
+    summary = reader.summary()
+    assert isinstance(summary, ServingSummary)
+    return reader, summary
+
+
+def test_the_shipped_drill_sees_each_fault_and_loses_no_request(tmp_path):
+    runs = tmp_path / "runs"
+    result = moeperf(runs, "run", "faults")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "fault drill" in result.stdout and "request audit: exact" in result.stdout
+    reader, summary = _only_run(runs)
+    drill = summary.drill
+    assert drill is not None
+    faults = {f.kind: f for f in drill.faults}
+    assert list(faults) == ["kill", "stall", "http_error", "reset", "malformed"]
+    assert all(f.injected for f in drill.faults), [f.detail for f in drill.faults]
+
+    kill = faults["kill"]
+    assert kill.failed > 0
+    assert set(kill.failed_by_type) <= {"connect_error", "stream_truncated", "connection_reset"}
+    # Dead for restart_after_s (0.5 s), then started again: a finite recovery past both.
+    assert kill.recovery_s is not None and kill.fault_s >= 0.5
+    assert kill.recovery_s >= kill.fault_s
+    # A stalled target answers late, not wrongly: the requests it held wait it out.
+    stall = faults["stall"]
+    assert stall.recovery_s is not None and stall.recovery_s >= 1.5
+    assert stall.during.ttft_p50_s is not None and stall.before.ttft_p50_s is not None
+    assert stall.during.ttft_p50_s > stall.before.ttft_p50_s
+    for kind, error in (
+        ("http_error", "http_5xx"),
+        ("reset", "connection_reset"),
+        ("malformed", "malformed_chunk"),
+    ):
+        fault = faults[kind]
+        assert fault.failed > 0 and set(fault.failed_by_type) == {error}, (kind, fault)
+        assert fault.recovery_s is not None and fault.recovery_s >= 1.0
+
+    requests = reader.requests()
+    audit = drill.audit
+    assert audit.exact, audit
+    assert audit.sent == audit.recorded == len(requests) == requests["request_id"].nunique()
+    assert set(requests.loc[requests["error_type"] == "http_5xx", "http_status"]) == {503}
+    # The failures by type add up to the level's errors: each failure is in one fault.
+    assert sum(f.failed for f in drill.faults) == drill.statuses.get("error", 0)
+    notes = " ".join(reader.manifest.notes)
+    assert "Drill fault 0 (kill at 2 s): SIGKILL pid" in notes
+
+
+def _hook_spec(path: Path, url: str, command: str) -> Path:
+    path.write_text(
+        f"""
+name = "hook-drill"
+[target]
+kind = "url"
+url = "{url}"
+api = "chat"
+model = "synthetic"
+[workload]
+kind = "random"
+num_prompts = 16
+cache = "reuse"
+[workload.input_tokens]
+dist = "fixed"
+mean = 32
+[workload.output_tokens]
+dist = "fixed"
+mean = 16
+[load]
+mode = "poisson"
+levels = [10]
+duration_s = 7.0
+warmup_s = 0.0
+cooldown_s = 0.0
+[drill]
+[[drill.faults]]
+kind = "hook"
+at_s = 2.0
+command = "{command}"
+hook_timeout_s = 20
+"""
+    )
+    return path
+
+
+def test_a_hook_drills_a_target_moeperf_did_not_start(tmp_path):
+    with embedded_target("targets.synthetic", {"ttft_s": 0.02, "itl_s": 0.002}) as target:
+        # The user's own way to break and mend their deployment: here, stop it for 1 s.
+        command = f"kill -STOP {target.pid} && sleep 1 && kill -CONT {target.pid}"
+        spec = _hook_spec(tmp_path / "hook.toml", target.url, command)
+        result = moeperf(tmp_path / "runs", "run", str(spec))
+    assert result.returncode == 0, result.stdout + result.stderr
+    _, summary = _only_run(tmp_path / "runs")
+    assert summary.drill is not None
+    (fault,) = summary.drill.faults
+    assert fault.injected and "exited 0" in fault.detail
+    assert fault.fault_s >= 1.0  # the hook's run and the health wait
+    assert fault.recovery_s is not None and fault.recovery_s >= 1.0
+    assert summary.drill.audit.exact
+
+
+def test_a_hook_that_fails_fails_the_run_and_keeps_its_records(tmp_path):
+    with embedded_target("targets.synthetic", {"ttft_s": 0.02, "itl_s": 0.002}) as target:
+        spec = _hook_spec(tmp_path / "hook.toml", target.url, "echo no access >&2; exit 3")
+        result = moeperf(tmp_path / "runs", "run", str(spec))
+    assert result.returncode == 1, result.stdout + result.stderr
+    reader, summary = _only_run(tmp_path / "runs")
+    assert reader.manifest.status == "failed"
+    assert "exited 3" in (reader.manifest.status_reason or "")
+    assert "no access" in (reader.manifest.status_reason or "")
+    assert summary.drill is not None and summary.drill.audit.exact
+    assert len(reader.requests()) == summary.drill.audit.sent > 0
