@@ -85,6 +85,20 @@ def announce_run(run: RunWriter, console: Console) -> None:
     console.print(f"run {run.run_id} -> {run.directory}")
 
 
+def cell(value: float | None, spec: str, scale: float = 1.0) -> str:
+    """A table cell: ``value`` scaled and formatted by ``spec``, or "n/a"."""
+    return "n/a" if value is None else format(value * scale, spec)
+
+
+def headed_table(title: str, heads: list[str], labels: int) -> Table:
+    """A table with these column heads: the first ``labels`` are labels (left, one line),
+    the rest numbers (right)."""
+    table = Table(title=title)
+    for i, name in enumerate(heads):
+        table.add_column(name, justify="left" if i < labels else "right", no_wrap=i < labels)
+    return table
+
+
 def _ms(value: float | None, decimals: int = 2) -> str:
     return "-" if value is None else f"{value * 1e3:.{decimals}f}"
 

@@ -9,23 +9,13 @@ from __future__ import annotations
 from rich.table import Table
 
 from collectors.simulation_summary import SimulationSummary
+from suites.present import cell, headed_table
 
 GB = 1e9
 
 
-def _num(value: float | None, spec: str, scale: float = 1.0) -> str:
-    return "n/a" if value is None else format(value * scale, spec)
-
-
-def _table(title: str, heads: list[str], labels: int) -> Table:
-    table = Table(title=title)
-    for i, name in enumerate(heads):
-        table.add_column(name, justify="left" if i < labels else "right", no_wrap=i < labels)
-    return table
-
-
 def scenario_table(summary: SimulationSummary) -> Table:
-    table = _table(
+    table = headed_table(
         "Cluster simulation (simulated): per job, policy and skew",
         ["job", "policy", "skew", "devices", "params B", "layout", "OOM rate", "step s p50",
          "MFU", "effective MFU", "eff. tok/s/dev", "bubble", "(p-1)/(m+p-1)", "peak GB",
@@ -35,29 +25,29 @@ def scenario_table(summary: SimulationSummary) -> Table:
     for e in summary.scenarios.values():
         table.add_row(
             e.job, e.policy, e.skew, f"{e.devices:,}", f"{e.parameters / 1e9:.0f}", e.layout,
-            f"{e.oom_rate:.0%}", _num(e.step_time_p50_s, ".2f"), _num(e.mfu_mean, ".1%"),
+            f"{e.oom_rate:.0%}", cell(e.step_time_p50_s, ".2f"), cell(e.mfu_mean, ".1%"),
             f"{e.effective_mfu:.1%}", f"{e.effective_tokens_per_s_per_device:.0f}",
-            _num(e.bubble, ".1%"), f"{e.bubble_formula:.1%}",
+            cell(e.bubble, ".1%"), f"{e.bubble_formula:.1%}",
             f"{max(e.peak_memory_bytes_by_stage) / GB:.1f}", f"{e.memory_bytes / GB:.0f}",
-            f"{e.moved_s_mean:.2f}", _num(e.decision_s_p50, ".2f", 1e3),
+            f"{e.moved_s_mean:.2f}", cell(e.decision_s_p50, ".2f", 1e3),
         )  # fmt: skip
     return table
 
 
 def ablation_table(summary: SimulationSummary) -> Table:
-    table = _table(
+    table = headed_table(
         "Ablation (simulated) beside seed 000's figures (the paper's numbers, not ours)",
         ["job", "skew", "step", "policy", "over", "speedup (simulated)", "paper (seed 000)"],
         5,
     )
     for r in summary.ablation:
         table.add_row(r.job, r.skew, r.step, r.policy, r.baseline,
-                      _num(r.speedup, ".2f") + ("x" if r.speedup else ""), r.paper)  # fmt: skip
+                      cell(r.speedup, ".2f") + ("x" if r.speedup else ""), r.paper)  # fmt: skip
     return table
 
 
 def reproduction_table(summary: SimulationSummary) -> Table:
-    table = _table(
+    table = headed_table(
         "Published MoE training runs against the simulator (simulated)",
         ["run", "devices", "layout", "policy", "metric", "published", "simulated", "error",
          "source"],
@@ -67,7 +57,7 @@ def reproduction_table(summary: SimulationSummary) -> Table:
         error = r.error
         table.add_row(
             r.name, f"{r.devices:,}", r.layout, r.policy, r.metric, f"{r.published:,.0f}",
-            _num(r.simulated, ",.0f"), _num(error, "+.1%"), r.source,
+            cell(r.simulated, ",.0f"), cell(error, "+.1%"), r.source,
         )  # fmt: skip
     return table
 

@@ -17,15 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from collectors.dist_training_summary import DistOutcome, RecoveryOutcome, summarize_dist
 from collectors.records import StepRecord
 from collectors.store import RunStore, RunWriter, interrupts_end_runs
 from suites.errors import SpecError, TargetError
 from suites.training.dist_spec import DistTrainingSpec, LayoutSpec
 from suites.training.plan import CONFIG_ERRORS
-from suites.training.runner import peak_summary
+from suites.training.runner import measure_peak, peak_summary
 from suites.training.spec import model_config
 from targets.training.distributed.launcher import (
     JobResult,
@@ -37,8 +35,8 @@ from targets.training.distributed.launcher import (
 )
 from targets.training.distributed.rank_step import RankEvent, RankStep
 from targets.training.distributed.rank_trainer import DistConfig
-from targets.training.peak import PeakFlops, PeakFlopsError, mfu, peak_flops
-from targets.training.setup import DTYPES, TrainerConfig
+from targets.training.peak import PeakFlops, mfu
+from targets.training.setup import TrainerConfig
 
 MIB = 2**20
 TARGET_NAME = "reference-trainer-distributed"
@@ -65,16 +63,6 @@ def trainer_config(spec: DistTrainingSpec, policy: str, skew: str) -> TrainerCon
     return config
 
 
-def _peak(spec: DistTrainingSpec) -> PeakFlops:
-    if spec.peak_flops_per_s is not None:
-        return PeakFlops(spec.peak_flops_per_s, "given: peak_flops_per_s in the spec", None)
-    torch.set_num_threads(spec.trainer.threads)  # one rank's threads
-    try:
-        return peak_flops(spec.trainer.device, DTYPES[spec.trainer.dtype])
-    except PeakFlopsError as exc:
-        raise SpecError(f"{exc} (in a training-dist spec: peak_flops_per_s = ...)") from None
-
-
 def run_training_dist(
     spec: DistTrainingSpec,
     spec_given: dict[str, Any],
@@ -87,7 +75,7 @@ def run_training_dist(
     configs = {
         (p, s): trainer_config(spec, p, s) for p in spec.matrix.policies for s in spec.matrix.skews
     }
-    peak = _peak(spec)
+    peak = measure_peak(spec)
     t = spec.trainer
     target = {
         "kind": TARGET_NAME,

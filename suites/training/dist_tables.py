@@ -8,23 +8,13 @@ from __future__ import annotations
 from rich.table import Table
 
 from collectors.dist_training_summary import DistTrainingSummary
+from suites.present import cell, headed_table
 
 MIB = 2**20
 
 
-def _num(value: float | None, spec: str, scale: float = 1.0) -> str:
-    return "n/a" if value is None else format(value * scale, spec)
-
-
-def _table(title: str, heads: list[str], labels: int) -> Table:
-    table = Table(title=title)
-    for i, name in enumerate(heads):
-        table.add_column(name, justify="left" if i < labels else "right", no_wrap=i < labels)
-    return table
-
-
 def layout_table(summary: DistTrainingSummary) -> Table:
-    table = _table(
+    table = headed_table(
         "Distributed training (measured): per layout, policy and skew",
         [
             "layout",
@@ -55,24 +45,24 @@ def layout_table(summary: DistTrainingSummary) -> Table:
             s.skew,
             str(s.world_size),
             str(s.steps),
-            _num(s.tokens_per_s, ",.0f"),
-            _num(s.effective_tokens_per_s, ",.0f"),
-            _num(s.mfu, ".1%"),
-            _num(sh.communication if sh else None, ".1%"),
-            _num(sh.all_to_all if sh else None, ".1%"),
-            _num(sh.pipeline if sh else None, ".1%"),
-            _num(sh.all_reduce if sh else None, ".1%"),
-            _num(sh.wait if sh else None, ".1%"),
-            _num(s.bubble, ".1%"),
+            cell(s.tokens_per_s, ",.0f"),
+            cell(s.effective_tokens_per_s, ",.0f"),
+            cell(s.mfu, ".1%"),
+            cell(sh.communication if sh else None, ".1%"),
+            cell(sh.all_to_all if sh else None, ".1%"),
+            cell(sh.pipeline if sh else None, ".1%"),
+            cell(sh.all_reduce if sh else None, ".1%"),
+            cell(sh.wait if sh else None, ".1%"),
+            cell(s.bubble, ".1%"),
             f"{s.bubble_formula:.1%}",
             " ".join(f"{b / MIB:.0f}" for b in s.peak_memory_bytes_by_rank),
-            _num(s.oom_rate, ".0%"),
+            cell(s.oom_rate, ".0%"),
         )
     return table
 
 
 def straggler_table(summary: DistTrainingSummary) -> Table:
-    table = _table(
+    table = headed_table(
         "Ranks (measured): median compute seconds per step, the slowest rank, the spread",
         [
             "scenario",
@@ -90,10 +80,10 @@ def straggler_table(summary: DistTrainingSummary) -> Table:
             name,
             " ".join(f"{v:.3f}" for v in s.compute_s_p50_by_rank),
             str(s.slowest_rank) if s.slowest_rank is not None else "n/a",
-            _num(s.straggler_spread, ".1%"),
-            _num(s.job_step_s_p50, ".3f"),
-            _num(s.loss_first, ".4f"),
-            _num(s.loss_last, ".4f"),
+            cell(s.straggler_spread, ".1%"),
+            cell(s.job_step_s_p50, ".3f"),
+            cell(s.loss_first, ".4f"),
+            cell(s.loss_last, ".4f"),
         )
     return table
 
@@ -102,7 +92,7 @@ def recovery_table(summary: DistTrainingSummary) -> Table | None:
     rows = [(name, r) for name, s in summary.scenarios.items() for r in s.recoveries]
     if not rows:
         return None
-    table = _table(
+    table = headed_table(
         "Failures and recoveries (measured): detect, resume, replay, loss continuity",
         [
             "scenario",
@@ -126,7 +116,7 @@ def recovery_table(summary: DistTrainingSummary) -> Table | None:
             str(r.restored_step) if r.restored_step is not None else "n/a",
             str(r.steps_replayed),
             f"{r.detect_s * 1e3:.0f}",
-            _num(r.resume_s, ".2f"),
+            cell(r.resume_s, ".2f"),
             f"{r.replayed_losses_equal}/{r.replayed_records}",
         )
     return table
@@ -134,24 +124,24 @@ def recovery_table(summary: DistTrainingSummary) -> Table | None:
 
 def link_table(summary: DistTrainingSummary) -> Table:
     link = summary.link
-    table = _table(
+    table = headed_table(
         "Links (measured on this host), for the cluster simulator's comm model",
         ["link", "MB/s", "bytes measured"],
         1,
     )
     table.add_row(
         "all-to-all (token payload)",
-        _num(link.all_to_all_bytes_per_s, ",.0f", 1e-6),
+        cell(link.all_to_all_bytes_per_s, ",.0f", 1e-6),
         f"{link.all_to_all_bytes:,}",
     )
     table.add_row(
         "pipeline send/recv (ping-pong, best)",
-        _num(link.pipeline_bytes_per_s, ",.0f", 1e-6),
+        cell(link.pipeline_bytes_per_s, ",.0f", 1e-6),
         f"{link.pipeline_message_bytes:,}" if link.pipeline_message_bytes else "n/a",
     )
     table.add_row(
         "all-reduce (gradients)",
-        _num(link.all_reduce_bytes_per_s, ",.0f", 1e-6),
+        cell(link.all_reduce_bytes_per_s, ",.0f", 1e-6),
         f"{link.all_reduce_bytes:,}",
     )
     return table

@@ -33,6 +33,7 @@ from collectors.training_summary import (
 )
 from suites.errors import SpecError
 from suites.training.budget import Budgets
+from suites.training.dist_spec import DistTrainingSpec
 from suites.training.plan import Scenario, scenarios, sizes
 from suites.training.predict import ScenarioInputs, check_simulator
 from suites.training.scenario_run import ScenarioRun, run_in_turn
@@ -46,15 +47,16 @@ TARGET_NAME = "reference-trainer"
 Say = Callable[[str], None]
 
 
-def measure_peak(spec: TrainingSpec) -> PeakFlops:
-    """The MFU denominator, on the threads the trainer will use."""
+def measure_peak(spec: TrainingSpec | DistTrainingSpec) -> PeakFlops:
+    """The MFU denominator, on the threads the trainer will use (in a training-dist spec,
+    one rank's)."""
     if spec.peak_flops_per_s is not None:
         return PeakFlops(spec.peak_flops_per_s, "given: peak_flops_per_s in the spec", None)
     torch.set_num_threads(spec.trainer.threads)
     try:
         return peak_flops(spec.trainer.device, DTYPES[spec.trainer.dtype])
     except PeakFlopsError as exc:
-        raise SpecError(f"{exc} (in a training spec: peak_flops_per_s = ...)") from None
+        raise SpecError(f"{exc} (in a {spec.suite} spec: peak_flops_per_s = ...)") from None
 
 
 def peak_summary(peak: PeakFlops) -> PeakFlopsSummary:

@@ -139,6 +139,18 @@ class Routing:
     aux_loss: Tensor  # scalar: Switch Transformer load-balancing loss, E * sum(f_e * P_e)
 
 
+@dataclass
+class Dispatch:
+    """How one MoE layer's N tokens go to its experts: the router's top-k, and the N*k
+    (token, expert) pairs sorted by expert (expert 0's first)."""
+
+    probs: Tensor  # [N, E] float32: the router's softmax
+    weights: Tensor  # [N, k] in x's dtype: each token's top-k probabilities, summing to 1
+    order: Tensor  # [N*k]: the pairs (token-major, as weights.flatten()) in expert order
+    token_of_pair: Tensor  # [N*k]: the token of each pair, in expert order
+    tokens_per_expert: Tensor  # [E] int64: pairs routed to each expert
+
+
 class MoE(nn.Module):
     """Top-k of E experts per token. ``expert`` builds one expert: Mixtral's by default; the
     hybrid model passes Qwen's SwiGLU, whose weights have other names."""
@@ -157,7 +169,23 @@ class MoE(nn.Module):
         self.runner: OpRunner = DIRECT
 
     def forward(self, x: Tensor) -> tuple[Tensor, Routing]:
-        n, num_experts = x.shape[0], len(self.experts)
+        d = self.route(x)
+        self.runner.after_routing(self.layer, d.tokens_per_expert)
+        x_grouped = x[d.token_of_pair]  # [N*k, C], expert 0's tokens first
+        out_grouped = torch.empty_like(x_grouped)
+        start = 0
+        for e, count in enumerate(d.tokens_per_expert.tolist()):
+            if count:
+                group = x_grouped[start : start + count]
+                out_grouped[start : start + count] = self.runner.run(
+                    ("expert", self.layer, e), self.experts[e], group
+                )
+            start += count
+        y = self.combine(x, out_grouped, d)  # [N, C]
+        return y, Routing(d.tokens_per_expert, self.aux_loss(d))
+
+    def route(self, x: Tensor) -> Dispatch:
+        """The router's top-k of ``x [N, C]``, its N*k (token, expert) pairs grouped by expert."""
         logits = self.gate(x)  # [N, E]
         if callable(self.router_bias):
             logits = logits + self.router_bias(self.layer, logits.detach())
@@ -172,24 +200,21 @@ class MoE(nn.Module):
         flat_expert = chosen.flatten()  # [N*k]
         order = flat_expert.argsort(stable=True)
         token_of_pair = order // self.top_k
-        tokens_per_expert = torch.bincount(flat_expert, minlength=num_experts)
-        self.runner.after_routing(self.layer, tokens_per_expert)
-        x_grouped = x[token_of_pair]  # [N*k, C], expert 0's tokens first
-        out_grouped = torch.empty_like(x_grouped)
-        start = 0
-        for e, count in enumerate(tokens_per_expert.tolist()):
-            if count:
-                group = x_grouped[start : start + count]
-                out_grouped[start : start + count] = self.runner.run(
-                    ("expert", self.layer, e), self.experts[e], group
-                )
-            start += count
-        out_grouped = out_grouped * weights.flatten()[order, None]
-        y = torch.zeros_like(x).index_add_(0, token_of_pair, out_grouped)
+        tokens_per_expert = torch.bincount(flat_expert, minlength=len(self.experts))
+        return Dispatch(probs, weights, order, token_of_pair, tokens_per_expert)
 
-        fraction_routed = tokens_per_expert.float() / max(n * self.top_k, 1)
-        aux_loss = num_experts * (fraction_routed * probs.mean(dim=0)).sum()
-        return y, Routing(tokens_per_expert, aux_loss)
+    def combine(self, x: Tensor, out_grouped: Tensor, d: Dispatch) -> Tensor:
+        """Each token's output ``[N, C]``: its k experts' outputs (``out_grouped [N*k, C]``,
+        in the order of ``d.order``) weighted and summed."""
+        out_grouped = out_grouped * d.weights.flatten()[d.order, None]
+        return torch.zeros_like(x).index_add_(0, d.token_of_pair, out_grouped)
+
+    def aux_loss(self, d: Dispatch) -> Tensor:
+        """Switch Transformer's load-balancing loss: E * sum(f_e * P_e), f_e the fraction of
+        the N*k token-slots routed to expert e, P_e its mean router probability."""
+        n, num_experts = d.probs.shape[0], len(self.experts)
+        fraction_routed = d.tokens_per_expert.float() / max(n * self.top_k, 1)
+        return num_experts * (fraction_routed * d.probs.mean(dim=0)).sum()
 
 
 class Block(nn.Module):

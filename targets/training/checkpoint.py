@@ -21,6 +21,41 @@ class TrainState:
     next_sample: int  # index of the next training sample (micro-batch) to draw
 
 
+def save_checkpoint(
+    path: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: TrainState,
+    rank: int | None = None,
+) -> None:
+    """Write ``model``, ``optimizer`` and ``state`` to ``path`` (and ``rank``, a shard's):
+    to a temporary name, then renamed."""
+    tmp = path.with_suffix(".tmp")
+    payload: dict[str, Any] = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "step": state.step,
+        "next_sample": state.next_sample,
+    }
+    if rank is not None:
+        payload["rank"] = rank
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(
+    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> TrainState:
+    """Load ``path`` into ``model`` and ``optimizer``; the state it was saved at."""
+    # Read to host memory and copy into the existing tensors: after an OOM the device
+    # has no room for a second copy of the weights or of the optimizer state.
+    payload: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(payload["model"])
+    optimizer.state.clear()
+    optimizer.load_state_dict(payload["optimizer"])
+    return TrainState(payload["step"], payload["next_sample"])
+
+
 class CheckpointStore:
     def __init__(self, directory: Path, keep: int = 2):
         self.directory = Path(directory)
@@ -32,16 +67,7 @@ class CheckpointStore:
     ) -> float:
         """Write a checkpoint; seconds taken."""
         started = time.perf_counter()
-        path = self.directory / f"step-{state.step:08d}.pt"
-        tmp = path.with_suffix(".tmp")
-        payload = {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "step": state.step,
-            "next_sample": state.next_sample,
-        }
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
+        save_checkpoint(self.directory / f"step-{state.step:08d}.pt", model, optimizer, state)
         for old in self._paths()[: -self.keep]:
             old.unlink()
         return time.perf_counter() - started
@@ -58,13 +84,7 @@ class CheckpointStore:
         path = self.latest()
         if path is None:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
-        # Read to host memory and copy into the existing tensors: after an OOM the device
-        # has no room for a second copy of the weights or of the optimizer state.
-        payload: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
-        model.load_state_dict(payload["model"])
-        optimizer.state.clear()
-        optimizer.load_state_dict(payload["optimizer"])
-        state = TrainState(payload["step"], payload["next_sample"])
+        state = load_checkpoint(path, model, optimizer)
         return state, time.perf_counter() - started
 
     def _paths(self) -> list[Path]:

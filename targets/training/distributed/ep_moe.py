@@ -14,7 +14,6 @@ empty placeholders, so a rank's state dict is a slice of the whole model's.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from targets.model.model import MoE, Routing
@@ -38,32 +37,19 @@ class ExpertParallelMoE(MoE):
         self.traffic = ExpertTraffic()
 
     def forward(self, x: Tensor) -> tuple[Tensor, Routing]:
-        n, num_experts, ranks = x.shape[0], self.num_experts, len(self.members)
-        logits = self.gate(x)  # [N, E]
-        if callable(self.router_bias):
-            logits = logits + self.router_bias(self.layer, logits.detach())
-        elif self.router_bias is not None:
-            logits = logits + self.router_bias
-        probs = F.softmax(logits, dim=-1, dtype=torch.float)
-        weights, chosen = probs.topk(self.top_k, dim=-1)  # [N, k]
-        weights = (weights / weights.sum(dim=-1, keepdim=True)).to(x.dtype)
-
+        ranks, per_rank = len(self.members), len(self.local)
         # Slots grouped by expert, so by destination rank too (experts are in rank order).
-        flat_expert = chosen.flatten()  # [N*k]
-        order = flat_expert.argsort(stable=True)
-        token_of_pair = order // self.top_k
-        tokens_per_expert = torch.bincount(flat_expert, minlength=num_experts)  # [E]
-        per_rank = len(self.local)
-        send_counts = tokens_per_expert.view(ranks, per_rank)  # [dst rank, its expert]
+        d = self.route(x)
+        send_counts = d.tokens_per_expert.view(ranks, per_rank)  # [dst rank, its expert]
         recv_counts = self.comm.exchange_counts(send_counts, self.members)  # [src rank, mine]
         in_splits = send_counts.sum(dim=1).tolist()
         out_splits = recv_counts.sum(dim=1).tolist()
-        received = self.comm.all_to_all(x[token_of_pair], out_splits, in_splits, self.members)
+        received = self.comm.all_to_all(x[d.token_of_pair], out_splits, in_splits, self.members)
 
         local_loads = recv_counts.sum(dim=0)  # [per_rank] slots each local expert received
         if self.comm.counting:  # a forward, not its recompute in backward
             self.traffic.add(self.layer, local_loads.tolist(), sum(in_splits), sum(out_splits))
-        loads = torch.zeros_like(tokens_per_expert)
+        loads = torch.zeros_like(d.tokens_per_expert)
         loads[self.local.start : self.local.stop] = local_loads
         self.runner.after_routing(self.layer, loads)  # this rank's policy, on its own loads
 
@@ -87,12 +73,8 @@ class ExpertParallelMoE(MoE):
             start += count
         back_in_order = out_grouped[by_expert.argsort()]  # by source rank again
         combined = self.comm.all_to_all(back_in_order, in_splits, out_splits, self.members)
-
-        combined = combined * weights.flatten()[order, None]
-        y = torch.zeros_like(x).index_add_(0, token_of_pair, combined)
-        fraction_routed = tokens_per_expert.float() / max(n * self.top_k, 1)
-        aux_loss = num_experts * (fraction_routed * probs.mean(dim=0)).sum()
-        return y, Routing(tokens_per_expert, aux_loss)
+        y = self.combine(x, combined, d)  # [N, C]
+        return y, Routing(d.tokens_per_expert, self.aux_loss(d))
 
     def take_traffic(self) -> ExpertTraffic:
         done, self.traffic = self.traffic, ExpertTraffic()

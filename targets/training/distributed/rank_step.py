@@ -40,7 +40,6 @@ class RankStep:
     policy_decisions: list[dict[str, Any]]
     decide_s: float
     events: list[dict[str, Any]] = field(default_factory=list)  # checkpoint, replay
-    kind: str = "step"
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -61,11 +60,15 @@ class RankEvent:
         return json.dumps({**dataclasses.asdict(self), "kind": self.kind, "event": True})
 
 
+_STEP_FIELDS = frozenset(f.name for f in dataclasses.fields(RankStep))
+
+
 def read_line(line: str) -> RankStep | RankEvent:
     data = json.loads(line)
     if data.pop("event", False):
         return RankEvent(**data)
-    return RankStep(**data)
+    # Keys RankStep no longer has are passed over: older lines carry "kind": "step".
+    return RankStep(**{k: v for k, v in data.items() if k in _STEP_FIELDS})
 
 
 class RecordsFile:

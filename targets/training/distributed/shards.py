@@ -14,11 +14,10 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from targets.training.checkpoint import TrainState
+from targets.training.checkpoint import TrainState, load_checkpoint, save_checkpoint
 
 COMPLETE = "COMPLETE"
 
@@ -38,16 +37,7 @@ class ShardedCheckpoints:
         step_dir = self._step_dir(state.step)
         step_dir.mkdir(parents=True, exist_ok=True)
         path = step_dir / f"rank-{self.rank:05d}.pt"
-        tmp = path.with_suffix(".tmp")
-        payload = {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "step": state.step,
-            "next_sample": state.next_sample,
-            "rank": self.rank,
-        }
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
+        save_checkpoint(path, model, optimizer, state, rank=self.rank)
         return time.perf_counter() - started
 
     def mark_complete(self, step: int, world_size: int) -> None:
@@ -83,11 +73,7 @@ class ShardedCheckpoints:
         if step is None:
             raise FileNotFoundError(f"no complete checkpoint in {self.directory}")
         path = self._step_dir(step) / f"rank-{self.rank:05d}.pt"
-        payload: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
-        model.load_state_dict(payload["model"])
-        optimizer.state.clear()
-        optimizer.load_state_dict(payload["optimizer"])
-        return TrainState(payload["step"], payload["next_sample"]), time.perf_counter() - started
+        return load_checkpoint(path, model, optimizer), time.perf_counter() - started
 
     def _step_dir(self, step: int) -> Path:
         return self.directory / f"step-{step:08d}"
