@@ -4,8 +4,10 @@ Times are seconds from the drill level's start. What each figure is:
 - ``fault_s``: how long the fault itself lasted, as injected (the kill to the restarted
   target's READY, the SIGSTOP to the SIGCONT, the window, the hook to a healthy answer).
 - ``recovery_s``: the fault's injection to the end of the first request sent at or after
-  it that succeeded (None: none did before the level ended). A request already in flight
-  does not count: what a user wants to know is when a new request works again.
+  it that succeeded and ended after the fault itself ended (None: none did before the
+  level ended). A request already in flight does not count, nor one that slipped in
+  before the fault took hold: what a user wants to know is when a new request works
+  again.
 - ``failed``: requests that ended failed or cancelled between the injection and the
   recovery (or the next fault), by error type.
 - Latencies (``before``, ``during``, ``after``): the median TTFT and E2E (from the
@@ -81,6 +83,7 @@ class RequestAudit:
 @dataclass(frozen=True, slots=True)
 class DrillSummary:
     scenario: str
+    level_start_ns: int  # on the run's clock: the level's ``at_s`` count from here
     compare_window_s: float
     faults: tuple[FaultOutcome, ...]
     audit: RequestAudit

@@ -43,6 +43,7 @@ def summarize_drill(
         outcomes.append(_outcome(frame, derived, event, next_ns, level_start_ns, compare_window_s))
     return DrillSummary(
         scenario=scenario,
+        level_start_ns=level_start_ns,
         compare_window_s=compare_window_s,
         faults=tuple(outcomes),
         audit=audit_requests(frame["request_id"], sent_by_worker),
@@ -61,7 +62,10 @@ def _outcome(
     sent = frame["send_ns"].to_numpy()
     done = frame["done_ns"].to_numpy()
     ok = (frame["status"] == "ok").to_numpy()
-    after_fault = ok & (sent >= event.injected_ns)
+    # Sent at or after the injection, and ended after the fault did: a request that slipped
+    # in before the fault took hold (a window opens a few ms after the harness asks for
+    # it) and ended while it lasted is not a recovery from it.
+    after_fault = ok & (sent >= event.injected_ns) & (done >= event.cleared_ns)
     if next_ns is not None:
         after_fault &= sent < next_ns
     recovered_ns = int(done[after_fault].min()) if after_fault.any() else None

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from collectors import (
+    drill_records,
     latency,
     mtp_ab_records,
     quantiles,
@@ -33,6 +34,7 @@ from reports.figures import (
     cluster_sim,
     concurrency,
     dist_training,
+    drill,
     errors,
     expert_load,
     forest,
@@ -61,6 +63,7 @@ DEFINITIONS: tuple[ModuleType, ...] = (
     workload_summary,
     mtp_ab_records,
     simulation_summary,
+    drill_records,
 )
 CHARTS: tuple[ModuleType, ...] = (
     concurrency,
@@ -75,6 +78,7 @@ CHARTS: tuple[ModuleType, ...] = (
     turns,
     trace_replay,
     errors,
+    drill,
     forest,
     steps,
     training_throughput,

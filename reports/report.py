@@ -32,6 +32,7 @@ from collectors.target_counters import metrics_unavailable
 from collectors.training_summary import SimulatorCheck, TrainingSummary
 from reports.accuracy_blocks import accuracy_blocks
 from reports.appendix import appendix_html
+from reports.drill_blocks import drill_blocks
 from reports.errors import ReportUsageError
 from reports.figures.capacity import capacity_probes
 from reports.figures.cdf import CURVE_COLUMNS, cdf_curves, curve_frame, latency_cdf
@@ -474,6 +475,8 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
         blocks += _interference_blocks(run.summary.interference, scenarios)
     if isinstance(run.summary, ServingSummary) and run.summary.mtp_ab is not None:
         blocks += mtp_ab_blocks(run.summary.mtp_ab)
+    if isinstance(run.summary, ServingSummary) and run.summary.drill is not None:
+        blocks += drill_blocks(run.summary.drill, requests)
     repeats = run.summary.repeats if isinstance(run.summary, ServingSummary) else ()
     blocks += workload_blocks(ServingSummary(scenarios=scenarios, repeats=repeats), requests)
     counters = target_counters_table(scenarios, metrics_unavailable(run.server_metrics))

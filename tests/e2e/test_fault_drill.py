@@ -87,6 +87,15 @@ def test_the_shipped_drill_sees_each_fault_and_loses_no_request(tmp_path):
     notes = " ".join(reader.manifest.notes)
     assert "Drill fault 0 (kill at 2 s): SIGKILL pid" in notes
 
+    report = moeperf(runs, "report", reader.run_id, "--out", str(tmp_path / "drill.html"))
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "drill.html").read_text(encoding="utf-8")
+    assert "Fault drill: per fault" in page and "Request audit" in page
+    assert "collectors.drill_records" in page  # its definitions, quoted in the appendix
+    assert "reports.figures.drill" in page  # how its chart is drawn
+    for kind in faults:
+        assert kind in page
+
 
 def _hook_spec(path: Path, url: str, command: str) -> Path:
     path.write_text(

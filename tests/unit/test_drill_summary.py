@@ -114,3 +114,16 @@ def test_the_audit_of_exact_records_is_exact():
     audit = audit_requests(ids, {0: 5, 1: 5, 2: 5})
     assert audit.exact
     assert (audit.sent, audit.recorded, audit.examples) == (15, 15, ())
+
+
+def test_a_request_that_slipped_in_before_a_window_opened_is_no_recovery():
+    # The harness asks for the window at 2.0 s; the server opens it a moment later, so a
+    # request sent at 2.001 s succeeds at 2.2 s while the window (to 3.0 s) fails the rest.
+    records = [_request(0, 0, 1.0, 0.2), _request(0, 1, 2.001, 0.2)]
+    records += [_request(0, n, 2.0 + 0.1 * n, 0.01, "error", "http_5xx") for n in range(2, 10)]
+    records += [_request(0, 10, 3.1, 0.2)]
+    event = FaultEvent(0, "http_error", 2.0, int(2.0 * S), int(3.0 * S), True, "HTTP 503")
+    drill = summarize_drill(records_frame(records), "rate=10", 0, [event], {0: 11}, 1.0)
+    (fault,) = drill.faults
+    assert fault.recovery_s == pytest.approx(1.3)  # sent 3.1 s, done 3.3 s
+    assert fault.failed == 8  # every failure of the window, none after a false recovery
