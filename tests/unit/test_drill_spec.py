@@ -63,3 +63,11 @@ def test_a_drill_runs_one_level():
     data["load"] = {**BASE["load"], "levels": [1, 2]}
     with pytest.raises(SpecError, match="one load level"):
         validate_spec(data, "drill.toml")
+
+
+def test_the_shipped_reference_drill_validates():
+    from suites.spec import load_spec
+
+    spec = load_spec("faults-reference").serving
+    assert spec.drill is not None and spec.target.kind == "reference"
+    assert [f.kind for f in spec.drill.faults] == ["kill", "stall"]

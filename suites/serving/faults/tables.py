@@ -22,7 +22,8 @@ def drill_table(drill: DrillSummary) -> Table:
         title=f"fault drill ({drill.scenario}): per fault",
         caption=(
             "at / fault / recovery: s from the level's start / the fault's own length / its "
-            "injection to the first success of a request sent after it; TTFT p50 ms (ok "
+            "injection to the first success of a request sent after it that ended after "
+            "the fault; TTFT p50 ms (ok "
             f"requests) sent in the {drill.compare_window_s:g} s before, between injection "
             "and recovery, and in the same window after"
         ),
