@@ -38,10 +38,16 @@ from collectors.manifest import RunManifest, RunStatus
 from collectors.records import RequestRecord, SampleRecord, StepRecord
 from collectors.request_settings import RequestSettings
 from collectors.schema import SCHEMA_VERSION, check_schema_version
+from collectors.soak_records import MemorySample
 from collectors.summary_json import RunSummary, summary_from_json, summary_to_json
 from collectors.tables import SCHEMAS, read_parquet_frame, rows_to_table, table_to_frame
 
-_RECORD_FILES = {"requests": "requests", "steps": "steps", "samples": "samples"}
+_RECORD_FILES = {
+    "requests": "requests",
+    "steps": "steps",
+    "samples": "samples",
+    "memory": "memory",  # a soak's MemorySamples of the target
+}
 # Tables whose rows may be amended by appending a newer row with the same key.
 _AMENDABLE_KEYS = {"requests": "request_id"}
 
@@ -148,6 +154,10 @@ class RunWriter:
 
     def append_sample(self, record: SampleRecord) -> None:
         self._append("samples", record.to_dict())
+
+    def append_memory_sample(self, sample: MemorySample) -> None:
+        """Called from a soak's sampling thread; it alone writes memory.jsonl."""
+        self._append("memory", sample.to_dict())
 
     def append_server_metrics(self, sample: dict[str, Any]) -> None:
         self._append("server_metrics", {"schema_version": SCHEMA_VERSION, **sample})
@@ -318,6 +328,20 @@ class RunReader:
 
     def samples(self) -> pd.DataFrame:
         return self._frame("samples")
+
+    def memory_samples(self) -> list[MemorySample]:
+        """A soak's samples of the target's resident memory, in the order taken."""
+        frame = self._frame("memory")
+        return [
+            MemorySample(
+                t_ns=int(row["t_ns"]),
+                rss_bytes=int(row["rss_bytes"]),
+                processes=int(row["processes"]),
+                pid=int(row["pid"]),
+                scenario=str(row["scenario"]),
+            )
+            for row in frame.to_dict("records")
+        ]
 
     def server_metrics(self) -> list[dict[str, Any]]:
         path = self.directory / "server_metrics.jsonl"

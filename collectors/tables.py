@@ -106,6 +106,18 @@ SAMPLE_SCHEMA = _schema(
     ]
 )
 
+# A soak's samples of the target's resident memory (collectors.soak_records.MemorySample).
+MEMORY_SCHEMA = _schema(
+    [
+        ("t_ns", _INT),
+        ("rss_bytes", _INT),
+        ("processes", _INT),
+        ("pid", _INT),
+        ("scenario", _STR),
+        ("schema_version", _INT),
+    ]
+)
+
 # The distributed trainer's columns (collectors.records.StepRecord), added later too.
 _DIST_STEP_COLUMNS = (
     "stage", "attempt", "compute_s", "all_to_all_s", "pipeline_s", "all_reduce_s", "wait_s",
@@ -118,7 +130,12 @@ _ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
     "requests": ("stream_end", "conversation", "turn", "cached_prompt_tokens"),
     "steps": ("simulated", *_DIST_STEP_COLUMNS),
 }
-SCHEMAS = {"requests": REQUEST_SCHEMA, "steps": STEP_SCHEMA, "samples": SAMPLE_SCHEMA}
+SCHEMAS = {
+    "requests": REQUEST_SCHEMA,
+    "steps": STEP_SCHEMA,
+    "samples": SAMPLE_SCHEMA,
+    "memory": MEMORY_SCHEMA,
+}
 
 
 def rows_to_table(kind: str, rows: list[dict[str, Any]]) -> pa.Table:

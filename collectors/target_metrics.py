@@ -104,6 +104,15 @@ TARGET_KV_BYTES = Metric(
     mn.SERVING_LABELS,
     "bytes",
 )
+# prometheus_client's process collector, on by default in vLLM's and SGLang's registries:
+# the resident memory of the process serving /metrics (a soak's memory of a url target).
+TARGET_PROCESS_RSS = Metric(
+    mn.PREFIX + "target_process_resident_memory_bytes",
+    "gauge",
+    "Resident memory of the target's process that serves /metrics, as it reports it.",
+    mn.SERVING_LABELS,
+    "bytes",
+)
 TARGET_LINEAR_STATE_BYTES = Metric(
     mn.PREFIX + "target_linear_state_used_bytes",
     "gauge",
@@ -152,6 +161,7 @@ VLLM = Dialect("vllm", "vllm:", (
     _s("vllm:prompt_tokens", mn.TARGET_PROMPT_TOKENS),
     _s("vllm:generation_tokens", mn.TARGET_GENERATION_TOKENS),
     _s("vllm:request_success", mn.TARGET_FINISHED_REQUESTS),  # every finished_reason
+    _s("process_resident_memory_bytes", TARGET_PROCESS_RSS),
 ))  # fmt: skip
 SGLANG = Dialect("sglang", "sglang:", (
     _s("sglang:token_usage", mn.TARGET_KV_USAGE),
@@ -163,6 +173,7 @@ SGLANG = Dialect("sglang", "sglang:", (
     _s("sglang:prompt_tokens", mn.TARGET_PROMPT_TOKENS),
     _s("sglang:generation_tokens", mn.TARGET_GENERATION_TOKENS),
     _s("sglang:num_requests", mn.TARGET_FINISHED_REQUESTS),
+    _s("process_resident_memory_bytes", TARGET_PROCESS_RSS),
 ), shard_labels=("tp_rank", "pp_rank"))  # fmt: skip
 # The reference serving engine's contract (it is a later issue): it exports these names,
 # counters with _total; expert tokens per (layer, expert); requests by status (ok counted).

@@ -21,6 +21,7 @@ from collectors.target_metrics import (
     TARGET_DRAFTS,
     TARGET_ENGINE_STEPS,
     TARGET_PREEMPTIONS,
+    TARGET_PROCESS_RSS,
     CounterWindow,
     ExpositionError,
     TargetSample,
@@ -206,6 +207,8 @@ def test_vllm_v1_page_reads_new_names_once_and_combines_engines():
         TARGET_PROMPT_TOKENS.name: 80000.0,
         TARGET_GENERATION_TOKENS.name: 20000.0,
         TARGET_FINISHED_REQUESTS.name: 80.0,  # every finished_reason, both engines
+        # prometheus_client's process collector: the API server's resident memory.
+        TARGET_PROCESS_RSS.name: 2.1e9,
     }
 
 
