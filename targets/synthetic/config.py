@@ -18,6 +18,7 @@ from targets.openai_wire import USAGE_MODES, UsageMode, WireVariant
 
 JITTER_KINDS = ("none", "uniform", "normal", "lognormal", "exponential")
 FAULT_RATE_FIELDS = ("error_rate", "stall_rate", "malformed_rate", "truncate_rate")
+MAX_LEAK_BYTES_PER_REQUEST = 16 * 2**20
 
 
 class SyntheticConfigError(ValueError):
@@ -85,9 +86,17 @@ class SyntheticConfig:
     max_concurrent_streams: int = 0
     # POST /drill/fault opens fault windows (drill.py); set by the harness for drills only.
     drill_control: bool = False
+    # Test switches for soak runs (suites/serving/soak): defects planted on purpose, so a
+    # test can check that the soak finds them. Off (0) in every shipped spec.
+    # The server keeps this many bytes for every request it accepts, written (not just
+    # reserved) so the pages are committed and its resident memory really grows.
+    leak_bytes_per_request: int = 0
+    # The n-th request's TTFT and inter-chunk delays are multiplied by
+    # 1 + slowdown_per_request_ratio x (n - 1): latency that grows with requests served.
+    slowdown_per_request_ratio: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("ttft_s", "itl_s", "jitter_scale", "stall_s"):
+        for name in ("ttft_s", "itl_s", "jitter_scale", "stall_s", "slowdown_per_request_ratio"):
             _check_number(name, getattr(self, name), low=0.0, high=math.inf, what=">= 0")
         for name in FAULT_RATE_FIELDS:
             _check_number(name, getattr(self, name), low=0.0, high=1.0, what="in [0, 1]")
@@ -95,6 +104,13 @@ class SyntheticConfig:
             _check_int(name, getattr(self, name), low=1)
         _check_int("seed", self.seed, low=None)
         _check_int("max_concurrent_streams", self.max_concurrent_streams, low=0)
+        _check_int("leak_bytes_per_request", self.leak_bytes_per_request, low=0)
+        if self.leak_bytes_per_request > MAX_LEAK_BYTES_PER_REQUEST:
+            raise SyntheticConfigError(
+                ["leak_bytes_per_request"],
+                f"must be <= {MAX_LEAK_BYTES_PER_REQUEST} (16 MiB; a test switch, not a load "
+                f"generator); got {self.leak_bytes_per_request}",
+            )
         if self.jitter not in JITTER_KINDS:
             raise SyntheticConfigError(
                 ["jitter"], f"must be one of {', '.join(JITTER_KINDS)}; got {self.jitter!r}"

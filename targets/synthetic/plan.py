@@ -45,11 +45,13 @@ def plan_request(config: SyntheticConfig, index: int, output_tokens: int) -> Req
     full, rest = divmod(output_tokens, per_chunk)
     chunk_tokens = (per_chunk,) * full + ((rest,) if rest else ())
 
+    # The soak's planted slowdown (a test switch; 1.0 when off): grows with requests served.
+    slower = 1.0 + config.slowdown_per_request_ratio * (index - 1)
     due_ns: list[int] = []
-    elapsed_ns = _delay_ns(config, rng, config.ttft_s)
+    elapsed_ns = _delay_ns(config, rng, config.ttft_s * slower)
     due_ns.append(elapsed_ns)
     for tokens in chunk_tokens[1:]:
-        elapsed_ns += _delay_ns(config, rng, tokens * config.itl_s)
+        elapsed_ns += _delay_ns(config, rng, tokens * config.itl_s * slower)
         due_ns.append(elapsed_ns)
 
     fault_chunk = None

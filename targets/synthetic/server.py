@@ -77,6 +77,8 @@ class _State:
     drill: DrillWindows
     # Request index: part of the response id and of the seed of the request's draws.
     indices: itertools.count = field(default_factory=lambda: itertools.count(1))
+    # The soak's planted leak (config.leak_bytes_per_request, a test switch): never freed.
+    leaked: list[bytes] = field(default_factory=list)
 
 
 _STATE = web.AppKey("synthetic_state", _State)
@@ -162,6 +164,9 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
             fault_chunk=plan.fault_chunk,
         )
         state.store.add(record)
+        if state.config.leak_bytes_per_request:
+            # Written bytes, not a reservation: the pages are committed and RSS grows.
+            state.leaked.append(b"\xa5" * state.config.leak_bytes_per_request)
         metrics.prompt_tokens.inc(gen.prompt_tokens)
         if plan.fault is not None:
             metrics.faults.labels(plan.fault).inc()
