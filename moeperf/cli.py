@@ -256,6 +256,11 @@ def _show(store: RunStore, run: str, console: Console) -> None:
 
             console.print(drill_table(summary.drill))
             console.print(audit_line(summary.drill), markup=False, highlight=False)
+        if summary.soak is not None:
+            from suites.serving.soak.tables import verdicts_table, windows_table
+
+            console.print(windows_table(summary.soak))
+            console.print(verdicts_table(summary.soak))
         if summary.mtp_ab is not None:
             from suites.serving.mtp_ab.tables import mtp_ab_tables
 

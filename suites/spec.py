@@ -42,6 +42,7 @@ from collectors.request_settings import SAMPLING_FIELDS, Sampling
 from suites.errors import SpecError
 from suites.serving.faults.spec import DrillSpec
 from suites.serving.load.openai_api import MaxTokensField
+from suites.serving.soak.spec import SoakSpec
 from suites.spec_base import STRICT, NonNegative, Positive
 from suites.spec_errors import NO_ECHO, problems_of, spec_error, unknown_field
 from suites.spec_overrides import apply_overrides, blame
@@ -646,6 +647,26 @@ class ServingSpec(_Strict):
     plan: PlanSpec | None = None
     # Set: faults injected into the one level, and the requests' recovery from each.
     drill: DrillSpec | None = None
+    # Set: the one level is a soak, watched for slow degradation (memory, latency, KV).
+    soak: SoakSpec | None = None
+
+    @model_validator(mode="after")
+    def _soak_alone(self) -> ServingSpec:
+        if self.soak is None:
+            return self
+        others = [name for name in ("capacity", "sweep", "interference", "mtp_ab", "plan",
+                                    "drill") if getattr(self, name) is not None]  # fmt: skip
+        load = self.load
+        if others or len(load.levels) != 1 or load.repeats != 1 or load.duration_s is None:
+            raise ValueError(
+                "[soak] watches one load level over its duration: give one load.levels "
+                "entry, load.duration_s, no load.repeats, and no "
+                + ", ".join(f"[{o}]" for o in others or ["drill"])
+            )
+        measured_s = load.duration_s - load.warmup_s - load.cooldown_s
+        if problems := self.soak.check_level(measured_s):
+            raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _drill_alone(self) -> ServingSpec:

@@ -32,6 +32,7 @@ from collectors.serving_records import (
     WorkerSummary,
     empty_scenario,
 )
+from collectors.soak_records import SoakSummary
 from collectors.store import RunStore, RunWriter, interrupts_end_runs
 from collectors.summary import summarize_requests
 from collectors.sweep_records import SweepPlan, SweepPointSummary, SweepSummary, fit_answer
@@ -81,6 +82,7 @@ from suites.serving.schedule import (
     pool_keys,
     scenario_name,
 )
+from suites.serving.soak.run import Soak, soak_verdict
 from suites.serving.sweep_fit import fit_scenario, fit_verdict, search_fit
 from suites.serving.sweep_plan import resolve_plan, sweep_plan
 from suites.serving.workload.cache_reset import CacheReset, CacheResetter
@@ -307,6 +309,7 @@ def run_serving(
             with run, interrupts_end_runs():
                 observers.start()
                 drill = _drill(spec, started, run)
+                soak = Soak(spec, started.process, run) if spec.soak is not None else None
                 _run_levels(
                     spec,
                     run,
@@ -318,6 +321,7 @@ def run_serving(
                     warn_only,
                     headers,
                     drill,
+                    soak,
                 )
         finally:
             observers.finish(run.manifest.status)
@@ -438,6 +442,7 @@ def _run_levels(
     warn_only: bool,
     headers: RequestHeaders = NO_HEADERS,
     drill: Drill | None = None,
+    soak: Soak | None = None,
 ) -> None:
     load = spec.load
     sweep = levels.sweep
@@ -515,6 +520,8 @@ def _run_levels(
         observers.level_started(scenario, level)
         if drill is not None:
             drill.start(start_ns)
+        if soak is not None:
+            soak.start(scenario, start_ns)
         try:
             reports = pool.run_level(
                 plans, keep, progress.finished, progress.tick, observers.health
@@ -522,6 +529,8 @@ def _run_levels(
         finally:
             if drill is not None:
                 drill.finish()
+            if soak is not None:
+                soak.finish()
         reasons = client_bottlenecks(
             reports,
             open_loop=level_load.mode != "concurrency",
@@ -598,6 +607,7 @@ def _run_levels(
             fits=fits,
             trace=levels.trace,
             drill=_drill_summary(drill, outcomes, records, run),
+            soak=soak.summary(list(records.values())) if soak is not None else None,
         )
         raise
     finally:
@@ -607,6 +617,7 @@ def _run_levels(
     if drill is None or not drill.kills:  # a restarted target numbers its answers anew
         truth = _ground_truth(spec, base_url, list(records.values()))
     drilled = _drill_summary(drill, outcomes, records, run)
+    soaked = soak.summary(list(records.values())) if soak is not None else None
     write_summary(
         run,
         spec,
@@ -618,6 +629,7 @@ def _run_levels(
         fits,
         trace=levels.trace,
         drill=drilled,
+        soak=soaked,
     )
     note = _cache_note(spec, outcomes)
     if note:
@@ -634,6 +646,8 @@ def _run_levels(
         status, reason = run_verdict([o.verdict for o in outcomes if not o.fit_probe])
     if drilled is not None:
         status, reason = drill_verdict(drilled, status, reason)
+    if soaked is not None:
+        status, reason = soak_verdict(soaked, status, reason)
     if status != "complete" and warn_only:
         run.add_note(
             f"--warn-only: the run ended {status}, and the command exits 0 all the same; "
@@ -823,6 +837,7 @@ def write_summary(
     trace: Trace | None = None,
     mtp_ab: MtpAbSummary | None = None,
     drill: DrillSummary | None = None,
+    soak: SoakSummary | None = None,
 ) -> None:
     frame = records_frame(records)
     slo = Slo(**spec.slo.model_dump())
@@ -878,6 +893,7 @@ def write_summary(
             repeats=repeat_levels(scenarios) if mtp_ab is None else (),
             mtp_ab=mtp_ab,
             drill=drill,
+            soak=soak,
         )
     )
 
