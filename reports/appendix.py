@@ -23,6 +23,8 @@ from collectors import (
     mtp_ab_records,
     quantiles,
     simulation_summary,
+    soak_records,
+    soak_verdicts,
     summary,
     workload_summary,
 )
@@ -45,6 +47,7 @@ from reports.figures import (
     percentiles,
     prefill,
     simulator_check,
+    soak,
     steps,
     sweep,
     timeline,
@@ -64,6 +67,8 @@ DEFINITIONS: tuple[ModuleType, ...] = (
     mtp_ab_records,
     simulation_summary,
     drill_records,
+    soak_records,
+    soak_verdicts,
 )
 CHARTS: tuple[ModuleType, ...] = (
     concurrency,
@@ -79,6 +84,7 @@ CHARTS: tuple[ModuleType, ...] = (
     trace_replay,
     errors,
     drill,
+    soak,
     forest,
     steps,
     training_throughput,

@@ -71,6 +71,7 @@ from reports.page_path import choose_page_path, several_runs_name
 from reports.render import Chart, Details, Section, Table, pretty_json, render_page, write_page
 from reports.request_view import request_facts
 from reports.runs import RunData, load_run
+from reports.soak_blocks import soak_blocks
 from reports.target_counters import target_counters_table
 from reports.workload_blocks import workload_blocks
 
@@ -477,6 +478,8 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
         blocks += mtp_ab_blocks(run.summary.mtp_ab)
     if isinstance(run.summary, ServingSummary) and run.summary.drill is not None:
         blocks += drill_blocks(run.summary.drill, requests)
+    if isinstance(run.summary, ServingSummary) and run.summary.soak is not None:
+        blocks += soak_blocks(run.summary.soak)
     repeats = run.summary.repeats if isinstance(run.summary, ServingSummary) else ()
     blocks += workload_blocks(ServingSummary(scenarios=scenarios, repeats=repeats), requests)
     counters = target_counters_table(scenarios, metrics_unavailable(run.server_metrics))
