@@ -32,6 +32,7 @@ from collectors.errors import (
     CorruptRunFileError,
     RunNotFoundError,
     RunsDirError,
+    SchemaVersionError,
 )
 from collectors.fingerprint import host_fingerprint
 from collectors.manifest import RunManifest, RunStatus
@@ -273,7 +274,11 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             if number == len(lines):
                 # The process died while writing its last line; the rest is whole.
                 break
-            raise CollectorError(f"{path}:{number}: not valid JSON") from None
+            raise CorruptRunFileError(
+                f"{path}:{number}: not valid JSON, and not the last line (which a process "
+                "killed mid-write leaves cut); the file is damaged (truncated or overwritten "
+                "since it was written): restore it from a copy, or remove the run"
+            ) from None
         if not isinstance(row, dict):
             raise _damaged(path, f"line {number} is not a JSON object")
         check_schema_version(row.get("schema_version"), f"{path}:{number}")
@@ -443,14 +448,14 @@ class RunStore:
     def list(self) -> list[RunManifest]:
         return [RunReader(self.root / i).manifest for i in self.run_ids()]
 
-    def scan(self) -> tuple[Sequence[RunManifest], Sequence[CorruptRunFileError]]:
+    def scan(self) -> tuple[Sequence[RunManifest], Sequence[CollectorError]]:
         """Every readable run's manifest, and what is wrong with each unreadable one (a
-        damaged run does not hide the others)."""
+        damaged run, or one written by a newer moeperf, does not hide the others)."""
         manifests: list[RunManifest] = []
-        problems: list[CorruptRunFileError] = []
+        problems: list[CollectorError] = []
         for run_id in self.run_ids():
             try:
                 manifests.append(RunReader(self.root / run_id).manifest)
-            except CorruptRunFileError as exc:
+            except (CorruptRunFileError, SchemaVersionError) as exc:
                 problems.append(exc)
         return manifests, problems

@@ -110,3 +110,53 @@ def test_the_arrow_error_is_not_what_the_user_sees(tmp_path):
     with pytest.raises(CorruptRunFileError) as caught:
         store.open(run.run_id).requests()
     assert not isinstance(caught.value, pa.ArrowException)
+
+
+@pytest.mark.parametrize(
+    ("found", "advice"),
+    [
+        (3, "it was written by a newer moeperf: upgrade moeperf (pip install -U moeperf)"),
+        ("2", "it is not a moeperf file or was written by an unreleased version: re-run it"),
+    ],
+)
+@pytest.mark.parametrize("command", [["runs", "show"], ["report"]], ids=" ".join)
+def test_a_summary_of_an_unknown_schema_version_is_refused_with_advice(
+    tmp_path, capsys, found, advice, command
+):
+    store = RunStore(tmp_path / "runs")
+    run = finished_run(store)
+    path = run.directory / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "schema_version": found}))
+    assert main(["--runs-dir", str(tmp_path / "runs"), *command, run.run_id]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "Traceback" not in err
+    supported = "(this moeperf reads 1, 2)"
+    assert f"{path}: schema_version {found!r} is not supported {supported}; {advice}" in err
+    assert not (run.directory / "report.html").exists()
+
+
+def test_runs_list_shows_the_others_beside_a_run_of_a_newer_moeperf(tmp_path, capsys):
+    # One run written by a newer moeperf made `runs list` exit 2 and show nothing before.
+    store = RunStore(tmp_path / "runs")
+    good, newer = finished_run(store), finished_run(store)
+    path = newer.directory / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "schema_version": 2}))
+    assert main(["--runs-dir", str(tmp_path / "runs"), "runs", "list"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert good.run_id in out
+    assert f"{path}: schema_version 2 is not supported" in out
+    assert "upgrade moeperf" in out
+
+
+def test_a_damaged_middle_jsonl_line_is_a_usage_error_naming_the_file(tmp_path, capsys):
+    store = RunStore(tmp_path / "runs")
+    run = store.create("serving")
+    path = run.directory / "requests.jsonl"
+    record = finished_run(store).directory / "requests.parquet"
+    line = pq.read_table(record).slice(0, 1).to_pylist()[0]
+    whole = json.dumps({**line, "schema_version": 1}) + "\n"
+    path.write_text(whole + whole[: len(whole) // 2] + "\n" + whole.replace("r0", "r1"))
+    with pytest.raises(CorruptRunFileError, match=r"requests\.jsonl:2: not valid JSON"):
+        store.open(run.run_id).requests()
+    assert main(["--runs-dir", str(tmp_path / "runs"), "report", run.run_id]) == 2
+    assert "restore it from a copy" in " ".join(capsys.readouterr().err.split())

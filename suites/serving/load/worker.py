@@ -16,8 +16,11 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import multiprocessing as mp
+import os
 import random
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable, Coroutine, Iterator
@@ -47,6 +50,10 @@ LATE_SEND_S = 0.002
 _TOKENIZE_CONCURRENCY = 32
 HEALTH_INTERVAL_S = 0.5
 _SPIN_NS = 1_500_000
+# How often a worker checks that the harness that started it is still there.
+PARENT_POLL_S = 0.5
+# The exit status of a worker that ended because the harness was gone.
+ORPHANED_EXIT = 3
 
 
 def worker_main(index: int, config: WorkerConfig, commands: Any, results: Any, stop: Any) -> None:
@@ -54,6 +61,11 @@ def worker_main(index: int, config: WorkerConfig, commands: Any, results: Any, s
     # Ctrl-C reaches the whole process group; the parent decides how a run ends and tells
     # workers through ``stop``, so that requests in flight are recorded as cancelled.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = mp.parent_process()
+    if parent is not None and parent.pid is not None:
+        threading.Thread(
+            target=_exit_when_orphaned, args=(parent.pid,), name="orphan-watch", daemon=True
+        ).start()
     runner: Callable[[Coroutine[Any, Any, None]], None]
     try:
         import uvloop
@@ -66,6 +78,22 @@ def worker_main(index: int, config: WorkerConfig, commands: Any, results: Any, s
     except Exception:
         # Shown to the user: an exception's text may hold what a server echoed.
         results.put(("failed", index, config.headers.redact(traceback.format_exc())))
+
+
+def _exit_when_orphaned(parent_pid: int) -> None:
+    """End this process at once when the harness that started it is gone.
+
+    A harness killed outright (SIGKILL, the OOM killer) cannot set ``stop`` or send None,
+    and a daemon process is only ended by its parent's own exit handlers: without this a
+    worker would go on sending load to the target and wait for commands forever. Being
+    re-parented is the sign (as in targets/child_process.py); ``parent_pid`` is the pid the
+    parent recorded, so a parent that died before this thread started is seen too. There is
+    no one left to send records to, so nothing is flushed: ``os._exit``, because a normal exit
+    would wait for the results queue's feeder, which nobody reads any more.
+    """
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_POLL_S)
+    os._exit(ORPHANED_EXIT)
 
 
 async def _serve(index: int, config: WorkerConfig, commands: Any, results: Any, stop: Any) -> None:

@@ -1,0 +1,60 @@
+"""A load worker whose harness is killed outright ends by itself (its parent cannot tell it
+to: no exit hook runs on SIGKILL). The watcher of suites/serving/load/worker.py, run in a
+real spawned process under a real parent that is then killed with SIGKILL; the whole run
+is in tests/e2e/test_harness_killed.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PARENT = """
+import multiprocessing as mp, os, sys, time
+from suites.serving.load.worker import _exit_when_orphaned
+if __name__ == "__main__":
+    child = mp.get_context("spawn").Process(
+        target=_exit_when_orphaned, args=(os.getpid(),), daemon=True
+    )
+    child.start()
+    print(child.pid, flush=True)
+    time.sleep(300)
+"""
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_worker_exits_once_its_parent_is_killed():
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True
+    )
+    child: psutil.Process | None = None
+    try:
+        assert parent.stdout is not None
+        child = psutil.Process(int(parent.stdout.readline()))
+        assert child.ppid() == parent.pid
+        assert _alive(child), "the watcher must not end a worker whose parent is there"
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 20  # it polls every 0.5 s; the rest is slack
+        while time.monotonic() < deadline and _alive(child):
+            time.sleep(0.05)
+        assert not _alive(child), "the worker outlived its killed parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if child is not None and _alive(child):
+            child.kill()
