@@ -85,7 +85,7 @@ def check_baseline_schema_version(found: object, where: str) -> None:
     else:
         advice = (
             "it is not a moeperf baseline or was written by an unreleased version: "
-            "promote the run again (moeperf baselines promote)"
+            "promote the run again (moeperf baseline promote RUN --name NAME)"
         )
     raise ReportUsageError(
         f"{where}: schema_version {found!r} is not supported (this moeperf reads {supported}); "

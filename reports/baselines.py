@@ -52,7 +52,29 @@ NAME_RULE = "[a-z0-9][a-z0-9._-]*"
 _NAME = re.compile(NAME_RULE + r"\Z")
 _VERSION_DIR = re.compile(r"v([1-9][0-9]*)\Z")
 _REF = re.compile(r"(?P<name>[^@]*)(?:@(?:v?(?P<version>[0-9]+)|(?P<latest>latest)))?\Z")
-_REQUIRED = ("name", "version", "created", "source_run_id", "run_status", "host", "files")
+_REQUIRED = (
+    "name",
+    "version",
+    "created",
+    "source_run_id",
+    "run_status",
+    "host",
+    "files",
+    "content_hash",
+)
+# What a field of baseline.json must be (after migration); bool is refused where int is.
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "version": int,
+    "created": str,
+    "source_run_id": str,
+    "suite": (str, type(None)),
+    "run_status": str,
+    "run_status_reason": (str, type(None)),
+    "host": dict,
+    "files": dict,
+    "content_hash": str,
+}
 
 TREND_COLUMNS = ("version", "created", "scenario", "metric", "value", "ci_low", "ci_high", "count")
 
@@ -122,6 +144,14 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _restore_advice(directory: Path) -> str:
+    """What to do about a damaged version: baselines are committed, never edited."""
+    return (
+        f"restore the version from git (git restore {directory}), or, if it was never "
+        f"committed, remove {directory} and promote its run again"
+    )
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -152,7 +182,10 @@ def _promotable_files(reader: RunReader, force: bool) -> list[str]:
             "with --force (the run's status is recorded in the baseline)"
         )
     for jsonl in _RECORD_JSONL:
-        if (reader.directory / jsonl).exists():
+        # Both files: the run was killed between writing the parquet and removing the
+        # JSONL (collectors.store); the parquet is whole (written aside, then renamed).
+        parquet = Path(jsonl).with_suffix(".parquet").name
+        if (reader.directory / jsonl).exists() and not (reader.directory / parquet).exists():
             raise ReportUsageError(
                 f"run {run} keeps records only in {jsonl} (its parquet was not written: "
                 "see the manifest's status reason); a baseline holds parquet files only"
@@ -299,26 +332,45 @@ class BaselineStore:
         """baseline.json of a version, migrated to the current format (hashes not checked)."""
         path = self.root / name / f"v{version}" / BASELINE_FILE
         where = f"baseline {name}@{version}: {path}"
+
+        def damaged(what: str) -> BaselineCorruptError:
+            return BaselineCorruptError(f"{where} {what}; {_restore_advice(path.parent)}")
+
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            text = path.read_bytes().decode("utf-8")
         except FileNotFoundError:
-            raise BaselineCorruptError(f"{where} is missing") from None
-        except (OSError, ValueError) as exc:
-            raise BaselineCorruptError(f"{where} is not readable JSON ({exc})") from None
+            raise damaged("is missing") from None
+        except UnicodeDecodeError as exc:
+            raise damaged(f"is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        except OSError as exc:
+            raise damaged(f"cannot be read ({exc.strerror or exc})") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise damaged(
+                f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): "
+                "truncated or overwritten"
+            ) from None
+        except (ValueError, RecursionError) as exc:  # a number past Python's digit limit,
+            # or nesting past the recursion limit: not what moeperf writes
+            raise damaged(f"is not a baseline's JSON ({type(exc).__name__})") from None
         if not isinstance(data, dict):
-            raise BaselineCorruptError(f"{where} is not a JSON object")
+            raise damaged("is not a JSON object")
         data = migrate(data, where)
         for key in _REQUIRED:
             if key not in data:
-                raise BaselineCorruptError(f"{where}: field {key!r} is missing")
+                raise damaged(f"is incomplete: field {key!r} is missing")
+        for key, kinds in _FIELD_TYPES.items():
+            value = data.get(key)  # suite and run_status_reason may be absent: None
+            if not isinstance(value, kinds) or isinstance(value, bool):
+                raise damaged(f"has a field {key!r} of the wrong type: {value!r:.40}")
         if data["name"] != name or data["version"] != version:
-            raise BaselineCorruptError(
-                f"{where} describes {data['name']}@{data['version']}: it was moved or copied"
-            )
-        if not isinstance(data["host"], dict):
-            raise BaselineCorruptError(f"{where}: 'host' is not an object")
-        if not isinstance(data["files"], dict) or "manifest.json" not in data["files"]:
-            raise BaselineCorruptError(f"{where}: 'files' does not list manifest.json")
+            raise damaged(f"describes {data['name']}@{data['version']}: it was moved or copied")
+        files = data["files"]
+        if "manifest.json" not in files:
+            raise damaged("has a 'files' that does not list manifest.json")
+        if not all(isinstance(sha, str) for sha in files.values()):
+            raise damaged("has a file hash in 'files' that is not a string")
         return data
 
     def get(self, name: str, version: int | None = None) -> BaselineVersion:
@@ -328,30 +380,29 @@ class BaselineStore:
         meta = self._read_meta(name, version)
         directory = self.root / name / f"v{version}"
         where = f"baseline {name}@{version} ({directory})"
+
+        def corrupt(what: str) -> BaselineCorruptError:
+            return BaselineCorruptError(f"{where}: {what}; {_restore_advice(directory)}")
+
         recorded: dict[str, str] = meta["files"]
         for file in recorded:
             if file not in RECORD_FILES:
-                raise BaselineCorruptError(f"{where}: baseline.json lists unknown file {file!r}")
+                raise corrupt(f"baseline.json lists unknown file {file!r}")
         present = {p.name for p in directory.iterdir()} - {BASELINE_FILE}
         if missing := sorted(set(recorded) - present):
-            raise BaselineCorruptError(
-                f"{where}: missing file recorded in baseline.json: {', '.join(missing)}"
-            )
+            raise corrupt(f"missing file recorded in baseline.json: {', '.join(missing)}")
         if extra := sorted(present - set(recorded)):
-            raise BaselineCorruptError(
-                f"{where}: extra file not in baseline.json: {', '.join(extra)}"
-            )
+            raise corrupt(f"extra file not in baseline.json: {', '.join(extra)}")
         for file, expected in sorted(recorded.items()):
             found = _sha256(directory / file) if (directory / file).is_file() else "not a file"
             if found != expected:
-                raise BaselineCorruptError(
-                    f"{where}: {file} does not match its recorded sha256 "
-                    f"(recorded {str(expected)[:12]}..., found {found[:12]}...): it was modified"
+                raise corrupt(
+                    f"{file} does not match its recorded sha256 "
+                    f"(recorded {expected[:12]}..., found {found[:12]}...): it was modified "
+                    "(truncated, overwritten or edited)"
                 )
-        if meta.get("content_hash") != content_hash(recorded):
-            raise BaselineCorruptError(
-                f"{where}: baseline.json's content_hash does not match its file hashes"
-            )
+        if meta["content_hash"] != content_hash(recorded):
+            raise corrupt("baseline.json's content_hash does not match its file hashes")
         return BaselineVersion(
             name=name,
             version=version,
@@ -372,10 +423,14 @@ class BaselineStore:
         for name in self.names():
             versions = self.versions(name)
             meta = self._read_meta(name, versions[-1])
-            host = meta["host"] if isinstance(meta["host"], dict) else {}
+            cpu = meta["host"].get("cpu_model")
             summaries.append(
                 BaselineSummary(
-                    name, tuple(versions), versions[-1], meta["created"], host.get("cpu_model")
+                    name,
+                    tuple(versions),
+                    versions[-1],
+                    meta["created"],
+                    cpu if isinstance(cpu, str) else None,
                 )
             )
         return summaries
