@@ -51,6 +51,9 @@ _KNOB_FLAGS: tuple[tuple[str, str, type, str], ...] = (
     ("--threads", "threads", int, "torch intra-op threads (0: torch's default)"),
     ("--served-model-name", "served_model_name", str, "the model name the API answers to"),
     ("--seed", "seed", int, "seed of unseeded sampled requests"),
+    ("--max-body-bytes", "max_body_bytes", int, "largest request body (HTTP 413 above)"),
+    ("--body-read-timeout-s", "body_read_timeout_s", float, "time for a whole request body"),
+    ("--write-timeout-s", "write_timeout_s", float, "a write stalled this long drops the client"),
 )
 
 

@@ -18,8 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from targets.openai_wire import UsageMode, WireVariant
 from targets.serving.engine.api import EngineConfig
 from targets.serving.errors import ReferenceConfigError
+from targets.serving.http_limits import HttpLimits
 
 _DEFAULTS = EngineConfig()
+_HTTP = HttpLimits()
 # The model directories shipped in targets/model/, by name: the Mixtral-style default and
 # the hybrid (Qwen3-Next) one. Found by path: importing targets.model would import torch.
 SHIPPED_MODELS = ("default", "hybrid")
@@ -87,6 +89,29 @@ class ReferenceTargetConfig(BaseModel):
     reject_unknown_fields: bool = Field(
         _WIRE.reject_unknown_fields, description="HTTP 422 for fields OpenAI does not document"
     )
+    # What one client may cost the server (targets/serving/http_limits.py): uvicorn bounds
+    # neither a body's size nor how slowly it arrives nor how long a write waits for a
+    # client that does not read.
+    max_body_bytes: int = Field(
+        _HTTP.max_body_bytes,
+        ge=1,
+        description="largest request body accepted; HTTP 413 above it (16 MiB: a full "
+        "context of the shipped models is well under 1 MiB as text or token ids)",
+    )
+    body_read_timeout_s: float = Field(
+        _HTTP.body_read_timeout_s,
+        gt=0,
+        allow_inf_nan=False,
+        description="the whole request body must arrive within this time of its headers; "
+        "HTTP 408 after it",
+    )
+    write_timeout_s: float = Field(
+        _HTTP.write_timeout_s,
+        gt=0,
+        allow_inf_nan=False,
+        description="a response write blocked this long (the client stopped reading) "
+        "aborts the connection, and a stream's engine request with it",
+    )
 
     @model_validator(mode="after")
     def _shipped_name(self) -> ReferenceTargetConfig:
@@ -121,6 +146,10 @@ class ReferenceTargetConfig(BaseModel):
     def wire_variant(self) -> WireVariant:
         """How the server's stream differs from vLLM's, as the server's own record."""
         return WireVariant.of(self)
+
+    def http_limits(self) -> HttpLimits:
+        """What one client may cost the server, as the server's own record."""
+        return HttpLimits(self.max_body_bytes, self.body_read_timeout_s, self.write_timeout_s)
 
     @classmethod
     def from_fields(cls, fields: dict[str, Any]) -> ReferenceTargetConfig:

@@ -13,9 +13,10 @@ from targets.serving.errors import ReferenceConfigError
 from targets.serving.openai_request import ServedModel
 from targets.serving.server import build_app
 
-if TYPE_CHECKING:  # both are imported where used: torch loads only when a target is built
+if TYPE_CHECKING:  # imported where used: torch loads only when a target is built
     import torch
 
+    from targets.model.tokenizer import ChatTokenizer
     from targets.serving.engine.engine import Engine
 
 
@@ -58,10 +59,28 @@ def create_app(
     except ValueError as exc:  # e.g. mtp_tokens for a model without an MTP module
         raise ReferenceConfigError(str(exc)) from None
     _warm_up(Engine(model, config.engine_config(), seed=config.seed))
-    served = ServedModel(config.served_model_name, config.max_context_len, tokenizer)
-    return build_app(
-        EngineLoop(engine), served, registry, wire=config.wire_variant(), api_key=api_key
+    served = ServedModel(
+        config.served_model_name,
+        config.max_context_len,
+        tokenizer,
+        max_token_chars=_longest_token(tokenizer),
     )
+    return build_app(
+        EngineLoop(engine),
+        served,
+        registry,
+        wire=config.wire_variant(),
+        api_key=api_key,
+        limits=config.http_limits(),
+    )
+
+
+def _longest_token(tokenizer: ChatTokenizer) -> int:
+    """The longest vocabulary string (added tokens included). A token covers at most that
+    many characters of text: byte-level strings have one character per byte, other
+    schemes (Metaspace, WordPiece's ##, byte fallback) at least one per character."""
+    vocab = tokenizer.tokenizer.get_vocab(with_added_tokens=True)
+    return max((len(token) for token in vocab), default=1)
 
 
 def _warm_up(throwaway: Engine) -> None:

@@ -23,8 +23,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from targets import openai_wire
 from targets.openai_wire import BadRequest
 from targets.serving.engine.api import SamplingParams
+from targets.serving.engine.validation import MIN_TEMPERATURE
 
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs, and OpenAI's top_logprobs limit
+# Every generated token is checked against every stop string (on the event loop) and
+# every stop token id, so their number is bounded. OpenAI's API takes up to 4 stop
+# sequences, vLLM any number; 16 runs what either accepts in practice.
+MAX_STOP_STRINGS = 16
+MAX_STOP_TOKEN_IDS = 64
 _SEED_LIMIT = 2**63  # seeds are torch generator seeds: int64
 
 
@@ -44,11 +50,32 @@ class Tokenizer(Protocol):
 
 @dataclass(frozen=True)
 class ServedModel:
-    """The model as requests see it: its name, context limit and vocabulary."""
+    """The model as requests see it: its name, context limit and vocabulary.
+
+    ``max_token_chars`` is the longest token's text (its vocabulary string, which covers
+    at most that many characters): a text longer than ``max_context_len`` times it cannot
+    fit the context, and is refused before it is tokenized. Tokenizing holds the event
+    loop (the GIL; about 2 s per MB on a small CPU), so an oversized prompt must not get
+    that far. None: no such check.
+    """
 
     name: str
     max_context_len: int
     tokenizer: Tokenizer
+    max_token_chars: int | None = None
+
+    def check_text_fits(self, chars: int, param: str) -> None:
+        """BadRequest if a text of ``chars`` characters cannot fit the context."""
+        if self.max_token_chars is None:
+            return
+        shortest = -(-chars // self.max_token_chars)  # tokens at the least
+        if shortest > self.max_context_len:
+            raise BadRequest(
+                f"This model's maximum context length is {self.max_context_len} tokens. "
+                f"However, the {param} ({chars} characters) is at least {shortest} tokens. "
+                f"Please reduce the length of the {param}.",
+                param,
+            )
 
 
 class _Body(BaseModel):
@@ -211,8 +238,10 @@ def check_model(served: ServedModel, asked: str | None) -> None:
 def chat_prompt(
     served: ServedModel, messages: Sequence[Message], add_generation_prompt: bool = True
 ) -> list[int]:
-    """The chat template's token ids for ``messages``."""
+    """The chat template's token ids for ``messages`` (their text checked first: see
+    ``ServedModel.max_token_chars``)."""
     turns = [{"role": m.role, "content": _text(m.content)} for m in messages]
+    served.check_text_fits(sum(len(turn["content"]) for turn in turns), "messages")
     return list(served.tokenizer.apply_chat_template(turns, add_generation_prompt))
 
 
@@ -230,6 +259,7 @@ def completion_prompt(served: ServedModel, prompt: CompletionRequest) -> list[in
             raise BadRequest("batches of prompts are not supported: give one prompt", "prompt")
         value = value[0]
     if isinstance(value, str):
+        served.check_text_fits(len(value), "prompt")
         return served.tokenizer.encode(value)
     # What is left is one prompt of token ids (the model's type allows nothing else).
     ids = cast(list[int], value)
@@ -335,18 +365,30 @@ def _job(
             param,
         )
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    if len(stop) > MAX_STOP_STRINGS:
+        raise BadRequest(
+            f"at most {MAX_STOP_STRINGS} stop strings are supported, got {len(stop)}", "stop"
+        )
     if any(not s for s in stop):
         raise BadRequest("stop strings must not be empty", "stop")
     vocab = served.tokenizer.vocab_size
     stop_ids = tuple(body.stop_token_ids or ())
+    if len(stop_ids) > MAX_STOP_TOKEN_IDS:
+        raise BadRequest(
+            f"at most {MAX_STOP_TOKEN_IDS} stop_token_ids are supported, got {len(stop_ids)}",
+            "stop_token_ids",
+        )
     if any(not 0 <= t < vocab for t in stop_ids):
         raise BadRequest(f"stop_token_ids must be in [0, {vocab})", "stop_token_ids")
     options = body.stream_options
     if options is not None and not body.stream:
         raise BadRequest("'stream_options' is only allowed with 'stream': true", "stream_options")
+    temperature = 1.0 if body.temperature is None else body.temperature
+    if temperature < MIN_TEMPERATURE:  # as vLLM: greedy (dividing by it overflows)
+        temperature = 0.0
     params = SamplingParams(
         max_tokens=max_tokens,
-        temperature=1.0 if body.temperature is None else body.temperature,
+        temperature=temperature,
         top_p=1.0 if body.top_p is None else body.top_p,
         seed=body.seed,
         stop_token_ids=stop_ids,

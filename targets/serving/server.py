@@ -34,6 +34,7 @@ from starlette.background import BackgroundTask
 from targets.openai_wire import ApiError, BadRequest, WireVariant, json_or_none, models_list
 from targets.serving.auth import ApiKeyMiddleware
 from targets.serving.errors import install_error_handlers
+from targets.serving.http_limits import Asgi, HttpGuard, HttpLimits
 from targets.serving.metrics import ReferenceMetrics
 from targets.serving.openai_request import (
     DetokenizeRequest,
@@ -47,6 +48,7 @@ from targets.serving.openai_request import (
     parse_body,
 )
 from targets.serving.openai_response import ResponseWriter
+from targets.serving.openapi import document
 from targets.serving.streaming import (
     EngineStream,
     Outcome,
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
     from targets.serving.engine.loop import EngineLoop
 
 _VLLM_WIRE = WireVariant()
+_LIMITS = HttpLimits()
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -71,9 +74,11 @@ def build_app(
     wire: WireVariant = _VLLM_WIRE,
     *,
     api_key: str | None = None,
+    limits: HttpLimits = _LIMITS,
 ) -> FastAPI:
     """The API in front of ``engine``: started with the app, stopped at its shutdown.
     With ``api_key``, every /v1/* route wants it as a bearer token (``auth.py``).
+    ``limits`` bound each client's body size, body time and write time (http_limits.py).
 
     ``registry`` defaults to a fresh one per app, so several apps can share a process;
     ``wire`` is how its streams differ from vLLM's (by default they do not).
@@ -88,7 +93,8 @@ def build_app(
             # The engine joins its thread: off the event loop, which may still be serving.
             await asyncio.to_thread(engine.stop)
 
-    app = FastAPI(title="moeperf reference target", lifespan=lifespan, docs_url=None)
+    app = _GuardedApp(title="moeperf reference target", lifespan=lifespan, docs_url=None)
+    app.state.limits = limits
     metrics = ReferenceMetrics(engine.stats, registry)
     app.state.serving = ServingState(engine, served, metrics, wire)
     install_error_handlers(app)
@@ -102,7 +108,25 @@ def build_app(
     app.add_api_route("/detokenize", _detokenize, methods=["POST"])
     app.add_api_route("/metrics", _metrics, methods=["GET"])
     app.add_api_route("/reset_prefix_cache", _reset_prefix_cache, methods=["POST"])
+    document(app, api_key=api_key is not None, strict_fields=wire.reject_unknown_fields)
     return app
+
+
+class _GuardedApp(FastAPI):
+    """FastAPI with ``HttpGuard`` outside all its middleware, where it gets the server's
+    own ``send`` (to abort a connection whose client stopped reading)."""
+
+    def build_middleware_stack(self) -> Asgi:
+        return HttpGuard(super().build_middleware_stack(), self.state.limits)
+
+
+def _json_or_none(raw: bytes) -> object:
+    """``json_or_none``, and None for JSON nested deeper than Python's parser recurses
+    (the request parser then refuses it with a 400)."""
+    try:
+        return json_or_none(raw)
+    except RecursionError:
+        return None
 
 
 def _state(request: Request) -> ServingState:
@@ -128,7 +152,7 @@ async def _generate(
     try:
         raw = await request.body()
         if state.wire.reject_unknown_fields:  # the body is parsed twice only then
-            state.wire.check_fields(json_or_none(raw), chat=chat)
+            state.wire.check_fields(_json_or_none(raw), chat=chat)
         job = parse(state.served, raw)
         request_id = f"{'chatcmpl' if job.chat else 'cmpl'}-{uuid.uuid4().hex}"
         stream = EngineStream(request_id)
@@ -188,6 +212,7 @@ async def _tokenize(request: Request) -> Response:
     if body.messages is not None:
         tokens = chat_prompt(served, body.messages, body.add_generation_prompt is not False)
     elif body.prompt is not None:
+        served.check_text_fits(len(body.prompt), "prompt")
         tokens = served.tokenizer.encode(body.prompt)
     else:
         raise BadRequest("give 'prompt' or 'messages'", "prompt")

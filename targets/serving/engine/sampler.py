@@ -34,6 +34,9 @@ def sampling_probs(logits: Tensor, params: SamplingParams) -> Tensor:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         # Keep the smallest set whose mass reaches top_p (the most likely token always).
         outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= params.top_p
+        # Explicitly: a top_p under float32's smallest positive number (JSON can say
+        # 5e-324) is 0 in this comparison, which would zero every token (a NaN draw).
+        outside[..., 0] = False
         sorted_probs[outside] = 0.0
         probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
         probs = probs / probs.sum(dim=-1, keepdim=True)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from targets.serving.engine.api import EngineConfig, InvalidRequestError, SamplingParams
 
+# vLLM's _SAMPLING_EPS: a temperature below it is greedy at the API (openai_request.py).
+MIN_TEMPERATURE = 1e-5
+
 
 def validate_request(
     cfg: EngineConfig, vocab: int, prompt: list[int], params: SamplingParams
@@ -31,6 +34,11 @@ def validate_request(
         )
     if params.temperature < 0 or not 0 < params.top_p <= 1:
         raise InvalidRequestError("temperature must be >= 0 and top_p in (0, 1]")
+    if 0 < params.temperature < MIN_TEMPERATURE:
+        # logits / temperature overflows to inf and the draw is NaN.
+        raise InvalidRequestError(
+            f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, got {params.temperature!r}"
+        )
     if params.logprobs is not None and not 0 <= params.logprobs <= 20:
         raise InvalidRequestError("logprobs must be between 0 and 20")
     if params.prompt_logprobs is not None and not 0 <= params.prompt_logprobs <= 20:
