@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collectors.request_audit import RequestAudit
+
 
 @dataclass(frozen=True, slots=True)
 class FaultEvent:
@@ -55,29 +57,6 @@ class FaultOutcome:
     before: LatencyWindow
     during: LatencyWindow
     after: LatencyWindow
-
-
-@dataclass(frozen=True, slots=True)
-class RequestAudit:
-    """Every request a load worker sent is in the records exactly once.
-
-    Each worker numbers its requests 0, 1, 2...; ``sent`` is the workers' own count of the
-    requests they sent; ``missing``: numbers below a worker's count with no record (lost);
-    ``unknown``: records whose number no worker sent; ``duplicated``: ids held by more
-    than one record after amendments (counted twice). ``examples``: the first ids found
-    of each kind ("missing w0-17"), the counts are whole.
-    """
-
-    sent: int
-    recorded: int
-    missing: int
-    unknown: int
-    duplicated: int
-    examples: tuple[str, ...] = ()
-
-    @property
-    def exact(self) -> bool:
-        return self.sent == self.recorded and not (self.missing or self.unknown or self.duplicated)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,6 @@ the audit of the requests (collectors/drill_records.py defines every figure)."""
 
 from __future__ import annotations
 
-import re
-from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,14 +13,11 @@ from collectors.drill_records import (
     FaultEvent,
     FaultOutcome,
     LatencyWindow,
-    RequestAudit,
 )
 from collectors.latency import per_request
+from collectors.request_audit import audit_requests
 
 NS_PER_S = 1_000_000_000
-# A request id as the load workers build it: [prefix]w<worker>-<number>.
-_REQUEST_ID = re.compile(r"w(\d+)-(\d+)$")
-_SHOWN_IDS = 20  # ids listed per audit finding (the counts are whole)
 
 
 def summarize_drill(
@@ -103,41 +98,6 @@ def _outcome(
         before=latencies(event.injected_ns - window_ns, event.injected_ns),
         during=latencies(event.injected_ns, recovered_ns if recovered_ns is not None else next_ns),
         after=after,
-    )
-
-
-def audit_requests(request_ids: pd.Series, sent_by_worker: dict[int, int]) -> RequestAudit:
-    """Compare the stored request ids with what each worker says it sent (RequestAudit)."""
-    ids = [str(i) for i in request_ids]
-    duplicated = sorted(i for i, n in Counter(ids).items() if n > 1)
-    seen: dict[int, set[int]] = {}
-    unknown = []
-    for request_id in set(ids):
-        match = _REQUEST_ID.search(request_id)
-        if match is None:
-            unknown.append(request_id)
-            continue
-        worker, number = int(match[1]), int(match[2])
-        if number >= sent_by_worker.get(worker, 0):
-            unknown.append(request_id)
-        else:
-            seen.setdefault(worker, set()).add(number)
-    missing = [
-        f"w{worker}-{n}"
-        for worker, count in sorted(sent_by_worker.items())
-        for n in range(count)
-        if n not in seen.get(worker, set())
-    ]
-    examples = [f"missing {i}" for i in missing[:_SHOWN_IDS]]
-    examples += [f"unknown {i}" for i in sorted(unknown)[:_SHOWN_IDS]]
-    examples += [f"duplicated {i}" for i in duplicated[:_SHOWN_IDS]]
-    return RequestAudit(
-        sent=sum(sent_by_worker.values()),
-        recorded=len(set(ids)),
-        missing=len(missing),
-        unknown=len(unknown),
-        duplicated=len(duplicated),
-        examples=tuple(examples),
     )
 
 

@@ -14,6 +14,7 @@ from collectors.drill_records import DrillSummary
 from collectors.interference_records import InterferenceSummary
 from collectors.mtp_ab_records import MtpAbSummary
 from collectors.quantiles import CI_METHOD, EMPTY, ESTIMATOR, Described
+from collectors.request_audit import RequestAudit
 from collectors.soak_records import SoakSummary
 from collectors.sweep_records import SweepSummary
 from collectors.target_counters import TargetCounters
@@ -222,5 +223,7 @@ class ServingSummary:
     mtp_ab: MtpAbSummary | None = None
     # A fault drill ([drill]): each fault's failures and recovery, and the request audit.
     drill: DrillSummary | None = None
+    # Locust engine runs: every request the workers sent is in the records exactly once.
+    request_audit: RequestAudit | None = None
     # A soak ([soak]): its windows, slopes with intervals, and verdicts.
     soak: SoakSummary | None = None

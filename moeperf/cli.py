@@ -13,6 +13,7 @@ from rich.console import Console
 from collectors.accuracy_records import AccuracySummary
 from collectors.dist_training_summary import DistTrainingSummary
 from collectors.errors import MoeperfError
+from collectors.request_audit import audit_text
 from collectors.serving_records import ServingSummary
 from collectors.simulation_summary import SimulationSummary
 from collectors.store import RunInterrupted, RunStore
@@ -59,7 +60,11 @@ README has the details."""
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
-    overrides = list(args.set or [])
+    if args.worker:
+        return _locust_worker(args)
+    if args.spec is None:
+        raise UsageError("moeperf run: give a spec (a file, or a shipped spec's name)")
+    overrides = list(args.set or []) + _engine_overrides(args)
     if args.metrics_port is not None:
         overrides.append(f"export.metrics_port={args.metrics_port}")
     if args.repeat is not None:
@@ -91,6 +96,43 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     finally:
         bar.close()
     return _show_ended(store, run_id, console, warn_only=args.warn_only)
+
+
+def _engine_overrides(args: argparse.Namespace) -> list[str]:
+    """The load-engine flags as the spec fields they set (so the manifest stores them)."""
+    overrides = []
+    if args.engine is not None:
+        overrides.append(f"load.engine={args.engine}")
+    if args.workers is not None:
+        overrides.append(f"load.workers={args.workers}")
+    if args.ui:
+        overrides.append("locust.ui=true")
+    if args.master:
+        if not args.expect_workers:
+            raise UsageError("--master needs --expect-workers N (the remote workers to wait for)")
+        overrides.append(f"locust.remote_workers={args.expect_workers}")
+    elif args.expect_workers is not None:
+        raise UsageError("--expect-workers is for --master")
+    if args.master_bind is not None:
+        overrides.append(f"locust.bind={args.master_bind}")
+    if args.master_port is not None:
+        overrides.append(f"locust.port={args.master_port}")
+    if args.master_host is not None:
+        raise UsageError("--master-host is for --worker")
+    return overrides
+
+
+def _locust_worker(args: argparse.Namespace) -> int:
+    """``moeperf run --worker --master-host H``: a Locust worker, until its master ends."""
+    if args.spec is not None or args.set:
+        raise UsageError("--worker takes no spec: the master sends the run to its workers")
+    if not args.master_host:
+        raise UsageError("--worker needs --master-host (the address of the run's master)")
+    import subprocess
+
+    command = [sys.executable, "-m", "suites.serving.locust_engine.worker"]
+    command += ["--master-host", args.master_host, "--master-port", str(args.master_port or 5557)]
+    return subprocess.call(command)
 
 
 def _run_training(
@@ -251,6 +293,8 @@ def _show(store: RunStore, run: str, console: Console) -> None:
             from suites.serving.interference_table import interference_table
 
             console.print(interference_table(summary.interference, summary.scenarios))
+        if summary.request_audit is not None:
+            console.print(audit_text(summary.request_audit), markup=False, highlight=False)
         if summary.drill is not None:
             from suites.serving.faults.tables import audit_line, drill_table
 
@@ -349,7 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run a suite spec")
-    run.add_argument("spec", help="a spec file, or the name of a shipped spec (e.g. default)")
+    run.add_argument(
+        "spec",
+        nargs="?",
+        help="a spec file, or the name of a shipped spec (e.g. default); not with --worker",
+    )
     run.add_argument(
         "--set",
         action="append",
@@ -381,6 +429,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 0 even when levels failed or were invalid (the run's status and the "
         "levels' statuses still say so; an aborted run still exits 1)",
     )
+    engine = run.add_argument_group(
+        "load engine",
+        "asyncio (the default, the precise one) or Locust: local worker processes, or "
+        "workers on other machines under this run's master (README 'The Locust engine')",
+    )
+    engine.add_argument("--engine", choices=("asyncio", "locust"), help="load.engine")
+    engine.add_argument("--workers", type=int, metavar="N", help="local load worker processes")
+    engine.add_argument("--ui", action="store_true", help="Locust's web UI on 127.0.0.1:8089")
+    engine.add_argument(
+        "--master",
+        action="store_true",
+        help="also wait for --expect-workers Locust workers from other machines",
+    )
+    engine.add_argument("--expect-workers", type=int, metavar="N", help="with --master")
+    engine.add_argument(
+        "--master-bind",
+        metavar="HOST",
+        help="where the master listens for workers (127.0.0.1; give an address remote "
+        "workers can reach)",
+    )
+    engine.add_argument("--master-port", type=int, metavar="PORT", help="the master's port")
+    engine.add_argument(
+        "--worker",
+        action="store_true",
+        help="be a Locust worker of the master at --master-host (no spec: it sends the run)",
+    )
+    engine.add_argument("--master-host", metavar="HOST", help="with --worker")
     run.set_defaults(handler=_run)
 
     runs = commands.add_parser("runs", help="list or show stored runs")

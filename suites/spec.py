@@ -42,6 +42,7 @@ from collectors.request_settings import SAMPLING_FIELDS, Sampling
 from suites.errors import SpecError
 from suites.serving.faults.spec import DrillSpec
 from suites.serving.load.openai_api import MaxTokensField
+from suites.serving.locust_spec import LocustSpec
 from suites.serving.soak.spec import SoakSpec
 from suites.spec_base import STRICT, NonNegative, Positive
 from suites.spec_errors import NO_ECHO, problems_of, spec_error, unknown_field
@@ -256,6 +257,9 @@ class LoadSpec(_Strict):
     # Open loop: cap on requests in flight (0 = none).
     max_concurrency: Annotated[int, Field(ge=0)] = 0
     workers: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
+    # "asyncio": the precise engine (one event loop per worker process); "locust": Locust
+    # workers under a master, on this host or several ([locust]; closed loop only).
+    engine: Literal["asyncio", "locust"] = "asyncio"
     seed: int = 0
     # Every level this many times, interleaved (all levels, then all again): the spread
     # between repeats is shown beside each level's own confidence interval.
@@ -647,6 +651,32 @@ class ServingSpec(_Strict):
     plan: PlanSpec | None = None
     # Set: faults injected into the one level, and the requests' recovery from each.
     drill: DrillSpec | None = None
+    # The Locust engine's layout (load.engine = "locust").
+    locust: LocustSpec = LocustSpec()
+
+    @model_validator(mode="after")
+    def _locust_runs_closed_loop(self) -> ServingSpec:
+        if self.load.engine != "locust":
+            if "locust" in self.model_fields_set:
+                raise ValueError("[locust] is for load.engine = 'locust' (or --engine locust)")
+            return self
+        if self.load.mode != "concurrency":
+            raise ValueError(
+                "load.engine = 'locust' runs closed-loop levels (load.mode = 'concurrency'): "
+                "Locust starts users, it does not send at set times; open-loop rates and "
+                "traces need load.engine = 'asyncio'"
+            )
+        unsupported = [name for name in ("interference", "mtp_ab") if getattr(self, name)]
+        if self.workload.conversation is not None:
+            unsupported.append("workload.conversation")
+        if unsupported:
+            raise ValueError(
+                "load.engine = 'locust' does not run "
+                + ", ".join(f"[{u}]" for u in unsupported)
+                + ": use load.engine = 'asyncio'"
+            )
+        return self
+
     # Set: the one level is a soak, watched for slow degradation (memory, latency, KV).
     soak: SoakSpec | None = None
 

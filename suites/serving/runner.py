@@ -26,6 +26,7 @@ from collectors.interference_records import InterferenceSummary
 from collectors.mtp_ab_records import MtpAbSummary
 from collectors.mtp_ab_summary import with_figures
 from collectors.records import RequestRecord
+from collectors.request_audit import RequestAudit, audit_requests, audit_text
 from collectors.serving_records import (
     ServingSummary,
     Slo,
@@ -63,6 +64,7 @@ from suites.serving.load.validity import (
     measured_counts,
     run_verdict,
 )
+from suites.serving.locust_pool import LocustPool, locust_note
 from suites.serving.observe.ground_truth import (
     fetch_ground_truth,
     measurement_errors,
@@ -92,8 +94,6 @@ from suites.serving.workload.sweep import ContextLimit, SweepPoint, context_limi
 from suites.serving.workload.trace import Trace
 from suites.spec import FitSpec, LoadSpec, ServingSpec
 
-# Workers start a level together this long after it is planned (spawn and connect time).
-_LEVEL_START_DELAY_S = 0.3
 # One worker process per this many streams (or requests/s open loop), up to the cores.
 _STREAMS_PER_WORKER = 128
 _RATE_PER_WORKER = 100.0
@@ -467,7 +467,7 @@ def _run_levels(
     # From the config the workers get, after any change to it: what is sent is recorded.
     scrape_interval_s = spec.export.scrape_interval_s if spec.export.scrape_target else None
     run.record_request_settings(request_settings(config, scrape_interval_s))
-    pool = WorkerPool(workers, config)
+    pool = _pool(spec, workers, config)
     # Fresh: the prefix cache is emptied before every level, where the target can.
     resetter = CacheResetter(base_url, headers) if spec.workload.cache == "fresh" else None
     # By request id: a record amended after its level replaces the first version.
@@ -503,7 +503,7 @@ def _run_levels(
             scenario = fit_scenario(prompt_pool.input_tokens, level)
         level_load = level_spec.load
         reset = resetter.reset() if resetter is not None else None
-        start_ns = time.monotonic_ns() + int(_LEVEL_START_DELAY_S * 1e9)
+        start_ns = time.monotonic_ns() + int(pool.start_delay_s * 1e9)
         size = prompt_pool.count or len(levels.prompts)
         plans = plan_level(
             level_spec,
@@ -579,6 +579,8 @@ def _run_levels(
     fits: dict[int, CapacitySummary] = {}
     try:
         pool.wait_ready()
+        if isinstance(pool, LocustPool):
+            run.add_note(locust_note(pool))
         if spec.capacity is None:
             for planned in levels.schedule:
                 run_level(
@@ -618,6 +620,14 @@ def _run_levels(
         truth = _ground_truth(spec, base_url, list(records.values()))
     drilled = _drill_summary(drill, outcomes, records, run)
     soaked = soak.summary(list(records.values())) if soak is not None else None
+    audit = None
+    if isinstance(pool, LocustPool):  # records merged from other processes, maybe hosts
+        sent: dict[int, int] = {}
+        for outcome in outcomes:
+            for report in outcome.reports:
+                sent[report.worker] = sent.get(report.worker, 0) + report.sent
+        audit = audit_requests(records, sent)
+        run.add_note(audit_text(audit))
     write_summary(
         run,
         spec,
@@ -630,6 +640,7 @@ def _run_levels(
         trace=levels.trace,
         drill=drilled,
         soak=soaked,
+        audit=audit,
     )
     note = _cache_note(spec, outcomes)
     if note:
@@ -648,6 +659,8 @@ def _run_levels(
         status, reason = drill_verdict(drilled, status, reason)
     if soaked is not None:
         status, reason = soak_verdict(soaked, status, reason)
+    if audit is not None and not audit.exact:
+        status, reason = "invalid", audit_text(audit)
     if status != "complete" and warn_only:
         run.add_note(
             f"--warn-only: the run ended {status}, and the command exits 0 all the same; "
@@ -657,6 +670,24 @@ def _run_levels(
         run.fail(reason or "")
     elif status == "invalid":
         run.invalidate(reason or "")
+
+
+def _pool(spec: ServingSpec, workers: int, config: WorkerConfig) -> WorkerPool | LocustPool:
+    """The load engine of the spec: asyncio worker processes, or Locust under a master."""
+    if spec.load.engine == "asyncio":
+        return WorkerPool(workers, config)
+    layout = spec.locust
+    return LocustPool(
+        config,
+        workers,
+        remote_workers=layout.remote_workers,
+        bind=layout.bind,
+        port=layout.port,
+        connect_timeout_s=layout.connect_timeout_s,
+        ui=layout.ui,
+        ui_host=layout.ui_host,
+        ui_port=layout.ui_port,
+    )
 
 
 def _drill(spec: ServingSpec, started: RunningTarget, run: RunWriter) -> Drill | None:
@@ -838,6 +869,7 @@ def write_summary(
     mtp_ab: MtpAbSummary | None = None,
     drill: DrillSummary | None = None,
     soak: SoakSummary | None = None,
+    audit: RequestAudit | None = None,
 ) -> None:
     frame = records_frame(records)
     slo = Slo(**spec.slo.model_dump())
@@ -894,6 +926,7 @@ def write_summary(
             mtp_ab=mtp_ab,
             drill=drill,
             soak=soak,
+            request_audit=audit,
         )
     )
 

@@ -7,8 +7,9 @@ import pandas as pd
 import pytest
 
 from collectors.drill_records import FaultEvent
-from collectors.drill_summary import audit_requests, summarize_drill
+from collectors.drill_summary import summarize_drill
 from collectors.records import RequestRecord
+from collectors.request_audit import audit_requests
 from collectors.tables import records_frame
 
 S = 1_000_000_000
@@ -105,7 +106,7 @@ def test_the_audit_finds_lost_unknown_and_doubled_records():
     assert audit.missing == 2  # w0-2 and w1-1
     assert audit.unknown == 2  # w1-7 (worker 1 sent 2) and an id of no worker
     assert audit.duplicated == 1
-    assert "missing w0-2" in audit.examples and "duplicated w1-0" in audit.examples
+    assert "missing worker 0 #2" in audit.examples and "duplicated w1-0" in audit.examples
     assert not audit.exact
 
 

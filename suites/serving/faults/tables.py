@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from collectors.drill_records import DrillSummary, LatencyWindow
+from collectors.request_audit import audit_text
 
 
 def _s(value: float | None) -> str:
@@ -50,13 +51,4 @@ def drill_table(drill: DrillSummary) -> Table:
 
 
 def audit_line(drill: DrillSummary) -> str:
-    audit = drill.audit
-    verdict = "exact" if audit.exact else "NOT EXACT"
-    line = (
-        f"request audit: {verdict}: {audit.sent} sent by the load workers, {audit.recorded} "
-        f"recorded, {audit.missing} missing, {audit.unknown} unknown, {audit.duplicated} "
-        "recorded twice"
-    )
-    if audit.examples:
-        line += f" ({', '.join(audit.examples[:5])})"
-    return line
+    return audit_text(drill.audit)

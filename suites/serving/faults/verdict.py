@@ -4,6 +4,7 @@ failed (failing them is what a drill is for)."""
 from __future__ import annotations
 
 from collectors.drill_records import DrillSummary
+from collectors.request_audit import audit_text
 
 
 def drill_verdict(drill: DrillSummary, status: str, reason: str | None) -> tuple[str, str | None]:
@@ -18,11 +19,6 @@ def drill_verdict(drill: DrillSummary, status: str, reason: str | None) -> tuple
     if missed:
         first = missed[0]
         return "failed", f"drill fault {first.index} ({first.kind}) not injected: {first.detail}"
-    audit = drill.audit
-    if not audit.exact:
-        return "invalid", (
-            f"request audit: {audit.sent} sent, {audit.recorded} recorded, {audit.missing} "
-            f"missing, {audit.unknown} unknown, {audit.duplicated} duplicated "
-            f"({', '.join(audit.examples[:5])})"
-        )
+    if not drill.audit.exact:
+        return "invalid", audit_text(drill.audit)
     return status, reason

@@ -35,6 +35,9 @@ class WorkerFailed(SuiteError):
 class WorkerPool:
     """Starts ``size`` workers (spawned: no state shared with the parent by accident)."""
 
+    # Workers start a level together this long after it is planned (spawn, connect time).
+    start_delay_s = 0.3
+
     def __init__(self, size: int, config: WorkerConfig):
         context = mp.get_context("spawn")
         self.results = context.Queue()
