@@ -29,12 +29,13 @@ from typing import Any
 
 import aiohttp
 
-from collectors.records import Phase, RequestRecord
+from collectors.records import RequestRecord
 from collectors.serving_records import WorkerSummary
 from suites.serving.load.backoff import ConnectBackoff
 from suites.serving.load.client import StreamResult, set_token_times, stream_request
-from suites.serving.load.openai_api import ENDPOINTS, request_body
+from suites.serving.load.openai_api import ENDPOINTS
 from suites.serving.load.plan import LevelPlan, WorkerConfig
+from suites.serving.load.request_of import body_of, new_record
 from suites.serving.load.selfwatch import SelfWatch
 from suites.serving.workload.sources import Prompt
 from suites.serving.workload.tokenizer import (
@@ -216,14 +217,6 @@ class _Level:
         while not self.stop.is_set():
             await asyncio.sleep(_STOP_POLL_S)
 
-    def _phase(self, plan: LevelPlan, intended_abs_ns: int) -> Phase:
-        offset_s = (intended_abs_ns - plan.start_ns) / 1e9
-        if offset_s < plan.warmup_s:
-            return "warmup"
-        if offset_s >= plan.duration_s - plan.cooldown_s:
-            return "cooldown"
-        return "measure"
-
     async def _closed_loop(self, plan: LevelPlan, in_flight: set) -> None:
         end_ns = plan.start_ns + int(plan.duration_s * 1e9)
         budget = itertools.count() if plan.max_requests is None else iter(range(plan.max_requests))
@@ -299,34 +292,15 @@ class _Level:
         messages = None
         if turn is not None:
             messages = [*turn.history, {"role": "user", "content": prompt.text}]
-        record = RequestRecord(
-            request_id=f"{self.config.request_id_prefix}w{self.index}-{next(self._sequence)}",
-            scenario=plan.scenario,
-            phase=self._phase(plan, intended_abs_ns),
-            worker=self.index,
-            intended_send_ns=intended_abs_ns - config.anchor_ns,
-            send_ns=0,
-            done_ns=0,
-            status="cancelled",
-            # A later turn's prompt is the whole history: its count is the server's.
-            client_prompt_tokens=prompt.prompt_tokens if turn is None or turn.turn == 1 else None,
-            conversation=turn.conversation if turn is not None else None,
-            turn=turn.turn if turn is not None else None,
-        )
-        body = request_body(
-            config.api,
-            config.model,
-            prompt.text,
-            prompt.output_tokens,
-            continuous_usage=config.continuous_usage,
-            ignore_eos=config.ignore_eos,
-            include_usage=config.include_usage,
-            max_tokens_field=config.max_tokens_field,
-            min_tokens=config.min_tokens,
-            extra=config.extra_body,
-            sampling=config.sampling,
-            messages=messages,
-        )
+        request_id = f"{self.config.request_id_prefix}w{self.index}-{next(self._sequence)}"
+        record = new_record(request_id, plan, self.index, intended_abs_ns, config.anchor_ns, prompt)
+        if turn is not None:
+            record.conversation, record.turn = turn.conversation, turn.turn
+            if (
+                turn.turn > 1
+            ):  # a later turn's prompt is the whole history: its count is the server's
+                record.client_prompt_tokens = None
+        body = body_of(config, prompt, messages)
         self._sent += 1
         try:
             result = await self._send(body, record)
