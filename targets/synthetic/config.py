@@ -63,6 +63,14 @@ class SyntheticConfig:
     Wire variant (``send_done``, ``usage``, ``role_chunk``, ``reject_unknown_fields``): how
     the stream differs from vLLM's, as other servers' do; ``targets.openai_wire.WireVariant``
     says what each means. They change no draw, so the same seed keeps the same faults.
+
+    What one client may cost (aiohttp bounds a body's size, not its time, nor a write's):
+    a body over ``max_body_bytes`` is refused 413 (64 MiB: long-context prompts exceed
+    aiohttp's 1 MiB default); one not in within ``body_read_timeout_s`` of its headers is
+    refused 408; a response still being written ``write_timeout_s`` after its last chunk
+    was due has a client that stopped reading: the connection is aborted and the stream
+    slot freed. A client that reads holds its slot for the planned time; one that does not,
+    for at most ``write_timeout_s`` more.
     """
 
     ttft_s: float = 0.05
@@ -94,6 +102,9 @@ class SyntheticConfig:
     # The n-th request's TTFT and inter-chunk delays are multiplied by
     # 1 + slowdown_per_request_ratio x (n - 1): latency that grows with requests served.
     slowdown_per_request_ratio: float = 0.0
+    max_body_bytes: int = 64 * 2**20
+    body_read_timeout_s: float = 30.0
+    write_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("ttft_s", "itl_s", "jitter_scale", "stall_s", "slowdown_per_request_ratio"):
@@ -105,6 +116,12 @@ class SyntheticConfig:
         _check_int("seed", self.seed, low=None)
         _check_int("max_concurrent_streams", self.max_concurrent_streams, low=0)
         _check_int("leak_bytes_per_request", self.leak_bytes_per_request, low=0)
+        _check_int("max_body_bytes", self.max_body_bytes, low=1)
+        for name in ("body_read_timeout_s", "write_timeout_s"):
+            value = getattr(self, name)
+            _check_number(name, value, low=0.0, high=math.inf, what="> 0")
+            if value == 0:
+                raise SyntheticConfigError([name], f"must be a finite number > 0; got {value!r}")
         if self.leak_bytes_per_request > MAX_LEAK_BYTES_PER_REQUEST:
             raise SyntheticConfigError(
                 ["leak_bytes_per_request"],

@@ -2,6 +2,9 @@
 
 A field the synthetic model cannot honour (``n`` > 1, a batch of prompts) is rejected with
 HTTP 400 rather than ignored, so a benchmark never measures something other than it asked.
+The bounds are the reference target's: prompt plus output within ``MAX_MODEL_LEN``, at
+most ``MAX_STOP_STRINGS`` stop strings (the synthetic model never stops on one, but a
+request the reference target refuses is refused here too).
 """
 
 from __future__ import annotations
@@ -10,11 +13,24 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from targets.openai_wire import BadRequest, check_model
+from targets.openai_wire import ApiError, BadRequest, check_model
 from targets.synthetic.tokenizer import count_tokens
 
-# What /tokenize reports; requests may not ask for more output than this.
+# What /tokenize reports; a request's prompt and output together may not exceed it.
 MAX_MODEL_LEN = 1_000_000
+MAX_STOP_STRINGS = 16  # as the reference target (targets/serving/openai_request.py)
+
+
+class PayloadTooLarge(ApiError):
+    """The request body is larger than ``max_body_bytes``: 413."""
+
+    status = 413
+
+
+class BodyReadTimeout(ApiError):
+    """The request body did not arrive within ``body_read_timeout_s``: 408."""
+
+    status = 408
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +52,8 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         body = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:  # a RuntimeError: nested deeper than the parser recurses
+        raise BadRequest("request body is not valid JSON: nested too deeply") from None
     if not isinstance(body, dict):
         raise BadRequest(f"request body must be a JSON object, got {type(body).__name__}")
     return body
@@ -89,6 +107,15 @@ def parse_generation(
             raise BadRequest(f"'{name}' must be <= {MAX_MODEL_LEN}, got {value}", name)
         output_tokens = value
         break  # max_tokens first, as documented; max_completion_tokens only without it
+    if prompt_tokens + output_tokens > MAX_MODEL_LEN:
+        raise BadRequest(
+            f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, you "
+            f"requested {prompt_tokens + output_tokens} tokens ({prompt_tokens} in the prompt, "
+            f"{output_tokens} in the completion). Please reduce the length of the prompt or "
+            "completion.",
+            "messages" if chat else "prompt",
+        )
+    _check_stop(body.get("stop"))
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest(f"'stream' must be a boolean, got {stream!r}", "stream")
@@ -107,6 +134,17 @@ def parse_generation(
         include_usage=bool(options.get("include_usage")),
         continuous_usage=bool(options.get("continuous_usage_stats")),
     )
+
+
+def _check_stop(stop: object) -> None:
+    if stop is None or isinstance(stop, str):
+        return
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise BadRequest(f"'stop' must be a string or a list of strings, got {stop!r:.80}", "stop")
+    if len(stop) > MAX_STOP_STRINGS:
+        raise BadRequest(
+            f"at most {MAX_STOP_STRINGS} stop strings are supported, got {len(stop)}", "stop"
+        )
 
 
 def _wants_logprobs(value: object, *, chat: bool) -> bool:

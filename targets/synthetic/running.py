@@ -19,6 +19,8 @@ from targets.ready_line import base_url
 from targets.synthetic.config import SyntheticConfig
 from targets.synthetic.server import ClockNs, build_app
 
+_LINGERING_S = 1.0
+
 
 @dataclass
 class RunningServer:
@@ -52,11 +54,16 @@ async def start(
     # request queued for a stream slot (nothing written yet, no write to fail) leaves the
     # queue at once instead of taking a slot later; a stream being written ends at once
     # too, stall or not, rather than at its next write.
+    # lingering_time: after refusing a body it did not read (408, 413), aiohttp reads and
+    # drops the rest before closing, so the client gets the answer rather than a reset;
+    # by default for 10 s, which a client dribbling its body would fill. 1 s is enough
+    # for a client that sends at any real speed.
     runner = web.AppRunner(
         build_app(config, clock_ns, registry),
         access_log=None,
         shutdown_timeout=1.0,
         handler_cancellation=True,
+        lingering_time=_LINGERING_S,
     )
     await runner.setup()
     try:

@@ -48,7 +48,9 @@ from targets.synthetic.metrics import SyntheticMetrics
 from targets.synthetic.openai_format import MALFORMED_EVENT, MALFORMED_JSON, ChunkEncoder
 from targets.synthetic.openai_request import (
     MAX_MODEL_LEN,
+    BodyReadTimeout,
     GenerationRequest,
+    PayloadTooLarge,
     parse_generation,
     parse_json_object,
     prompt_text,
@@ -60,8 +62,6 @@ from targets.synthetic.tokenizer import encode, token_strs
 ClockNs = Callable[[], int]
 
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-# Prompts of long-context benchmarks exceed aiohttp's 1 MiB default body limit.
-_MAX_BODY_BYTES = 64 * 1024 * 1024
 # The last stretch before a deadline spent yielding rather than on a (coarse) timer.
 _SPIN_NS = 1_000_000
 
@@ -97,7 +97,7 @@ def build_app(
     request whose client goes away while it waits for a stream slot keeps its place in the
     queue until its first write fails.
     """
-    app = web.Application(client_max_size=_MAX_BODY_BYTES)
+    app = web.Application(client_max_size=config.max_body_bytes)
     slots = StreamSlots(config.max_concurrent_streams)
     app[_STATE] = _State(
         config=config,
@@ -136,7 +136,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
     record: GroundTruthRecord | None = None
     try:
         try:
-            body = parse_json_object(await request.read())
+            body = parse_json_object(await _read_body(request))
             state.wire.check_fields(body, chat=chat)
             gen = parse_generation(
                 body,
@@ -205,9 +205,18 @@ async def _answer(
         chat=gen.chat, include_usage=gen.include_usage, continuous_usage=gen.continuous_usage
     )
     job = _Job(gen, plan, record, shape, dequeued_ns)
-    if gen.stream:
-        return await _stream(request, state, job)
-    return await _whole(request, state, job)
+    # A client that stops reading stalls a write for good (aiohttp's drain has no
+    # timeout): past its plan's end by write_timeout_s, the response is given up.
+    late_s = (dequeued_ns + plan.due_ns[-1] - state.clock_ns()) / NS_PER_S
+    try:
+        async with asyncio.timeout(late_s + state.config.write_timeout_s):
+            if gen.stream:
+                return await _stream(request, state, job)
+            return await _whole(request, state, job)
+    except TimeoutError:
+        if request.transport is not None:
+            request.transport.abort()  # not close(): that waits for the unread bytes
+        raise asyncio.CancelledError from None  # the connection is gone: "cancelled"
 
 
 @dataclass(frozen=True)
@@ -344,7 +353,33 @@ def _error(status: int, message: str, *, kind: str) -> web.Response:
 
 
 def _refusal(exc: ApiError) -> web.Response:
-    return web.Response(status=exc.status, body=exc.body(), content_type="application/json")
+    response = web.Response(status=exc.status, body=exc.body(), content_type="application/json")
+    if isinstance(exc, PayloadTooLarge | BodyReadTimeout):
+        response.force_close()  # the rest of the body is never read
+    return response
+
+
+async def _read_body(request: web.Request) -> bytes:
+    """The body, bounded (aiohttp waits for a body's bytes as long as they take): 413
+    over max_body_bytes, declared or as it arrives; 408 unless it is all in within
+    body_read_timeout_s. Read before any stream slot is taken, so a slow body holds none."""
+    config = request.app[_STATE].config
+    limit = config.max_body_bytes
+    too_large = PayloadTooLarge(
+        f"The request body is larger than this server's limit of {limit} bytes (max_body_bytes).",
+    )
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    try:
+        async with asyncio.timeout(config.body_read_timeout_s):
+            return await request.read()
+    except TimeoutError:
+        raise BodyReadTimeout(
+            f"The request body did not arrive within {config.body_read_timeout_s:g} s of its "
+            "headers (body_read_timeout_s)."
+        ) from None
+    except web.HTTPRequestEntityTooLarge:
+        raise too_large from None
 
 
 async def _models(request: web.Request) -> web.Response:
@@ -359,7 +394,7 @@ async def _health(request: web.Request) -> web.Response:
 async def _tokenize(request: web.Request) -> web.Response:
     """vLLM's /tokenize: ``{"prompt": str}`` or ``{"messages": [...]}``."""
     try:
-        body = parse_json_object(await request.read())
+        body = parse_json_object(await _read_body(request))
         if "messages" in body:
             text = prompt_text(body, chat=True)
         elif "prompt" in body:
@@ -396,7 +431,7 @@ async def _ground_truth_one(request: web.Request) -> web.Response:
 async def _ground_truth_query(request: web.Request) -> web.Response:
     """``{"ids": [...]}`` -> ``{"records": {id: record}, "missing": [ids]}``."""
     try:
-        body = parse_json_object(await request.read())
+        body = parse_json_object(await _read_body(request))
         ids = body.get("ids")
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise BadRequest("'ids' must be a list of strings", "ids")
