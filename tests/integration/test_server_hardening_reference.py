@@ -8,7 +8,8 @@ holds no engine request meanwhile; one that asks for a stream and never reads it
 off ``write_timeout_s`` after its write stalls, and the engine frees the request's batch
 slot and KV blocks (read from the server's own /metrics) long before its max_tokens.
 
-The server runs with 2 s timeouts and a 1 MiB body limit, so each wait is short.
+The server runs with a 2 s body timeout, a 1 s write timeout and a 1 MiB body limit, so
+each wait is short.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ pytestmark = pytest.mark.slow
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 120.0
 TIMEOUT_S = 2.0
+# Short: the engine must still be generating when it fires (at about 1,000 tokens/s, a
+# fast host's, the rest of max_tokens takes more than this).
+WRITE_TIMEOUT_S = 1.0
 MAX_BODY = 1024 * 1024
 CONTEXT = 2048
 
@@ -48,7 +52,7 @@ def server() -> Iterator[ReadyChild]:
     config = {
         "seed": 0,
         "body_read_timeout_s": TIMEOUT_S,
-        "write_timeout_s": TIMEOUT_S,
+        "write_timeout_s": WRITE_TIMEOUT_S,
         "max_body_bytes": MAX_BODY,
     }
     command = [sys.executable, "-m", "targets.serving", "--host", "127.0.0.1", "--port", "0"]
@@ -206,17 +210,18 @@ def test_a_stream_never_read_is_cut_off_and_frees_its_slot_and_kv_blocks(server)
     assert wait_for(lambda: idle(server), 30)
     before = gauges(server)
     max_tokens = CONTEXT - 64
-    # Top-20 logprobs make each chunk about 1 KB, so the server's writes stall after a few
-    # hundred tokens, well before max_tokens.
+    # Top-20 logprobs make each chat chunk about 2.5 KB, so the server's writes stall after
+    # some tens of tokens, long before max_tokens.
     body = {
-        "prompt": "The quick brown fox",
+        "messages": [{"role": "user", "content": "The quick brown fox"}],
         "max_tokens": max_tokens,
         "ignore_eos": True,
         "stream": True,
-        "logprobs": 20,
+        "logprobs": True,
+        "top_logprobs": 20,
     }
     started = time.monotonic()
-    sock = stalled_reader(port(server), "/v1/completions", body)
+    sock = stalled_reader(port(server), "/v1/chat/completions", body)
     try:
         assert wait_for(lambda: gauges(server)["reference_requests_running"] == 1, 30)
         # Aborted: the engine's request is gone, with its batch slot and KV blocks.
