@@ -712,6 +712,8 @@ class ServingSpec(_Strict):
             )
         if problems := drill.check_target(self.target.kind):
             raise ValueError("; ".join(problems))
+        if self.load.engine == "locust" and any(f.kind == "drop_pool" for f in drill.faults):
+            raise ValueError("a drop_pool fault needs load.engine = 'asyncio' (its workers)")
         last = drill.faults[-1]
         if last.at_s + last.planned_s >= self.load.level_limit_s:
             raise ValueError(

@@ -468,6 +468,8 @@ def _run_levels(
     scrape_interval_s = spec.export.scrape_interval_s if spec.export.scrape_target else None
     run.record_request_settings(request_settings(config, scrape_interval_s))
     pool = _pool(spec, workers, config)
+    if drill is not None and isinstance(pool, WorkerPool):
+        drill.drop_pools = pool.drop_connections
     # Fresh: the prefix cache is emptied before every level, where the target can.
     resetter = CacheResetter(base_url, headers) if spec.workload.cache == "fresh" else None
     # By request id: a record amended after its level replaces the first version.

@@ -54,7 +54,7 @@ def test_the_shipped_drill_sees_each_fault_and_loses_no_request(tmp_path):
     drill = summary.drill
     assert drill is not None
     faults = {f.kind: f for f in drill.faults}
-    assert list(faults) == ["kill", "stall", "http_error", "reset", "malformed"]
+    assert list(faults) == ["kill", "stall", "http_error", "reset", "malformed", "drop_pool"]
     assert all(f.injected for f in drill.faults), [f.detail for f in drill.faults]
 
     kill = faults["kill"]
@@ -76,6 +76,12 @@ def test_the_shipped_drill_sees_each_fault_and_loses_no_request(tmp_path):
         fault = faults[kind]
         assert fault.failed > 0 and set(fault.failed_by_type) == {error}, (kind, fault)
         assert fault.recovery_s is not None and fault.recovery_s >= 1.0
+
+    # The workers' own pools closed under their requests: those in flight fail as the
+    # client saw it (how many were in flight is chance), and new ones get through.
+    dropped = faults["drop_pool"]
+    assert set(dropped.failed_by_type) <= {"client_error", "stream_truncated", "connection_reset"}
+    assert dropped.recovery_s is not None
 
     requests = reader.requests()
     audit = drill.audit

@@ -24,7 +24,7 @@ def test_the_shipped_drill_spec_validates():
     spec = load_spec("faults").serving
     assert spec.drill is not None
     assert [f.kind for f in spec.drill.faults] == [
-        "kill", "stall", "http_error", "reset", "malformed",
+        "kill", "stall", "http_error", "reset", "malformed", "drop_pool",
     ]  # fmt: skip
 
 
@@ -53,7 +53,7 @@ def test_a_fault_the_target_cannot_take_is_refused_with_the_valid_kinds():
     data = _spec([{"kind": "kill", "at_s": 1}])
     data["target"] = {"kind": "url", "url": "http://127.0.0.1:9"}
     with pytest.raises(
-        SpecError, match="cannot be injected into a url target; valid kinds there: hook"
+        SpecError, match="cannot be injected into a url target; valid kinds there: drop_pool, hook"
     ):
         validate_spec(data, "drill.toml")
 

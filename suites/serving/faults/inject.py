@@ -47,6 +47,8 @@ class Drill:
         self.anchor_ns = anchor_ns
         self.on_event = on_event
         self.events: list[FaultEvent] = []
+        # Set by the runner once its load workers exist: a drop_pool fault calls it.
+        self.drop_pools: Callable[[], None] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -101,6 +103,11 @@ class Drill:
             return self._stall(fault)
         if fault.kind == "hook":
             return self._hook(fault)
+        if fault.kind == "drop_pool":
+            if self.drop_pools is None:
+                raise InjectionFailed("no load workers to drop the pools of")
+            self.drop_pools()
+            return "every load worker told to close its connection pool"
         return self._window(fault)
 
     def _embedded(self) -> EmbeddedTarget:

@@ -11,6 +11,9 @@ Kinds, and the targets they need:
 - ``http_error``: every generation request is answered ``status`` for ``for_s``;
   ``reset``: every one has its connection reset; ``malformed``: every stream carries an
   event that is not JSON (the synthetic target's drill windows, targets/synthetic/drill.py).
+- ``drop_pool``: every load worker closes its connection pool under the requests in
+  flight (a NAT or proxy forgetting the client's connections), any target, the asyncio
+  engine.
 - ``hook``: run a shell ``command`` (``systemctl restart vllm``, ``kubectl delete pod``),
   any target; ``[drill].health_url`` is polled after it until it answers 2xx.
 """
@@ -23,15 +26,15 @@ from pydantic import Field, model_validator
 
 from suites.spec_base import Positive, Strict
 
-FaultKind = Literal["kill", "stall", "http_error", "reset", "malformed", "hook"]
+FaultKind = Literal["kill", "stall", "http_error", "reset", "malformed", "drop_pool", "hook"]
 # What each target can be made to do: the process faults need a process the harness
 # started; the windows need the synthetic target's drill control.
 PROCESS_FAULTS = ("kill", "stall")
 WINDOW_FAULTS = ("http_error", "reset", "malformed")
 FAULTS_BY_TARGET = {
-    "synthetic": (*PROCESS_FAULTS, *WINDOW_FAULTS, "hook"),
-    "reference": (*PROCESS_FAULTS, "hook"),
-    "url": ("hook",),
+    "synthetic": (*PROCESS_FAULTS, *WINDOW_FAULTS, "drop_pool", "hook"),
+    "reference": (*PROCESS_FAULTS, "drop_pool", "hook"),
+    "url": ("drop_pool", "hook"),
 }
 
 

@@ -42,13 +42,15 @@ class WorkerPool:
         context = mp.get_context("spawn")
         self.results = context.Queue()
         self.stop_event = context.Event()
+        # Raised by drop_connections(): each worker drops its connection pool (a drill).
+        self._drops = context.Value("i", 0)
         self._commands = [context.Queue() for _ in range(size)]
         # Workers running a level; a stop waits for each to finish and send its records.
         self._busy: set[int] = set()
         self._processes = [
             context.Process(
                 target=worker_main,
-                args=(i, config, self._commands[i], self.results, self.stop_event),
+                args=(i, config, self._commands[i], self.results, self.stop_event, self._drops),
                 name=f"moeperf-load-{i}",
                 daemon=True,
             )
@@ -132,6 +134,12 @@ class WorkerPool:
                 on_record(message[1])
             elif message[0] in ("level_done", "failed"):
                 self._busy.discard(message[1])
+
+    def drop_connections(self) -> None:
+        """Every worker closes its connection pool under its requests in flight (the
+        drill's ``drop_pool``); they notice within their stop poll (50 ms)."""
+        with self._drops.get_lock():
+            self._drops.value += 1
 
     def _check_alive(self) -> None:
         for i, process in enumerate(self._processes):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import itertools
 import multiprocessing as mp
 import os
@@ -23,6 +24,7 @@ import signal
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -57,8 +59,11 @@ PARENT_POLL_S = 0.5
 ORPHANED_EXIT = 3
 
 
-def worker_main(index: int, config: WorkerConfig, commands: Any, results: Any, stop: Any) -> None:
-    """Process entry point."""
+def worker_main(
+    index: int, config: WorkerConfig, commands: Any, results: Any, stop: Any, drops: Any = None
+) -> None:
+    """Process entry point. ``drops``: a shared counter; each time the parent raises it the
+    worker drops its connection pool (a drill's ``drop_pool`` fault)."""
     # Ctrl-C reaches the whole process group; the parent decides how a run ends and tells
     # workers through ``stop``, so that requests in flight are recorded as cancelled.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -75,7 +80,7 @@ def worker_main(index: int, config: WorkerConfig, commands: Any, results: Any, s
     except ImportError:  # uvloop does not exist on Windows
         runner = asyncio.run
     try:
-        runner(_serve(index, config, commands, results, stop))
+        runner(_serve(index, config, commands, results, stop, drops))
     except Exception:
         # Shown to the user: an exception's text may hold what a server echoed.
         results.put(("failed", index, config.headers.redact(traceback.format_exc())))
@@ -97,31 +102,43 @@ def _exit_when_orphaned(parent_pid: int) -> None:
     os._exit(ORPHANED_EXIT)
 
 
-async def _serve(index: int, config: WorkerConfig, commands: Any, results: Any, stop: Any) -> None:
+async def _serve(
+    index: int, config: WorkerConfig, commands: Any, results: Any, stop: Any, drops: Any
+) -> None:
     loop = asyncio.get_running_loop()
     timeout = aiohttp.ClientTimeout(
         total=config.request_timeout_s, sock_read=config.stall_timeout_s
     )
-    # No pool limit: the load model, not the connector, decides how many are in flight.
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    # The spec's headers (an API key among them) go with every request of the session,
-    # the tokenizer's /tokenize calls included.
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=timeout, headers=config.headers.values
-    ) as session:
+
+    def new_session(*traces: aiohttp.TraceConfig) -> aiohttp.ClientSession:
+        # No pool limit: the load model, not the connector, decides how many are in
+        # flight. The spec's headers (an API key among them) go with every request.
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, force_close=False),
+            timeout=timeout,
+            headers=config.headers.values,
+            trace_configs=list(traces) or None,
+        )
+
+    # The tokenizer's /tokenize calls have their own session: a dropped load pool
+    # (a drill) leaves the token counts after the level alone.
+    async with new_session() as session:
         tokenizer = resolve_tokenizer(config.tokenizer, config.base_url, session)
-        level = _Level(index, config, session, results, stop)
+        level = _Level(index, config, new_session, results, stop, drops)
         results.put(("ready", index))
-        while True:
-            plan = await loop.run_in_executor(None, commands.get)
-            if plan is None:
-                return
-            report = await level.run(plan)
-            # A stopped run ends promptly: its records are stored without client counts.
-            counter = None if stop.is_set() else tokenizer
-            await _finish_deferred(level.deferred, counter, results)
-            level.deferred.clear()
-            results.put(("level_done", index, report))
+        try:
+            while True:
+                plan = await loop.run_in_executor(None, commands.get)
+                if plan is None:
+                    return
+                report = await level.run(plan)
+                # A stopped run ends promptly: its records are stored without client counts.
+                counter = None if stop.is_set() else tokenizer
+                await _finish_deferred(level.deferred, counter, results)
+                level.deferred.clear()
+                results.put(("level_done", index, report))
+        finally:
+            await level.session.close()
 
 
 class _Level:
@@ -131,15 +148,23 @@ class _Level:
         self,
         index: int,
         config: WorkerConfig,
-        session: aiohttp.ClientSession,
+        new_session: Callable[..., aiohttp.ClientSession],
         results: Any,
         stop: Any,
+        drops: Any = None,
     ):
         self.index = index
         self.config = config
-        self.session = session
+        # The responses whose bodies may still be read, for a dropped pool to close.
+        self._answered: weakref.WeakSet[aiohttp.ClientResponse] = weakref.WeakSet()
+        trace = aiohttp.TraceConfig()
+        trace.on_request_end.append(self._note_answer)
+        self._new_session = functools.partial(new_session, trace)
+        self.session = self._new_session()
         self.results = results
         self.stop = stop
+        self.drops = drops
+        self._drops_seen = drops.value if drops is not None else 0
         self.url = config.base_url.rstrip("/") + ENDPOINTS[config.api]
         self.deferred: list[StreamResult] = []
         self._sequence = itertools.count()
@@ -216,6 +241,22 @@ class _Level:
     async def _watch_stop(self) -> None:
         while not self.stop.is_set():
             await asyncio.sleep(_STOP_POLL_S)
+            if self.drops is not None and self.drops.value != self._drops_seen:
+                self._drops_seen = self.drops.value
+                await self._drop_pool()
+
+    async def _note_answer(self, _session: Any, _context: Any, params: Any) -> None:
+        self._answered.add(params.response)
+
+    async def _drop_pool(self) -> None:
+        """A drill's ``drop_pool``: every connection of this worker's pool closed under
+        the requests reading from them (they fail: "Connection closed"), and a new pool
+        for the requests after. (Closing the session alone leaves a body being read
+        waiting for its timeout.)"""
+        old, self.session = self.session, self._new_session()
+        for response in list(self._answered):
+            response.close()
+        await old.close()
 
     async def _closed_loop(self, plan: LevelPlan, in_flight: set) -> None:
         end_ns = plan.start_ns + int(plan.duration_s * 1e9)
