@@ -8,32 +8,16 @@ records; a hook that fails fails the run, with the records kept.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_process import moeperf
 
 from collectors.serving_records import ServingSummary
 from collectors.store import RunStore
 from suites.serving.embedded.process import embedded_target
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONIOENCODING": "utf-8"}
-
 pytestmark = pytest.mark.slow
-
-
-def moeperf(runs_dir: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "moeperf.cli", "--runs-dir", str(runs_dir), *args],
-        cwd=REPO_ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def _only_run(runs: Path):

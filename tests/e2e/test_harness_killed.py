@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -27,11 +26,10 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from cli_process import ENV, REPO_ROOT, moeperf
 
 from collectors.store import RunStore
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONIOENCODING": "utf-8"}
 # One level of two streams, long enough to be killed in the middle of it.
 OVERRIDES = [
     "load.levels=[2]",
@@ -43,17 +41,6 @@ OVERRIDES = [
 # How long the children of a killed harness may take to notice and exit: the workers and
 # the target check for their parent every 0.5 s; the rest is a busy host's slack.
 EXIT_GRACE_S = 20.0
-
-
-def moeperf(runs: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "moeperf.cli", "--runs-dir", str(runs), *args],
-        cwd=REPO_ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
 
 
 def flat(text: str) -> str:

@@ -6,20 +6,18 @@ workload within what each engine's measured error allows."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_process import ENV, REPO_ROOT, moeperf
 
 from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
+from collectors.store import RunReader, RunStore
 from suites.serving.locust_pool import free_port
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONIOENCODING": "utf-8"}
 # No jitter: both engines measure the same configured latencies. The client's own bounds
 # are relaxed as in the other e2e tests on this shared 2-core host: this test compares
 # engines, it does not judge them.
@@ -32,18 +30,7 @@ WORKLOAD = [
 pytestmark = pytest.mark.slow
 
 
-def moeperf(runs: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "moeperf.cli", "--runs-dir", str(runs), *args],
-        cwd=REPO_ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def _summary(runs: Path) -> tuple[ServingSummary, object]:
+def _summary(runs: Path) -> tuple[ServingSummary, RunReader]:
     store = RunStore(runs)
     (run_id,) = store.run_ids()
     reader = store.open(run_id)

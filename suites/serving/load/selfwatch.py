@@ -78,14 +78,18 @@ class SelfWatch:
                 await self._task
         wall_s = (self._clock_ns() - self._wall_start_ns) / 1e9
         cpu_s = time.process_time() - self._cpu_start_s
-        lags_s = np.asarray(self._lags_ns, dtype=float) / 1e9
-        if len(lags_s) == 0:
-            lags_s = np.zeros(1)
-        return SelfWatchSummary(
-            loop_lag_p50_s=float(np.quantile(lags_s, 0.5)),
-            loop_lag_p99_s=float(np.quantile(lags_s, 0.99)),
-            loop_lag_max_s=float(lags_s.max()),
-            lag_samples=len(self._lags_ns),
-            cpu_fraction=cpu_s / wall_s if wall_s > 0 else 0.0,
-            wall_s=wall_s,
-        )
+        return watch_summary(self._lags_ns, cpu_s, wall_s)
+
+
+def watch_summary(lags_ns: list[int], cpu_s: float, wall_s: float) -> SelfWatchSummary:
+    """A level's loop-lag samples and CPU seconds over its wall seconds, summarized (the
+    asyncio and the Locust engines' workers alike)."""
+    lags_s = np.asarray(lags_ns or [0], dtype=float) / 1e9
+    return SelfWatchSummary(
+        loop_lag_p50_s=float(np.quantile(lags_s, 0.5)),
+        loop_lag_p99_s=float(np.quantile(lags_s, 0.99)),
+        loop_lag_max_s=float(lags_s.max()),
+        lag_samples=len(lags_ns),
+        cpu_fraction=cpu_s / wall_s if wall_s > 0 else 0.0,
+        wall_s=wall_s,
+    )

@@ -9,9 +9,9 @@ import time
 
 import gevent
 import gevent.event
-import numpy as np
 
 from collectors.serving_records import SelfWatchSummary
+from suites.serving.load.selfwatch import watch_summary
 
 PROBE_INTERVAL_S = 0.01
 
@@ -44,13 +44,4 @@ class GeventSelfWatch:
         if self._greenlet is not None:
             self._greenlet.kill()
         wall_s = (time.monotonic_ns() - self._wall_start_ns) / 1e9
-        cpu_s = time.process_time() - self._cpu_start_s
-        lags_s = np.asarray(self._lags_ns or [0], dtype=float) / 1e9
-        return SelfWatchSummary(
-            loop_lag_p50_s=float(np.quantile(lags_s, 0.5)),
-            loop_lag_p99_s=float(np.quantile(lags_s, 0.99)),
-            loop_lag_max_s=float(lags_s.max()),
-            lag_samples=len(self._lags_ns),
-            cpu_fraction=cpu_s / wall_s if wall_s > 0 else 0.0,
-            wall_s=wall_s,
-        )
+        return watch_summary(self._lags_ns, time.process_time() - self._cpu_start_s, wall_s)
