@@ -13,12 +13,14 @@ from typing import Any
 
 from collectors.capacity_records import CapacitySummary
 from collectors.serving_records import ServingSummary
+from collectors.soak_records import SoakSummary
 from collectors.store import RunStore
 from reports.comparability import check_fingerprints, check_specs
 from reports.errors import ReportUsageError
 from reports.gate import CAPACITY, gate
 from reports.runs import RunData, load_run
 from reports.samples import MetricSamples, run_samples
+from reports.soak_gate import SOAK, soak_verdicts
 from reports.stats import MIN_EFFECT_KEYS
 from reports.verdicts import COVERAGE_RULE, FAILING, OUTCOMES, RULE, GateResult, Verdict, jsonable
 
@@ -105,13 +107,14 @@ def format_gate(result: GateResult) -> str:
         lines.append(f"minimum effects set for this gate: {set_here}")
     for v in result.verdicts:
         # Both searches' intervals are in the reason; a missing one has its line below.
-        if v.metric_class == CAPACITY and v.outcome == "regression":
+        # A soak's trend is judged by its own interval: the reason says which.
+        if v.metric_class in (CAPACITY, SOAK) and v.outcome == "regression":
             lines.append(f"REGRESSION {v.key}: {v.reason}")
-        elif v.metric_class == CAPACITY and v.outcome != "missing from candidate":
+        elif v.metric_class in (CAPACITY, SOAK) and v.outcome != "missing from candidate":
             lines.append(f"{v.key} ({v.outcome}): {v.reason}")
     for v in result.regressions:
-        if v.metric_class == CAPACITY:
-            continue  # on its line above: levels, no ratio
+        if v.metric_class in (CAPACITY, SOAK):
+            continue  # on its line above: levels or a slope, no ratio
         # A regression was tested: its ratio and interval are there.
         assert v.ratio is not None and v.ci_low is not None and v.ci_high is not None
         lines.append(
@@ -232,6 +235,7 @@ def judge_runs(
         candidate_capacity=run_capacity(candidate),
         fits=run_fits(baseline_data, candidate),
     )
+    result.verdicts.extend(soak_verdicts(run_soak(candidate), run_soak(baseline_data)))
     for run, side in ((candidate, "candidate"), (baseline_data, "baseline")):
         if run.manifest.status != "complete":
             reason = f" ({run.manifest.status_reason})" if run.manifest.status_reason else ""
@@ -276,6 +280,12 @@ def run_fits(
     """Each prompt length's fit search ([sweep.fit]) of either run: (baseline's, candidate's)."""
     base, cand = _fits(baseline), _fits(candidate)
     return {name: (base.get(name), cand.get(name)) for name in {**base, **cand}}
+
+
+def run_soak(run: RunData) -> SoakSummary | None:
+    """A soak run's trends (its summary's ``soak``); None for any other."""
+    summary = run.summary
+    return summary.soak if isinstance(summary, ServingSummary) else None
 
 
 def run_capacity(run: RunData) -> CapacitySummary | None:

@@ -46,6 +46,13 @@ def _soak(runs: Path, *switches: str) -> tuple[subprocess.CompletedProcess, Soak
     return result, summary.soak
 
 
+def _cli(runs: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "moeperf.cli", "--runs-dir", str(runs), *args],
+        cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
 def _outcomes(soak: SoakSummary) -> dict[str, str]:
     return {v.name: v.outcome for v in soak.verdicts}
 
@@ -65,9 +72,21 @@ def test_clean_leak_and_slowdown_are_told_apart(tmp_path):
     stored = RunStore(runs).open(RunStore(runs).run_ids()[-1]).memory_samples()
     assert len(stored) >= 30 and all(m.rss_bytes > 0 for m in stored)
 
+    clean_id = RunStore(runs).run_ids()[-1]
     leak, soak = _soak(runs, f"leak_bytes_per_request={LEAK_BYTES}")
     assert leak.returncode == 1, leak.stdout[-3000:]
     assert _outcomes(soak)["memory leak"] == "found", soak.verdicts
+    # In the gate: the clean run as the baseline, the leaking one fails on its leak (the
+    # specs differ by the planted switch: forced, and the gate says so).
+    baselines = str(tmp_path / "baselines")
+    promote = _cli(runs, "baseline", "promote", clean_id, "--name", "soak",
+                   "--baselines-dir", baselines)  # fmt: skip
+    assert promote.returncode == 0, promote.stdout + promote.stderr
+    gate = _cli(runs, "gate", "latest", "--baseline", "soak", "--baselines-dir", baselines,
+                "--force", "--out-dir", str(tmp_path / "gate"))  # fmt: skip
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert "REGRESSION soak memory leak slope per hour" in gate.stdout
+    assert "soak TTFT drift slope per hour (no change)" in gate.stdout
     page = tmp_path / "leak.html"
     report = subprocess.run(
         [sys.executable, "-m", "moeperf.cli", "--runs-dir", str(runs), "report", "latest",
