@@ -60,9 +60,7 @@ def drill_chart(drill: DrillSummary, requests: pd.DataFrame) -> go.Figure:
             annotation_position="top left",
         )
         if fault.recovery_s is not None:
-            figure.add_vline(
-                x=fault.at_s + fault.recovery_s, line_dash="dot", line_color="#b3261e"
-            )
+            figure.add_vline(x=fault.at_s + fault.recovery_s, line_dash="dot", line_color="#b3261e")
     figure.update_layout(
         barmode="stack",
         xaxis_title="seconds from the level's start (request done time)",

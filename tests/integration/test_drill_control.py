@@ -25,6 +25,7 @@ FAST = {"ttft_s": 0.01, "itl_s": 0.001}
 
 def _post(url: str, path: str, body: dict, timeout_s: float = 5.0):
     parts = urlsplit(url)
+    assert parts.hostname is not None
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
     try:
         conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})

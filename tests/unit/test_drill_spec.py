@@ -60,7 +60,7 @@ def test_a_fault_the_target_cannot_take_is_refused_with_the_valid_kinds():
 
 def test_a_drill_runs_one_level():
     data = _spec([{"kind": "stall", "at_s": 1, "for_s": 1}])
-    data["load"] = {**BASE["load"], "levels": [1, 2]}
+    data["load"] = {"mode": "poisson", "levels": [1, 2], "duration_s": 10}
     with pytest.raises(SpecError, match="one load level"):
         validate_spec(data, "drill.toml")
 

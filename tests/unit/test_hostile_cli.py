@@ -75,6 +75,7 @@ def test_any_command_line_ends_in_an_exit_code_and_a_message(store, capsys, comm
     argv = ["--runs-dir", str(store / "runs"), *command]
     if command[0] in ("gate", "baseline"):
         argv += ["--baselines-dir", str(store / "baselines")]
+    code: int | str | None
     try:
         code = main([*argv, *tokens])
     except SystemExit as exc:  # argparse: a usage error (2) or --help (0)
