@@ -6,9 +6,11 @@ workload within what each engine's measured error allows."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -113,3 +115,37 @@ def test_a_worker_started_apart_joins_the_master_and_its_records_merge(tmp_path)
     requests = reader.requests()
     assert set(requests["worker"]) == {0, 1}
     assert len(requests) == summary.request_audit.sent
+
+
+def test_the_web_ui_shows_ttft_tpot_and_e2e_while_the_run_goes_on(tmp_path):
+    ui_port = free_port()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "moeperf.cli", "--runs-dir", str(tmp_path / "runs"), "run",
+         "synthetic", "--engine", "locust", "--workers", "1", "--ui",
+         "--set", f"locust.ui_port={ui_port}", *WORKLOAD],
+        cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    seen: dict[tuple[str, str], int] = {}
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and run.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/stats/requests") as page:
+                    stats = json.load(page)["stats"]
+            except OSError:
+                time.sleep(0.5)  # not up yet, or between levels
+                continue
+            seen = {(s["method"], s["name"]): s["num_requests"] for s in stats if s["method"]}
+            if all(seen.get((kind, "c=8"), 0) > 0 for kind in ("TTFT", "TPOT", "E2E")):
+                break
+            time.sleep(0.5)
+        out, err = run.communicate(timeout=240)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, out + err
+    for kind in ("TTFT", "TPOT", "E2E"):
+        assert seen.get((kind, "c=8"), 0) > 0, seen
+    assert f"web UI at http://127.0.0.1:{ui_port}" in " ".join(
+        _summary(tmp_path / "runs")[1].manifest.notes
+    )

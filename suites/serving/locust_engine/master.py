@@ -33,6 +33,7 @@ from typing import Any  # noqa: E402
 
 import gevent  # noqa: E402
 from gevent.fileobject import FileObjectThread  # noqa: E402
+from locust.argument_parser import get_parser  # noqa: E402
 from locust.env import Environment  # noqa: E402
 from locust.runners import MasterRunner  # noqa: E402
 
@@ -224,7 +225,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ui-host", default="127.0.0.1")
     parser.add_argument("--ui-port", type=int, default=8089)
     args = parser.parse_args(argv)
-    env = Environment(user_classes=[StreamUser])
+    # Locust's defaults, given here: its web UI parses the process's command line (and
+    # reads locust.conf or a pyproject.toml) for its settings, and ours are not Locust's.
+    sys.argv = sys.argv[:1]
+    defaults = get_parser(default_config_files=()).parse_args([])
+    env = Environment(user_classes=[StreamUser], parsed_options=defaults)
     env.create_master_runner(args.bind, args.port)
     if args.ui:
         env.create_web_ui(args.ui_host, args.ui_port)
