@@ -326,7 +326,10 @@ def _runs_list(args: argparse.Namespace, console: Console) -> int:
     manifests, problems = RunStore(args.runs_dir).scan()
     console.print(runs_table(manifests))
     for problem in problems:
-        console.print(f"warning: skipped a damaged run: {problem}", markup=False, highlight=False)
+        # Damaged, or written by a newer moeperf: the problem says which, and what to do.
+        console.print(
+            f"warning: skipped a run that cannot be read: {problem}", markup=False, highlight=False
+        )
     return EXIT_OK
 
 

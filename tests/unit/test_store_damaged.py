@@ -91,7 +91,7 @@ def test_runs_list_shows_the_others_and_names_the_damaged_one(tmp_path, capsys):
     assert len(problems) == 1 and bad.run_id in str(problems[0])
     assert main(["--runs-dir", str(tmp_path / "runs"), "runs", "list"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert good.run_id in out and "skipped a damaged run" in out
+    assert good.run_id in out and "skipped a run that cannot be read" in out
 
 
 def test_a_report_of_a_damaged_run_exits_2_naming_the_file(tmp_path, capsys):
