@@ -657,7 +657,8 @@ class ServingSpec(_Strict):
     @model_validator(mode="after")
     def _locust_runs_closed_loop(self) -> ServingSpec:
         if self.load.engine != "locust":
-            if "locust" in self.model_fields_set:
+            # Set to anything but its defaults (a resolved spec carries the defaults).
+            if self.locust != LocustSpec():
                 raise ValueError("[locust] is for load.engine = 'locust' (or --engine locust)")
             return self
         if self.load.mode != "concurrency":

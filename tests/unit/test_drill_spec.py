@@ -71,3 +71,15 @@ def test_the_shipped_reference_drill_validates():
     spec = load_spec("faults-reference").serving
     assert spec.drill is not None and spec.target.kind == "reference"
     assert [f.kind for f in spec.drill.faults] == ["kill", "stall"]
+
+
+def test_a_resolved_spec_validates_again_whatever_its_engine():
+    # The manifest stores the resolved spec, defaults included: [locust] among them.
+    for engine in ("asyncio", "locust"):
+        loaded = validate_spec({**BASE, "load": {"levels": [2], "engine": engine}}, "x")
+        dumped = loaded.serving.model_dump(mode="json")
+        assert validate_spec(dumped, "resolved").serving.load.engine == engine
+    with pytest.raises(SpecError, match=r"\[locust\] is for load.engine = 'locust'"):
+        validate_spec({**BASE, "locust": {"ui": True}}, "x")
+    with pytest.raises(SpecError, match="runs closed-loop levels"):
+        validate_spec({**BASE, "load": {"mode": "poisson", "levels": [5], "engine": "locust"}}, "x")

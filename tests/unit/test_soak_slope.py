@@ -80,12 +80,26 @@ def test_no_leak_or_drift_is_claimed_when_the_interval_includes_zero(n, level, n
             assert clear, (verdict, slope)
 
 
-@settings(max_examples=100, deadline=None)
-@given(seed=st.integers(min_value=0, max_value=2**32 - 1), n=st.integers(6, 30))
-def test_a_flat_noisy_rss_is_no_leak_at_the_default_thresholds(seed, n):
-    # 50 MiB with 0.5 MiB of noise between windows: no trend, so no leak.
-    rss = 50 * MIB + np.random.default_rng(seed).normal(0, 0.5 * MIB, n)
-    assert leak_verdict(fit_slope(_mids(n), list(rss)), DEFAULTS).outcome == "not found"
+@pytest.mark.parametrize("n", [6, 10, 20, 30])
+def test_a_flat_noisy_rss_is_called_a_leak_no_more_often_than_the_interval_allows(n):
+    # 50 MiB with 0.5 MiB of noise between windows: no trend. A leak needs the whole 95%
+    # interval above the threshold, so flat noise is called one at most 2.5% of the time
+    # (one side of the interval; less with the threshold above zero). Checked over 2,000
+    # fixed seeds against the binomial 99.9% quantile of that rate: a rule that flags noise
+    # more often fails, while the rare false call a 95% interval allows does not (a CI run
+    # found seed 1073741823 with 6 windows: 1 in a few hundred).
+    trials = 2000
+    found = sum(
+        leak_verdict(
+            fit_slope(
+                _mids(n), list(50 * MIB + np.random.default_rng(seed).normal(0, 0.5 * MIB, n))
+            ),
+            DEFAULTS,
+        ).outcome
+        == "found"
+        for seed in range(trials)
+    )
+    assert found <= stats.binom.ppf(0.999, trials, 0.025), found
 
 
 @settings(max_examples=100, deadline=None)
