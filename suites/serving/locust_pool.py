@@ -82,6 +82,7 @@ class LocustPool:
         self.workers: list[LocustWorker] = []
         self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._workers: list[subprocess.Popen[Any]] = []
+        self._level_running = False
         # Remote workers need a port known in advance: Locust's own default then.
         self.port = port or (5557 if remote_workers else free_port())
         expected = local_workers + remote_workers
@@ -186,6 +187,7 @@ class LocustPool:
         if total.mode != "concurrency":
             raise LocustFailed("the Locust engine runs closed-loop levels only")
         self._send(cmd="level", plan=messages.packed(total))
+        self._level_running = True
         reports: list[WorkerSummary] = []
         while True:
             event = self._next(_POLL_S)
@@ -198,10 +200,13 @@ class LocustPool:
             elif event["event"] == "level_done":
                 reports.append(messages.unpacked(event["summary"]))
             elif event["event"] == "level_end":
+                self._level_running = False
                 return sorted(reports, key=lambda r: r.worker)
 
     def drain(self, on_record: Callable[[RequestRecord], None], timeout_s: float = 30.0) -> None:
         """After a stop: cancel what is in flight and keep every record still sent."""
+        if not self._level_running:
+            return  # stopped between levels: nothing in flight
         with contextlib.suppress(LocustFailed):
             self._send(cmd="stop")
             deadline = time.monotonic() + timeout_s
