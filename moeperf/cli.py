@@ -296,10 +296,10 @@ def _show(store: RunStore, run: str, console: Console) -> None:
         if summary.request_audit is not None:
             console.print(audit_text(summary.request_audit), markup=False, highlight=False)
         if summary.drill is not None:
-            from suites.serving.faults.tables import audit_line, drill_table
+            from suites.serving.faults.tables import drill_table
 
             console.print(drill_table(summary.drill))
-            console.print(audit_line(summary.drill), markup=False, highlight=False)
+            console.print(audit_text(summary.drill.audit), markup=False, highlight=False)
         if summary.soak is not None:
             from suites.serving.soak.tables import verdicts_table, windows_table
 

@@ -45,12 +45,15 @@ def soak_verdicts(candidate: SoakSummary | None, baseline: SoakSummary | None) -
     if candidate is None:
         if baseline is None:
             return []
-        return [
-            Verdict(f"{SOAK} {v.name}", STATISTIC, _slope(baseline, v.name)[1], SOAK,
-                    _slope(baseline, v.name)[2], "missing from candidate",
-                    "the baseline is a soak run; the candidate has no soak")
-            for v in baseline.verdicts
-        ]  # fmt: skip
+        missing = []
+        for found in baseline.verdicts:
+            _, direction, unit = _slope(baseline, found.name)
+            reason = "the baseline is a soak run; the candidate has no soak"
+            missing.append(
+                Verdict(f"{SOAK} {found.name}", STATISTIC, direction, SOAK, unit,
+                        "missing from candidate", reason)
+            )  # fmt: skip
+        return missing
     base: dict[str, SoakVerdict] = {v.name: v for v in baseline.verdicts} if baseline else {}
     verdicts = []
     for found in candidate.verdicts:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from rich.table import Table
 
 from collectors.drill_records import DrillSummary, LatencyWindow
-from collectors.request_audit import audit_text
 
 
 def _s(value: float | None) -> str:
@@ -48,7 +47,3 @@ def drill_table(drill: DrillSummary) -> Table:
             _ms(fault.after),
         )
     return table
-
-
-def audit_line(drill: DrillSummary) -> str:
-    return audit_text(drill.audit)
