@@ -22,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import psutil
 import pyarrow as pa
@@ -41,7 +42,13 @@ from collectors.request_settings import RequestSettings
 from collectors.schema import SCHEMA_VERSION, check_schema_version
 from collectors.soak_records import MemorySample
 from collectors.summary_json import RunSummary, summary_from_json, summary_to_json
-from collectors.tables import SCHEMAS, read_parquet_frame, rows_to_table, table_to_frame
+from collectors.tables import (
+    REQUEST_SCHEMA,
+    SCHEMAS,
+    read_parquet_frame,
+    rows_to_table,
+    table_to_frame,
+)
 
 _RECORD_FILES = {
     "requests": "requests",
@@ -53,15 +60,38 @@ _RECORD_FILES = {
 _AMENDABLE_KEYS = {"requests": "request_id"}
 
 
-def _latest_rows(kind: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The last row per key, in the order keys first appeared."""
+# Rows parsed into dicts at once while a JSONL file becomes a table: the dicts of a
+# batch are ~10x the size of its Arrow columns, so a long run's file is read in batches.
+_BATCH_ROWS = 20_000
+
+
+def _latest_table(kind: str, table: pa.Table) -> pa.Table:
+    """The last row per key, in the order keys first appeared (amended records)."""
     key = _AMENDABLE_KEYS.get(kind)
-    if key is None:
-        return rows
-    latest: dict[Any, dict[str, Any]] = {}
-    for row in rows:
-        latest[row[key]] = row
-    return list(latest.values())
+    if key is None or table.num_rows == 0:
+        return table
+    codes, uniques = pd.factorize(table.column(key).to_numpy(zero_copy_only=False))
+    if len(uniques) == table.num_rows:
+        return table  # nothing amended
+    last = np.full(len(uniques), -1, dtype=np.int64)
+    np.maximum.at(last, codes, np.arange(table.num_rows, dtype=np.int64))
+    return table.take(pa.array(last))
+
+
+def _jsonl_table(kind: str, path: Path) -> pa.Table:
+    """A JSONL record file as one Arrow table, the latest row per key, parsed in batches."""
+    batches = []
+    rows: list[dict[str, Any]] = []
+    for row in _iter_jsonl(path):
+        rows.append(row)
+        if len(rows) == _BATCH_ROWS:
+            batches.append(rows_to_table(kind, rows))
+            rows = []
+    if rows:
+        batches.append(rows_to_table(kind, rows))
+    if not batches:
+        return SCHEMAS[kind].empty_table()
+    return _latest_table(kind, pa.concat_tables(batches))
 
 
 class RunInterrupted(BaseException):
@@ -150,6 +180,14 @@ class RunWriter:
         """
         self._append("requests", record.to_dict())
 
+    def requests_frame(self) -> pd.DataFrame:
+        """Every request appended so far (the latest version of each), read back from the
+        run's file as a RunReader would: the harness keeps no request in memory to
+        summarize a run, so its memory does not grow with the run's length."""
+        path = self.directory / "requests.jsonl"
+        table = _jsonl_table("requests", path) if path.exists() else REQUEST_SCHEMA.empty_table()
+        return table_to_frame("requests", table, consume=True)
+
     def append_step(self, record: StepRecord) -> None:
         self._append("steps", record.to_dict())
 
@@ -236,10 +274,9 @@ def _jsonl_to_parquet(directory: Path, kind: str, name: str) -> None:
     source = directory / f"{name}.jsonl"
     if not source.exists():
         return
-    rows = _latest_rows(kind, _read_jsonl(source))
+    table = _jsonl_table(kind, source)
     target = directory / f"{name}.parquet"
     tmp = target.with_suffix(".parquet.tmp")
-    table = rows_to_table(kind, rows)
     table = table.replace_schema_metadata({"moeperf_schema_version": str(SCHEMA_VERSION)})
     pq.write_table(table, tmp)
     os.replace(tmp, target)
@@ -263,27 +300,30 @@ def _read_json(path: Path) -> Any:
         raise _damaged(path, f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
+def _iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """The rows of a JSONL record file, one at a time (a long run's file is large)."""
     with open(path, "rb") as f:
-        lines = f.readlines()
-    for number, raw in enumerate(lines, start=1):
-        try:
-            row = json.loads(raw.decode("utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            if number == len(lines):
-                # The process died while writing its last line; the rest is whole.
-                break
-            raise CorruptRunFileError(
-                f"{path}:{number}: not valid JSON, and not the last line (which a process "
-                "killed mid-write leaves cut); the file is damaged (truncated or overwritten "
-                "since it was written): restore it from a copy, or remove the run"
-            ) from None
-        if not isinstance(row, dict):
-            raise _damaged(path, f"line {number} is not a JSON object")
-        check_schema_version(row.get("schema_version"), f"{path}:{number}")
-        rows.append(row)
-    return rows
+        for number, raw in enumerate(f, start=1):
+            try:
+                row = json.loads(raw.decode("utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                if not f.readline():
+                    # The process died while writing its last line; the rest is whole.
+                    return
+                raise CorruptRunFileError(
+                    f"{path}:{number}: not valid JSON, and not the last line (which a process "
+                    "killed mid-write leaves cut); the file is damaged (truncated or "
+                    "overwritten since it was written): restore it from a copy, or remove "
+                    "the run"
+                ) from None
+            if not isinstance(row, dict):
+                raise _damaged(path, f"line {number} is not a JSON object")
+            check_schema_version(row.get("schema_version"), f"{path}:{number}")
+            yield row
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return list(_iter_jsonl(path))
 
 
 class RunReader:
@@ -320,10 +360,8 @@ class RunReader:
             except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
                 raise _damaged(parquet, f"its {kind} cannot be read ({exc!r})") from None
         jsonl = self.directory / f"{name}.jsonl"
-        rows = _latest_rows(kind, _read_jsonl(jsonl)) if jsonl.exists() else []
-        return table_to_frame(
-            kind, rows_to_table(kind, rows) if rows else SCHEMAS[kind].empty_table()
-        )
+        table = _jsonl_table(kind, jsonl) if jsonl.exists() else SCHEMAS[kind].empty_table()
+        return table_to_frame(kind, table, consume=True)
 
     def requests(self) -> pd.DataFrame:
         return self._frame("requests")

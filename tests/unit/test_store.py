@@ -178,6 +178,31 @@ def test_requests_and_steps_round_trip_identically_from_jsonl_and_parquet(store)
     pd.testing.assert_frame_equal(records_frame(REQUESTS), requests_parquet)
 
 
+@pytest.mark.parametrize("batch_rows", [3, 20_000])
+def test_amended_records_read_back_once_in_first_order_across_batches(
+    store, monkeypatch, batch_rows
+):
+    # A record is amended when client-side token counts come after its level: readers,
+    # the writer's own read-back and the parquet file keep its last version, in the order
+    # requests first appeared, also when the versions fall in different parse batches.
+    monkeypatch.setattr("collectors.store._BATCH_ROWS", batch_rows)
+    run = store.create("serving")
+    for i in range(7):
+        run.append_request(request(i, client_output_tokens=None))
+    for i in (5, 1, 6):
+        run.append_request(request(i, client_output_tokens=100 + i))
+    run.append_request(request(7))
+
+    live = run.requests_frame()
+    assert list(live["request_id"]) == [f"r{i}" for i in range(8)]
+    amended = dict(zip(live["request_id"], live["client_output_tokens"], strict=True))
+    assert {k: amended[k] for k in ("r1", "r5", "r6")} == {"r1": 101, "r5": 105, "r6": 106}
+    assert pd.isna(amended["r0"]) and amended["r7"] == 3
+    pd.testing.assert_frame_equal(live, store.open(run.run_id).requests())
+    run.complete()
+    pd.testing.assert_frame_equal(live, store.open(run.run_id).requests())
+
+
 def test_timestamps_keep_full_nanosecond_precision(store):
     big = 2**62 + 1  # not representable as float64
     run = store.create("serving")
