@@ -60,7 +60,6 @@ class LiveExporter:
         assert isinstance(itl, BulkHistogram)
         self._itl = itl
         self._children: dict[tuple, Any] = {}
-        self._seen: set[str] = set()
         # Last exported window value of each target counter series, to increment by deltas.
         self._target_counters: dict[tuple, float] = {}
         self._server: WSGIServer | None = None
@@ -108,13 +107,12 @@ class LiveExporter:
         self._get(names.IN_FLIGHT, scenario=scenario).set(0)
 
     def observe_request(self, record: RequestRecord) -> None:
-        """Count a finished request once; later amendments of its record are ignored.
+        """Count a finished request; call it once per request (not with the amended
+        versions of its record: they add client-side counts after the level), so that
+        nothing here grows with the run's length.
 
         Warm-up and cool-down requests count too: live series show what the target saw.
         """
-        if record.request_id in self._seen:
-            return
-        self._seen.add(record.request_id)
         scenario = record.scenario
         self._get(names.REQUESTS, scenario=scenario, status=record.status).inc()
         if record.status != "ok":

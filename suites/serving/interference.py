@@ -197,8 +197,9 @@ def run_interference(
 
         def keep(record: RequestRecord) -> None:
             run.append_request(record)
+            if record.request_id not in records:  # an amendment (client-side counts) is
+                observers.record(record)  # not a new request
             records[record.request_id] = record
-            observers.record(record)
 
         def summary() -> InterferenceSummary:
             return InterferenceSummary(
@@ -240,11 +241,11 @@ def run_interference(
                         except StopIteration:
                             break
                 except BaseException:
-                    write_summary(run, spec, list(records.values()), outcomes, None,
+                    write_summary(run, spec, run.requests_frame(), outcomes, None,
                                   interference=summary())  # fmt: skip
                     raise
                 write_summary(
-                    run, spec, list(records.values()), outcomes, None, interference=summary()
+                    run, spec, run.requests_frame(), outcomes, None, interference=summary()
                 )
                 status, reason = run_verdict([o.verdict for o in outcomes])
                 if status != "complete" and warn_only:

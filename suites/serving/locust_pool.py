@@ -173,9 +173,11 @@ class LocustPool:
         on_finished: Callable[[str], None] = lambda _status: None,
         on_tick: Callable[[], None] = lambda: None,
         on_health: Callable[[WorkerHealth], None] = lambda _health: None,
+        on_amended: Callable[[RequestRecord], None] | None = None,
     ) -> list[WorkerSummary]:
         """The level of ``plans`` (the asyncio engine's per-worker shares, summed: Locust
-        spreads the users itself) on every Locust worker; their summaries."""
+        spreads the users itself) on every Locust worker; their summaries. Locust users
+        count no tokens client-side: no record is amended (``on_amended`` is not called)."""
         shares = list(plans.values())
         budgets = [p.max_requests for p in shares]
         total = dataclasses.replace(
@@ -203,7 +205,12 @@ class LocustPool:
                 self._level_running = False
                 return sorted(reports, key=lambda r: r.worker)
 
-    def drain(self, on_record: Callable[[RequestRecord], None], timeout_s: float = 30.0) -> None:
+    def drain(
+        self,
+        on_record: Callable[[RequestRecord], None],
+        timeout_s: float = 30.0,
+        on_amended: Callable[[RequestRecord], None] | None = None,
+    ) -> None:
         """After a stop: cancel what is in flight and keep every record still sent."""
         if not self._level_running:
             return  # stopped between levels: nothing in flight

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from collectors.capacity_records import CapacitySummary
 from collectors.drill_records import DrillSummary, FaultEvent
@@ -37,7 +38,6 @@ from collectors.soak_records import SoakSummary
 from collectors.store import RunStore, RunWriter, interrupts_end_runs
 from collectors.summary import summarize_requests
 from collectors.sweep_records import SweepPlan, SweepPointSummary, SweepSummary, fit_answer
-from collectors.tables import records_frame
 from collectors.workload_summary import repeat_levels, trace_replay, turn_summaries
 from suites.errors import UsageError
 from suites.serving.capacity.run import capacity_note, capacity_verdict, search_capacity
@@ -58,10 +58,10 @@ from suites.serving.load.pool import WorkerPool
 from suites.serving.load.request_settings import request_settings
 from suites.serving.load.validity import (
     LevelVerdict,
+    MeasuredTally,
     client_bottlenecks,
     error_counts_text,
     judge_level,
-    measured_counts,
     run_verdict,
 )
 from suites.serving.locust_pool import LocustPool, locust_note
@@ -472,12 +472,13 @@ def _run_levels(
         drill.drop_pools = pool.drop_connections
     # Fresh: the prefix cache is emptied before every level, where the target can.
     resetter = CacheResetter(base_url, headers) if spec.workload.cache == "fresh" else None
-    # By request id: a record amended after its level replaces the first version.
-    records: dict[str, RequestRecord] = {}
+    # Records go to the run's file and are counted; none is kept here (the summary reads
+    # them back from the file), so the harness's memory does not grow with the run.
+    tally = MeasuredTally()
 
     def keep(record: RequestRecord) -> None:
         run.append_request(record)
-        records[record.request_id] = record
+        tally.add(record)
         observers.record(record)
 
     outcomes: list[LevelOutcome] = []
@@ -526,7 +527,12 @@ def _run_levels(
             soak.start(scenario, start_ns)
         try:
             reports = pool.run_level(
-                plans, keep, progress.finished, progress.tick, observers.health
+                plans,
+                keep,
+                progress.finished,
+                progress.tick,
+                observers.health,
+                on_amended=run.append_request,  # client-side token counts, after the level
             )
         finally:
             if drill is not None:
@@ -541,7 +547,7 @@ def _run_levels(
             max_cpu_fraction=spec.harness.max_cpu_fraction,
             min_achieved_rate_ratio=spec.harness.min_achieved_rate_ratio,
         )
-        counts = measured_counts(records.values(), scenario)
+        counts = tally.counts(scenario)
         if fit_probe:  # its requests still running at its end were cancelled, by design
             counts = dataclasses.replace(
                 counts, requests=counts.requests - counts.cancelled, cancelled=0
@@ -597,43 +603,45 @@ def _run_levels(
                         functools.partial(fit_probe, prompt_pool=levels.probe_pool(spec, length)),
                     )
         else:
-            capacity = search_capacity(spec, spec.capacity, run_level, records.values())
+            capacity = search_capacity(spec, spec.capacity, run_level, run.requests_frame)
     except BaseException:
-        pool.drain(keep)
+        pool.drain(keep, on_amended=run.append_request)
         observers.stop_scraping()
+        frame = run.requests_frame()
         write_summary(
             run,
             spec,
-            list(records.values()),
+            frame,
             outcomes,
             None,
             sweep=sweep,
             fits=fits,
             trace=levels.trace,
-            drill=_drill_summary(drill, outcomes, records, run),
-            soak=soak.summary(list(records.values())) if soak is not None else None,
+            drill=_drill_summary(drill, outcomes, frame, run),
+            soak=soak.summary(frame) if soak is not None else None,
         )
         raise
     finally:
         pool.close()
     observers.stop_scraping()
+    frame = run.requests_frame()
     truth = None
     if drill is None or not drill.kills:  # a restarted target numbers its answers anew
-        truth = _ground_truth(spec, base_url, list(records.values()))
-    drilled = _drill_summary(drill, outcomes, records, run)
-    soaked = soak.summary(list(records.values())) if soak is not None else None
+        truth = _ground_truth(spec, base_url, frame)
+    drilled = _drill_summary(drill, outcomes, frame, run)
+    soaked = soak.summary(frame) if soak is not None else None
     audit = None
     if isinstance(pool, LocustPool):  # records merged from other processes, maybe hosts
         sent: dict[int, int] = {}
         for outcome in outcomes:
             for report in outcome.reports:
                 sent[report.worker] = sent.get(report.worker, 0) + report.sent
-        audit = audit_requests(records, sent)
+        audit = audit_requests(frame["request_id"], sent)
         run.add_note(audit_text(audit))
     write_summary(
         run,
         spec,
-        list(records.values()),
+        frame,
         outcomes,
         truth,
         capacity,
@@ -706,7 +714,7 @@ def _drill(spec: ServingSpec, started: RunningTarget, run: RunWriter) -> Drill |
 def _drill_summary(
     drill: Drill | None,
     outcomes: list[LevelOutcome],
-    records: dict[str, RequestRecord],
+    frame: pd.DataFrame,
     run: RunWriter,
 ) -> DrillSummary | None:
     if drill is None or not outcomes or not drill.events:
@@ -714,7 +722,7 @@ def _drill_summary(
     level = outcomes[0]
     sent = {report.worker: report.sent for report in level.reports}
     return summarize_drill(
-        records_frame(list(records.values())),
+        frame,
         level.scenario,
         level.start_ns - run.manifest.anchor_monotonic_ns,
         drill.events,
@@ -849,18 +857,18 @@ def _note_count_limit(run: RunWriter, spec: ServingSpec, outcome: LevelOutcome) 
 
 
 def _ground_truth(
-    spec: ServingSpec, base_url: str, records: list[RequestRecord]
+    spec: ServingSpec, base_url: str, frame: pd.DataFrame
 ) -> dict[str, dict[str, Any]] | None:
     if spec.target.kind != "synthetic":
         return None
-    ids = [r.server_request_id for r in records if r.server_request_id]
+    ids = [i for i in frame["server_request_id"] if isinstance(i, str) and i]
     return asyncio.run(fetch_ground_truth(base_url, ids))
 
 
 def write_summary(
     run: RunWriter,
     spec: ServingSpec,
-    records: list[RequestRecord],
+    frame: pd.DataFrame,
     outcomes: list[LevelOutcome],
     truth: dict[str, dict[str, Any]] | None,
     capacity: CapacitySummary | None = None,
@@ -873,7 +881,6 @@ def write_summary(
     soak: SoakSummary | None = None,
     audit: RequestAudit | None = None,
 ) -> None:
-    frame = records_frame(records)
     slo = Slo(**spec.slo.model_dump())
     summary = summarize_requests(frame, slo) if len(frame) else ServingSummary()
     scenarios = dict(summary.scenarios)

@@ -318,6 +318,11 @@ def test_tokens_per_chunk_from_the_tokenizer_when_the_server_does_not_say(tmp_pa
     requests = reader.requests()
     ok = requests[requests["status"] == "ok"]
     assert len(ok) > 0
+    # Every ok record was amended after the level (the server's tokenizer's counts):
+    # one row per request, and the summary counted each once.
+    assert requests["request_id"].is_unique
+    measured = requests[requests["phase"] == "measure"]
+    assert reader.summary().scenarios["c=2"].requests == len(measured)
     assert set(ok["chunk_tokens_source"]) == {"server_tokenize"}
     for _, row in ok.iterrows():
         assert [n for n in row["chunk_tokens"] if n] == [3, 3, 3, 3]

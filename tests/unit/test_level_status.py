@@ -15,6 +15,7 @@ from suites.serving.load.backoff import ConnectBackoff
 from suites.serving.load.validity import (
     LevelCounts,
     LevelVerdict,
+    MeasuredTally,
     judge_level,
     measured_counts,
     run_verdict,
@@ -100,6 +101,26 @@ def test_counts_are_the_levels_measured_requests_only():
     ]
     assert measured_counts(records, "c=1") == LevelCounts(
         requests=3, ok=1, cancelled=1, error_types={"http_5xx": 1}
+    )
+
+
+def test_the_running_tally_counts_as_the_records_do():
+    records = [
+        record(0, "c=1", "warmup", "error", "connect_error"),
+        record(1, "c=1", "measure", "ok"),
+        record(2, "c=1", "measure", "error", "http_5xx"),
+        record(3, "c=1", "measure", "cancelled"),
+        record(4, "c=2", "measure", "error", "http_5xx"),
+        record(5, "c=1", "measure", "error", None),
+        record(6, "c=1", "cooldown", "ok"),
+    ]
+    tally = MeasuredTally()
+    for r in records:
+        tally.add(r)
+    for scenario in ("c=1", "c=2", "c=3"):
+        assert tally.counts(scenario) == measured_counts(records, scenario)
+    assert tally.counts("c=1") == LevelCounts(
+        requests=4, ok=1, cancelled=1, error_types={"http_5xx": 1, "unknown": 1}
     )
 
 

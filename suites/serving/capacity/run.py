@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import pandas as pd
+
 from collectors.capacity_records import CapacityProbe, CapacitySummary
-from collectors.records import RequestRecord
 from collectors.serving_records import Slo
 from collectors.summary import summarize_requests
-from collectors.tables import records_frame
 from suites.serving.capacity.judge import criteria_text, judge_probe
 from suites.serving.capacity.search import SearchSettings, Verdict, capacity_search
 from suites.spec import CapacitySpec, ServingSpec
@@ -50,8 +50,10 @@ def search_capacity(
     spec: ServingSpec,
     capacity: CapacitySpec,
     run_level: Callable[[float, int | None], LevelOutcome],
-    records: Iterable[RequestRecord],
+    requests: Callable[[], pd.DataFrame],
 ) -> CapacitySummary:
+    """Search the capacity, one level per probe; ``requests()`` gives the run's requests
+    so far (read back from its file: each probe is judged on its own level's)."""
     slo = Slo(**spec.slo.model_dump())
     scenarios: dict[float, str] = {}
     last_rate_rps = 0.0
@@ -60,8 +62,9 @@ def search_capacity(
         nonlocal last_rate_rps
         outcome = run_level(level, probe_budget(spec, level, last_rate_rps))
         scenarios[level] = outcome.scenario
-        mine = [r for r in records if r.scenario == outcome.scenario]
-        entry = summarize_requests(records_frame(mine), slo).scenarios.get(outcome.scenario)
+        frame = requests()
+        mine = frame[frame["scenario"] == outcome.scenario]
+        entry = summarize_requests(mine, slo).scenarios.get(outcome.scenario)
         if entry is None:
             return Verdict(False, "no measured request ended in the level")
         last_rate_rps = entry.request_throughput_rps or last_rate_rps

@@ -88,11 +88,14 @@ class WorkerPool:
         on_finished: Callable[[str], None] = lambda _status: None,
         on_tick: Callable[[], None] = lambda: None,
         on_health: Callable[[WorkerHealth], None] = lambda _health: None,
+        on_amended: Callable[[RequestRecord], None] | None = None,
     ) -> list[WorkerSummary]:
         """Give each worker in ``plans`` its plan; pass records on until all are done.
 
-        ``on_finished(status)`` is called as each request ends, ``on_record`` when its
-        record is final (later, when client-side token counts are computed after the level).
+        ``on_finished(status)`` is called as each request ends, ``on_record`` with its
+        record; ``on_amended`` (default: ``on_record``) with a newer version of a record
+        already passed on, when client-side token counts are added after the level (it
+        changes counts, never how the request ended).
         """
         for index, plan in plans.items():
             self._commands[index].put(plan)
@@ -108,6 +111,8 @@ class WorkerPool:
             kind = message[0]
             if kind == "record":
                 on_record(message[1])
+            elif kind == "amended":
+                (on_amended or on_record)(message[1])
             elif kind == "finished":
                 on_finished(message[1])
             elif kind == "health":
@@ -119,7 +124,12 @@ class WorkerPool:
                 raise WorkerFailed(f"load worker {message[1]} failed:\n{message[2]}")
         return [reports[i] for i in sorted(reports)]
 
-    def drain(self, on_record: Callable[[RequestRecord], None], timeout_s: float = 30.0) -> None:
+    def drain(
+        self,
+        on_record: Callable[[RequestRecord], None],
+        timeout_s: float = 30.0,
+        on_amended: Callable[[RequestRecord], None] | None = None,
+    ) -> None:
         """After a stop: keep every record the busy workers still send, until each is done."""
         self.stop_event.set()
         deadline = time.monotonic() + timeout_s
@@ -132,6 +142,8 @@ class WorkerPool:
                 continue
             if message[0] == "record":
                 on_record(message[1])
+            elif message[0] == "amended":
+                (on_amended or on_record)(message[1])
             elif message[0] in ("level_done", "failed"):
                 self._busy.discard(message[1])
 

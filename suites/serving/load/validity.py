@@ -58,6 +58,42 @@ def measured_counts(records: Iterable[RequestRecord], scenario: str) -> LevelCou
     )
 
 
+class MeasuredTally:
+    """``measured_counts`` of every level, counted as each request's record arrives.
+
+    The runner keeps these counts instead of the records, so its memory does not grow
+    with a level's length. Each request is added once, with the record it ends with (a
+    later amendment adds client-side token counts and never changes how it ended).
+    """
+
+    def __init__(self) -> None:
+        self._requests: Counter[str] = Counter()
+        self._ok: Counter[str] = Counter()
+        self._cancelled: Counter[str] = Counter()
+        self._errors: dict[str, Counter[str]] = {}
+
+    def add(self, record: RequestRecord) -> None:
+        if record.phase != "measure":
+            return
+        scenario = record.scenario
+        self._requests[scenario] += 1
+        if record.status == "ok":
+            self._ok[scenario] += 1
+        elif record.status == "cancelled":
+            self._cancelled[scenario] += 1
+        elif record.status == "error":
+            errors = self._errors.setdefault(scenario, Counter())
+            errors[record.error_type or "unknown"] += 1
+
+    def counts(self, scenario: str) -> LevelCounts:
+        return LevelCounts(
+            requests=self._requests[scenario],
+            ok=self._ok[scenario],
+            cancelled=self._cancelled[scenario],
+            error_types=dict(self._errors.get(scenario, {})),
+        )
+
+
 def error_counts_text(error_types: Mapping[str, int]) -> str:
     """ "connect_error 58, http_5xx 2": most frequent first."""
     ranked = sorted(error_types.items(), key=lambda item: (-item[1], item[0]))

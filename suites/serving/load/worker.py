@@ -3,8 +3,8 @@
 The parent sends a ``LevelPlan`` per level on ``commands`` (None ends the worker); the
 worker puts ("finished", status) as each request ends (for progress), ("health",
 index, scenario, in_flight, loop_lag_p99_s, cpu_ratio) every HEALTH_INTERVAL_S, ("record",
-RequestRecord) once its record is final (at once, or after the level when client-side
-token counts are due), ("level_done", index,
+RequestRecord) as each request ends, ("amended", RequestRecord) after the level when
+client-side token counts are added to a record already sent, ("level_done", index,
 WorkerSummary) at the end of each level on ``results``; ("failed", index, traceback) if it
 breaks. Setting ``stop`` ends the current level at once: requests in flight are
 cancelled and recorded as such.
@@ -490,6 +490,6 @@ async def _finish_deferred(
                     count = await tokenizer.acount("".join(result.texts))
                     record = dataclasses.replace(record, client_output_tokens=count)
         if record is not result.record:
-            results.put(("record", record))
+            results.put(("amended", record))
 
     await asyncio.gather(*(amend(r) for r in deferred))

@@ -138,8 +138,9 @@ def run_mtp_ab(
 
         def keep(record: RequestRecord) -> None:
             run.append_request(record)
+            if record.request_id not in records:  # an amendment (client-side counts) is
+                observers.record(record)  # not a new request
             records[record.request_id] = record
-            observers.record(record)
 
         def summary() -> MtpAbSummary:
             return MtpAbSummary(
@@ -167,10 +168,10 @@ def run_mtp_ab(
                             observers, scrapers,
                         )  # fmt: skip
                 except BaseException:
-                    write_summary(run, spec, list(records.values()), outcomes, None,
+                    write_summary(run, spec, run.requests_frame(), outcomes, None,
                                   mtp_ab=summary())  # fmt: skip
                     raise
-                write_summary(run, spec, list(records.values()), outcomes, None, mtp_ab=summary())
+                write_summary(run, spec, run.requests_frame(), outcomes, None, mtp_ab=summary())
                 _end(run, outcomes, equality, warn_only)
         finally:
             scrapers.close()

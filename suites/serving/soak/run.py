@@ -7,13 +7,11 @@ run's status.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import pandas as pd
 
-from collectors.records import RequestRecord
 from collectors.soak_records import SoakSummary, SoakThresholds
 from collectors.soak_summary import SoakPlan, summarize_soak
 from collectors.store import RunReader, RunWriter
-from collectors.tables import records_frame
 from suites.serving.embedded.process import EmbeddedTarget
 from suites.serving.soak.memory import MemoryWatch
 from suites.serving.soak.spec import SoakSpec
@@ -52,7 +50,8 @@ class Soak:
         if self.memory is not None:
             self.memory.finish()
 
-    def summary(self, records: Sequence[RequestRecord]) -> SoakSummary | None:
+    def summary(self, requests: pd.DataFrame) -> SoakSummary | None:
+        """The level's summary from the run's requests (a frame as the store reads it)."""
         if not self._scenario:
             return None  # the level never started
         soak, load = self.spec, self._load
@@ -75,7 +74,7 @@ class Soak:
         )
         memory = self.memory.samples if self.memory is not None else []
         scrapes = RunReader(self._run.directory).server_metrics()
-        return summarize_soak(records_frame(list(records)), memory, scrapes, plan)
+        return summarize_soak(requests, memory, scrapes, plan)
 
 
 def soak_verdict(soak: SoakSummary, status: str, reason: str | None) -> tuple[str, str | None]:
