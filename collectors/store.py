@@ -1,9 +1,9 @@
 """RunStore: one directory per run, records appended and flushed as they happen.
 
 Layout of ``<root>/<run_id>/``: manifest.json, requests.jsonl / requests.parquet,
-steps.jsonl / steps.parquet, server_metrics.jsonl, summary.json. A run that dies keeps
-everything already appended: JSONL lines are flushed one by one, and readers fall back to
-them when the parquet files of a finished run are not there.
+steps.jsonl / steps.parquet, accelerator.jsonl / accelerator.parquet, server_metrics.jsonl,
+summary.json. A run that dies keeps everything already appended: JSONL lines are flushed one
+by one, and readers fall back to them when the parquet files of a finished run are not there.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from collectors.accel_records import DeviceSample
 from collectors.errors import (
     CollectorError,
     CorruptRunFileError,
@@ -43,6 +44,7 @@ from collectors.schema import SCHEMA_VERSION, check_schema_version
 from collectors.soak_records import MemorySample
 from collectors.summary_json import RunSummary, summary_from_json, summary_to_json
 from collectors.tables import (
+    ACCELERATOR_SCHEMA,
     REQUEST_SCHEMA,
     SCHEMAS,
     read_parquet_frame,
@@ -55,6 +57,7 @@ _RECORD_FILES = {
     "steps": "steps",
     "samples": "samples",
     "memory": "memory",  # a soak's MemorySamples of the target
+    "accelerator": "accelerator",  # DeviceSamples (collectors.accel_sampler)
 }
 # Tables whose rows may be amended by appending a newer row with the same key.
 _AMENDABLE_KEYS = {"requests": "request_id"}
@@ -197,6 +200,10 @@ class RunWriter:
     def append_memory_sample(self, sample: MemorySample) -> None:
         """Called from a soak's sampling thread; it alone writes memory.jsonl."""
         self._append("memory", sample.to_dict())
+
+    def append_device_sample(self, sample: DeviceSample) -> None:
+        """Called from the accelerator sampler's thread; it alone writes accelerator.jsonl."""
+        self._append("accelerator", sample.to_dict())
 
     def append_server_metrics(self, sample: dict[str, Any]) -> None:
         self._append("server_metrics", {"schema_version": SCHEMA_VERSION, **sample})
@@ -385,6 +392,18 @@ class RunReader:
             )
             for row in frame.to_dict("records")
         ]
+
+    def accelerator_samples(self) -> list[DeviceSample]:
+        """The accelerator sampler's readings, in the order taken (nulls back to None)."""
+        frame = self._frame("accelerator")
+        table = pa.Table.from_pandas(frame, schema=ACCELERATOR_SCHEMA, preserve_index=False)
+        samples = []
+        for row in table.to_pylist():
+            reasons = row.pop("throttle_reasons")
+            samples.append(
+                DeviceSample(**row, throttle_reasons=None if reasons is None else tuple(reasons))
+            )
+        return samples
 
     def server_metrics(self) -> list[dict[str, Any]]:
         path = self.directory / "server_metrics.jsonl"

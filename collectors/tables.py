@@ -118,6 +118,33 @@ MEMORY_SCHEMA = _schema(
     ]
 )
 
+# Accelerator telemetry (collectors.accel_records.DeviceSample); nullable wherever a source
+# cannot read a field.
+ACCELERATOR_SCHEMA = _schema(
+    [
+        ("t_ns", _INT),
+        ("source", _STR),
+        ("device", _STR),
+        ("name", _STR),
+        ("host", _STR),
+        ("utilization_ratio", pa.float64()),
+        ("memory_used_bytes", _INT),
+        ("memory_total_bytes", _INT),
+        ("power_w", pa.float64()),
+        ("energy_j", pa.float64()),
+        ("sm_clock_hz", _INT),
+        ("memory_clock_hz", _INT),
+        ("temperature_c", pa.float64()),
+        ("throttle_reasons", pa.list_(_STR)),
+        ("cpu_ratio", pa.float64()),
+        ("rss_bytes", _INT),
+        ("scenario", _STR),
+        ("uuid", _STR),
+        ("engine_active_ratio", pa.float64()),
+        ("schema_version", _INT),
+    ]
+)
+
 # The distributed trainer's columns (collectors.records.StepRecord), added later too.
 _DIST_STEP_COLUMNS = (
     "stage", "attempt", "compute_s", "all_to_all_s", "pipeline_s", "all_reduce_s", "wait_s",
@@ -135,11 +162,12 @@ SCHEMAS = {
     "steps": STEP_SCHEMA,
     "samples": SAMPLE_SCHEMA,
     "memory": MEMORY_SCHEMA,
+    "accelerator": ACCELERATOR_SCHEMA,
 }
 
 
 def rows_to_table(kind: str, rows: list[dict[str, Any]]) -> pa.Table:
-    """Build the Arrow table of ``kind`` ("requests" or "steps") from record dicts."""
+    """Build the Arrow table of ``kind`` (a key of ``SCHEMAS``) from record dicts."""
     json_columns = _JSON_COLUMNS.get(kind, ())
     if json_columns:
         rows = [{**r, **{c: json.dumps(r.get(c, [])) for c in json_columns}} for r in rows]
