@@ -13,30 +13,10 @@ import threading
 import time
 from collections.abc import Callable
 
-import psutil
-
+from collectors.process_source import tree_rss
 from collectors.soak_records import MemorySample
 
 ClockNs = Callable[[], int]
-
-
-def tree_rss(pid: int) -> tuple[int, int] | None:
-    """(RSS bytes of ``pid`` and its descendants, how many processes); None when ``pid``
-    is gone. A child that exits between the listing and its read is skipped."""
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-        total = root.memory_info().rss
-    except psutil.Error:
-        return None
-    counted = 1
-    for child in processes[1:]:
-        try:
-            total += child.memory_info().rss
-            counted += 1
-        except psutil.Error:
-            continue
-    return total, counted
 
 
 class MemoryWatch:
