@@ -100,6 +100,9 @@ class SoakThresholds:
     drift_min_percent: float
     kv_min_points_per_hour: float
     expert_drift_max: float
+    # KV usage must also rise this many points over the windows' span (0 in summaries
+    # written before this rule).
+    kv_min_points: float = 0.0
 
 
 VerdictName = Literal[
@@ -141,6 +144,10 @@ class SoakSummary:
     expert_drift_by_layer: tuple[float, ...] | None
     thresholds: SoakThresholds
     verdicts: tuple[SoakVerdict, ...]
+    # The level's start on the run's clock (s from its anchor): windows' ``start_s`` are
+    # from it, scrapes' and memory samples' ``t_ns`` from the anchor. None: a summary
+    # written before this field.
+    level_start_s: float | None = None
 
     @property
     def failures(self) -> tuple[SoakVerdict, ...]:

@@ -99,6 +99,7 @@ def summarize_soak(
         expert_drift_by_layer=expert_drift,
         thresholds=t,
         verdicts=verdicts,
+        level_start_s=plan.level_start_ns / NS_PER_S,
     )
 
 

@@ -18,7 +18,9 @@ large its noise. Rules:
   not judged (a window holds few requests, and a per-window p99 of them is mostly noise);
 - KV usage rising (fails): the KV-cache usage slope interval entirely above
   ``kv_min_points_per_hour`` percentage points per hour (under a steady load a target
-  that frees its blocks holds a level usage);
+  that frees its blocks holds a level usage), and a rise of more than ``kv_min_points``
+  points over the span (usage is bounded at 100: a run of minutes extrapolates a few
+  points of wander to hundreds an hour, as it does latency);
 - expert-load drift (reported, does not fail the run): the largest per-layer total
   variation distance between the first and last windows' expert shares above
   ``expert_drift_max`` (routing follows the prompts' content, so a drift says as much
@@ -47,6 +49,15 @@ def _interval(slope: Slope, unit: str, scale: float = 1.0, digits: int = 3) -> s
             f"({slope.percent_low_per_hour:+.3g} to {slope.percent_high_per_hour:+.3g})"
         )
     return f"{text} over {slope.windows} windows"
+
+
+def _least_change(change: float, unit: str, words: tuple[str, str]) -> str:
+    """The interval's end nearest zero on the bad side, as a change over the span, in
+    words: a negative one is no such change (the interval allows the opposite)."""
+    worse, better = words
+    if change > 0:
+        return f"the interval's near end is a {change:.3g}{unit} {worse}"
+    return f"the interval allows no {worse} (its near end: a {-change:.3g}{unit} {better})"
 
 
 def _few(name: VerdictName, slope: Slope, fails: bool) -> SoakVerdict | None:
@@ -94,11 +105,10 @@ def drift_verdict(
     found = (low > limit if worse > 0 else high < -limit) and least_change > t.drift_min_percent
     side = "above +" if worse > 0 else "below -"
     scale, unit = (1e3, "ms") if what != "output tok/s" else (1.0, "tok/s")
+    change = _least_change(least_change, "%", ("rise", "fall") if worse > 0 else ("fall", "rise"))
     reason = (
-        f"{what} slope {_interval(slope, unit, scale)}; the interval's near end is a "
-        f"{least_change:.3g}% {'rise' if worse > 0 else 'fall'} over the {slope.span_s:g} s "
-        "span; drift when the "
-        f"whole interval is {side}{limit:g} %/h and that change is over "
+        f"{what} slope {_interval(slope, unit, scale)}; {change} over the {slope.span_s:g} s "
+        f"span; drift when the whole interval is {side}{limit:g} %/h and that change is over "
         f"{t.drift_min_percent:g}%"
     )
     return SoakVerdict(name, "found" if found else "not found", True, reason)
@@ -112,12 +122,16 @@ def kv_verdict(kv: Slope, preemptions_total: float | None, t: SoakThresholds) ->
         return few
     assert kv.low_per_hour is not None and kv.per_hour is not None
     assert kv.high_per_hour is not None
-    found = kv.low_per_hour * 100 > t.kv_min_points_per_hour
+    least_points = kv.low_per_hour * 100 * kv.span_s / S_PER_HOUR
+    found = kv.low_per_hour * 100 > t.kv_min_points_per_hour and least_points > t.kv_min_points
     preempted = "not reported" if preemptions_total is None else f"{preemptions_total:g}"
+    change = _least_change(least_points, " points", ("rise", "fall"))
     reason = (
         f"KV-cache usage slope {kv.per_hour * 100:.3g} points/h (95% CI "
-        f"{kv.low_per_hour * 100:.3g} to {kv.high_per_hour * 100:.3g}); rising when the whole "
-        f"interval is above {t.kv_min_points_per_hour:g} points/h; preemptions {preempted}"
+        f"{kv.low_per_hour * 100:.3g} to {kv.high_per_hour * 100:.3g}) over {kv.windows} "
+        f"windows; {change} over the {kv.span_s:g} s span; rising when the whole interval is "
+        f"above {t.kv_min_points_per_hour:g} points/h and that rise is over "
+        f"{t.kv_min_points:g} points; preemptions {preempted}"
     )
     return SoakVerdict(name, "found" if found else "not found", True, reason)
 

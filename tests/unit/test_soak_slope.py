@@ -3,6 +3,8 @@ planted trend is found, and the interval is the textbook t interval."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,6 +14,7 @@ from scipy import stats
 from collectors.soak_records import SoakThresholds
 from collectors.soak_slope import fit_slope
 from collectors.soak_verdicts import drift_verdict, expert_verdict, kv_verdict, leak_verdict
+from suites.serving.soak.spec import SoakSpec
 
 MIB = 2**20
 DEFAULTS = SoakThresholds(
@@ -23,6 +26,8 @@ DEFAULTS = SoakThresholds(
     expert_drift_max=0.1,
 )
 ZERO = SoakThresholds(0.0, 0.0, 0.0, 0.0, 0.0, 0.1)
+# With the span rule for KV usage at the spec's default (suites/serving/soak/spec.py).
+DEFAULTS_KV = dataclasses.replace(DEFAULTS, kv_min_points=SoakSpec().kv_min_points)
 
 
 def _mids(n: int, window_s: float = 10.0) -> list[float]:
@@ -136,3 +141,31 @@ def test_kv_and_expert_verdicts_say_not_available_without_the_counters():
     assert kv_verdict(rising, 3.0, DEFAULTS).outcome == "found"
     drift = expert_verdict((0.02, 0.25), DEFAULTS)
     assert drift.outcome == "found" and not drift.fails_run and "layer 1" in drift.reason
+
+
+def test_a_short_run_needs_its_kv_usage_to_rise_over_its_span_too():
+    # Seen on the reference engine preempting with a full cache: 85 to 90% over 5 windows
+    # of 10 s is 487 points/h (interval 161 to 814), and under 2 points at the interval's low
+    # end over the 40 s span: wander of a usage held near full, not a rise.
+    x = _mids(5)
+    wander = fit_slope(x, [0.852, 0.873, 0.896, 0.904, 0.904])
+    assert wander.low_per_hour is not None and wander.low_per_hour * 100 > 100
+    verdict = kv_verdict(wander, 208.0, DEFAULTS_KV)
+    assert verdict.outcome == "not found"
+    low_end = wander.low_per_hour * 100 * wander.span_s / 3600  # under 2 points
+    assert f"the interval's near end is a {low_end:.3g} points rise over the 40 s span" in (
+        verdict.reason
+    )
+    climbing = fit_slope(x, [0.30, 0.45, 0.60, 0.75, 0.90])  # blocks never freed
+    assert kv_verdict(climbing, 0.0, DEFAULTS_KV).outcome == "found"
+    # A summary from before the rule (kv_min_points 0) judges by the hour alone.
+    assert kv_verdict(wander, 208.0, DEFAULTS).outcome == "found"
+
+
+def test_a_drift_whose_interval_allows_no_rise_says_so():
+    x = _mids(5)
+    verdict = drift_verdict("TTFT drift", fit_slope(x, [0.6, 0.5, 0.7, 0.4, 0.5]), "TTFT p50",
+                            +1, DEFAULTS)  # fmt: skip
+    assert verdict.outcome == "not found"
+    assert "the interval allows no rise (its near end: a " in verdict.reason
+    assert "% fall)" in verdict.reason

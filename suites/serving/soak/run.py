@@ -70,6 +70,7 @@ class Soak:
                 drift_min_percent=soak.drift_min_percent,
                 kv_min_points_per_hour=soak.kv_min_points_per_hour,
                 expert_drift_max=soak.expert_drift_max,
+                kv_min_points=soak.kv_min_points,
             ),
         )
         memory = self.memory.samples if self.memory is not None else []
