@@ -110,8 +110,8 @@ def _mean(
 
 def _counter_energy(samples: Sequence[DeviceSample], start_ns: int, end_ns: int) -> float | None:
     energy = [(s.t_ns, s.energy_j) for s in samples]
-    lo = bisect.bisect_left([t for t, _ in energy], start_ns)
-    hi = bisect.bisect_left([t for t, _ in energy], end_ns)
+    times = [t for t, _ in energy]
+    lo, hi = bisect.bisect_left(times, start_ns), bisect.bisect_left(times, end_ns)
     # Every reading used, the edges' neighbours included, must carry the counter.
     used = energy[max(lo - 1, 0) : hi + 1]
     if hi - lo < 2 or any(e is None for _, e in used):
