@@ -65,7 +65,7 @@ _AMENDABLE_KEYS = {"requests": "request_id"}
 
 # Rows parsed into dicts at once while a JSONL file becomes a table: the dicts of a
 # batch are ~10x the size of its Arrow columns, so a long run's file is read in batches.
-_BATCH_ROWS = 20_000
+_BATCH_ROWS = 2_000
 
 
 def _latest_table(kind: str, table: pa.Table) -> pa.Table:
@@ -78,7 +78,7 @@ def _latest_table(kind: str, table: pa.Table) -> pa.Table:
         return table  # nothing amended
     last = np.full(len(uniques), -1, dtype=np.int64)
     np.maximum.at(last, codes, np.arange(table.num_rows, dtype=np.int64))
-    return table.take(pa.array(last))
+    return table.take(last)
 
 
 def _jsonl_table(kind: str, path: Path) -> pa.Table:

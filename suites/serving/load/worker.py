@@ -35,6 +35,7 @@ from collectors.records import RequestRecord
 from collectors.serving_records import WorkerSummary
 from suites.serving.load.backoff import ConnectBackoff
 from suites.serving.load.client import StreamResult, set_token_times, stream_request
+from suites.serving.load.deferred import DeferredSpool
 from suites.serving.load.openai_api import ENDPOINTS
 from suites.serving.load.plan import LevelPlan, WorkerConfig
 from suites.serving.load.request_of import body_of, new_record
@@ -51,6 +52,8 @@ _STOP_POLL_S = 0.05
 # Sends later than this after their intended time count as late (uvloop timers are 1 ms).
 LATE_SEND_S = 0.002
 _TOKENIZE_CONCURRENCY = 32
+# Results read back from the spool at once after a level (their memory, not the level's).
+_DEFERRED_BATCH = 1024
 HEALTH_INTERVAL_S = 0.5
 _SPIN_NS = 1_500_000
 # How often a worker checks that the harness that started it is still there.
@@ -135,9 +138,9 @@ async def _serve(
                 # A stopped run ends promptly: its records are stored without client counts.
                 counter = None if stop.is_set() else tokenizer
                 await _finish_deferred(level.deferred, counter, results)
-                level.deferred.clear()
                 results.put(("level_done", index, report))
         finally:
+            level.deferred.close()
             await level.session.close()
 
 
@@ -166,7 +169,7 @@ class _Level:
         self.drops = drops
         self._drops_seen = drops.value if drops is not None else 0
         self.url = config.base_url.rstrip("/") + ENDPOINTS[config.api]
-        self.deferred: list[StreamResult] = []
+        self.deferred = DeferredSpool()
         self._sequence = itertools.count()
         self._talks = itertools.count()  # conversation ids
         # Client-side token counts need every chunk's text, and a tokenizer.
@@ -361,7 +364,7 @@ class _Level:
         # timing path), so a crash loses nothing already measured.
         self.results.put(("record", record))
         if self._keep_texts:
-            self.deferred.append(result)
+            self.deferred.add(result)
         if record.status != "ok":
             return None
         if turn is not None and messages is not None:
@@ -459,15 +462,17 @@ async def _sleep_until(deadline_ns: int) -> None:
 
 
 async def _finish_deferred(
-    deferred: list[StreamResult], tokenizer: TargetTokenizer | None, results: Any
+    deferred: DeferredSpool, tokenizer: TargetTokenizer | None, results: Any
 ) -> None:
-    """Send amended records with client-side token counts.
+    """Send amended records with client-side token counts; empties ``deferred``.
 
     Runs between levels, so a tokenizer served by the target adds no load to a level.
     Each amendment is a new record object: the original may still be being pickled by
     the results queue's feeder thread.
     """
     if tokenizer is None:
+        for _ in deferred.drain(_DEFERRED_BATCH):
+            pass  # a stopped run: its records stand without client counts
         return
     server = isinstance(tokenizer, ServerTokenizer)
     limit = asyncio.Semaphore(_TOKENIZE_CONCURRENCY)
@@ -492,4 +497,5 @@ async def _finish_deferred(
         if record is not result.record:
             results.put(("amended", record))
 
-    await asyncio.gather(*(amend(r) for r in deferred))
+    for batch in deferred.drain(_DEFERRED_BATCH):
+        await asyncio.gather(*(amend(r) for r in batch))
