@@ -1,7 +1,8 @@
 """A soak over time: one point per window for each watched series, and its fitted trend.
 
 Panels, top to bottom: output tokens/s; TTFT p50, TTFT p99 and TPOT p50 (ms); the
-target's resident memory (MiB); KV-cache usage (%) where the target reports it. Each
+target's resident memory (MiB); KV-cache usage (%) and preemptions per window where the
+target reports them. Each
 point is a window of the soak (``collectors.soak_records`` defines its value), drawn at
 the window's middle, in seconds from the level's start. The dashed line of a series is
 its least-squares line over those points (the fit behind the slope in the verdicts
@@ -43,6 +44,13 @@ def _panels(soak: SoakSummary) -> list[tuple[str, list[Series]]]:
     if soak.kv_usage.windows:
         panels.append(
             ("KV usage (%)", [("KV usage", lambda w: w.kv_usage_ratio, soak.kv_usage, 100, "pts")])
+        )
+    if soak.preemptions.windows:
+        panels.append(
+            (
+                "preemptions per window",
+                [("preemptions", lambda w: w.preemptions, soak.preemptions, 1, "")],
+            )
         )
     return panels
 
