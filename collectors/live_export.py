@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
 from collectors import metric_names as names
+from collectors.accel_records import DeviceSample
 from collectors.bulk_histogram import BulkHistogram
 from collectors.latency import request_latencies
 from collectors.metric_names import Metric
@@ -60,6 +61,8 @@ class LiveExporter:
         assert isinstance(itl, BulkHistogram)
         self._itl = itl
         self._children: dict[tuple, Any] = {}
+        # The previous reading of each device, to increment its energy counter by deltas.
+        self._last_device: dict[tuple[str, str, str], DeviceSample] = {}
         # Last exported window value of each target counter series, to increment by deltas.
         self._target_counters: dict[tuple, float] = {}
         self._server: WSGIServer | None = None
@@ -165,6 +168,47 @@ class LiveExporter:
                 child.inc(window_value - previous)
             # A new window (level, arm) starts from zero again.
             self._target_counters[key] = window_value
+
+    # --- accelerators and the target's process ---------------------------------------------
+    def observe_device(self, sample: DeviceSample) -> None:
+        """Export one sampler reading (called on the sampler's thread; prometheus_client's
+        children are thread-safe, and each device is read by one sampler only)."""
+        device = "process" if sample.source == "process" else sample.device
+        labels = {"source": sample.source, "device": device}
+        gauges = (
+            (names.DEVICE_UTILIZATION, sample.utilization_ratio),
+            (names.DEVICE_MEMORY_USED, sample.memory_used_bytes),
+            (names.DEVICE_MEMORY_TOTAL, sample.memory_total_bytes),
+            (names.DEVICE_POWER, sample.power_w),
+            (names.DEVICE_TEMPERATURE, sample.temperature_c),
+            (names.DEVICE_SM_CLOCK, sample.sm_clock_hz),
+            (names.TARGET_PROCESS_RSS, sample.rss_bytes),
+            (names.TARGET_PROCESS_CPU, sample.cpu_ratio),
+        )
+        for metric, value in gauges:
+            if value is not None:  # a field the source cannot read makes no series
+                self._get(metric, **labels).set(value)
+        joules = self._energy_increase(sample)
+        if joules is not None:
+            self._get(names.DEVICE_ENERGY, **labels).inc(joules)
+
+    def _energy_increase(self, sample: DeviceSample) -> float | None:
+        """Joules since the device's previous sample: its counter's increase, else the
+        trapezoid of its power (as collectors.accel_figures integrates it)."""
+        if sample.energy_j is None and sample.power_w is None:
+            return None
+        key = (sample.source, sample.host, sample.device)
+        previous = self._last_device.get(key)
+        self._last_device[key] = sample
+        if previous is None:
+            return 0.0  # the series exists from the first reading on
+        if sample.energy_j is not None and previous.energy_j is not None:
+            # A counter that went down (the driver reloaded) adds nothing rather than a
+            # negative increase.
+            return max(0.0, sample.energy_j - previous.energy_j)
+        if sample.power_w is not None and previous.power_w is not None:
+            return (sample.power_w + previous.power_w) / 2 * (sample.t_ns - previous.t_ns) / 1e9
+        return 0.0
 
     # --- training -----------------------------------------------------------------------
     def observe_step(self, record: StepRecord, policy: str) -> None:

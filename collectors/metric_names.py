@@ -2,7 +2,7 @@
 
 Prometheus conventions: the ``moeperf_`` prefix, base units in the name (seconds, bytes,
 ratio), ``_total`` on counters, and bounded label sets only: suite, target, scenario, arm,
-policy, status, worker, layer, expert. A run id or a request id is never a label on a live
+policy, status, worker, layer, expert, source, device. A run id or a request id is never a label on a live
 series (each run would start new series forever). Dashboards import these names, so a
 rename here shows up in their regenerated JSON.
 """
@@ -232,6 +232,48 @@ EXPERT_IMBALANCE = _m(
     _T,
 )
 
+# --- accelerators and the target's process, sampled beside the load (collectors.accel_*) ---
+# ``device`` is the GPU ("gpu0", "host:gpu0") or "process" for the target's process tree
+# (never its pid: a restarted target would start new series); bounded by the devices.
+_D = ("suite", "target", "source", "device")
+DEVICE_UTILIZATION = _m(
+    "device_utilization_ratio",
+    "gauge",
+    "Share of the last sample period a kernel ran on the device (NVML / DCGM).",
+    _D,
+    "percentunit",
+)
+DEVICE_MEMORY_USED = _m(
+    "device_memory_used_bytes", "gauge", "Device memory in use.", _D, "bytes"
+)
+DEVICE_MEMORY_TOTAL = _m("device_memory_total_bytes", "gauge", "Device memory in all.", _D, "bytes")
+DEVICE_POWER = _m("device_power_watts", "gauge", "Power draw of the device.", _D, "watt")
+DEVICE_ENERGY = _m(
+    "device_energy_joules",
+    "counter",
+    "Energy the device used during the run: its energy counter's increase, else power x time.",
+    _D,
+    "joule",
+)
+DEVICE_TEMPERATURE = _m(
+    "device_temperature_celsius", "gauge", "Temperature of the device.", _D, "celsius"
+)
+DEVICE_SM_CLOCK = _m("device_sm_clock_hertz", "gauge", "SM clock of the device.", _D, "hertz")
+TARGET_PROCESS_RSS = _m(
+    "target_process_resident_memory_bytes",
+    "gauge",
+    "Resident memory of the target's process tree (a target the harness started).",
+    _D,
+    "bytes",
+)
+TARGET_PROCESS_CPU = _m(
+    "target_process_cpu_ratio",
+    "gauge",
+    "CPU seconds of the target's process tree per wall second (above 1 on several cores).",
+    _D,
+    "percentunit",
+)
+
 SERVING_METRICS = (
     REQUESTS, GOOD_REQUESTS, TTFT, TPOT, ITL, E2E, OUTPUT_TOKENS, PROMPT_TOKENS, IN_FLIGHT,
     LOAD_LEVEL, LOOP_LAG, CLIENT_CPU, CLIENT_BOTTLENECK,
@@ -242,4 +284,10 @@ TARGET_METRICS = (
     TARGET_ACCEPT_LENGTH, TARGET_PROMPT_TOKENS, TARGET_GENERATION_TOKENS, TARGET_FINISHED_REQUESTS,
 )  # fmt: skip
 TRAINING_METRICS = (STEP_TIME, TRAIN_TOKENS, MFU, PEAK_MEMORY, OOMS, RESTARTS, EXPERT_IMBALANCE)
-ALL_METRICS = (*SERVING_METRICS, *TARGET_METRICS, *TRAINING_METRICS, LAST_SUCCESS)
+DEVICE_METRICS = (
+    DEVICE_UTILIZATION, DEVICE_MEMORY_USED, DEVICE_MEMORY_TOTAL, DEVICE_POWER, DEVICE_ENERGY,
+    DEVICE_TEMPERATURE, DEVICE_SM_CLOCK, TARGET_PROCESS_RSS, TARGET_PROCESS_CPU,
+)  # fmt: skip
+ALL_METRICS = (
+    *SERVING_METRICS, *TARGET_METRICS, *TRAINING_METRICS, *DEVICE_METRICS, LAST_SUCCESS,
+)  # fmt: skip

@@ -11,6 +11,7 @@ from grafana_foundation_sdk.models import dashboard as dashboard_m
 
 from collectors import metric_names as m
 
+from .accelerators import accelerator_row
 from .health import harness_health_row
 from .panels import Query, heatmap_panel, number_panels, row, timeseries_panel, unit_of
 from .promql import QUANTILES, gauge, or_zero, quantile, rate, ratio
@@ -214,5 +215,6 @@ def serving_dashboard() -> dashboard_m.Dashboard:
     _latency_row(d)
     _throughput_row(d)
     _target_row(d)
+    accelerator_row(d)
     harness_health_row(d, client=True)
     return number_panels(d.build())

@@ -6,6 +6,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from collectors.accel_records import DeviceSample
 from collectors.live_export import LiveExporter, expert_imbalance
 from collectors.push import push_run, redact_url
 from collectors.records import RequestRecord, StepRecord
@@ -154,3 +155,44 @@ def test_unreachable_pushgateway_is_a_warning_without_credentials(unused_tcp_por
 def test_redact_url():
     assert redact_url("http://u:p@host:9091/x") == "http://host:9091/x"
     assert redact_url("http://host:9091") == "http://host:9091"
+
+
+def device_sample(t_s: float, **fields) -> DeviceSample:
+    base = dict(
+        t_ns=int(t_s * 1e9), source="dcgm", device="h1:gpu0", name="NVIDIA H200", host="h1",
+        utilization_ratio=None, memory_used_bytes=None, memory_total_bytes=None, power_w=None,
+        energy_j=None, sm_clock_hz=None, memory_clock_hz=None, temperature_c=None,
+        throttle_reasons=None, cpu_ratio=None, rss_bytes=None, scenario="c=4",
+    )  # fmt: skip
+    base.update(fields)
+    return DeviceSample(**base)  # type: ignore[arg-type]
+
+
+def test_device_samples_become_gauges_and_an_energy_counter():
+    exporter = LiveExporter("nightly", "synthetic")
+    gpu = {"source": "dcgm", "device": "h1:gpu0"}
+    # A counter: its increases, a reset (driver reload) adding nothing.
+    for t_s, energy_j in ((0, 1000.0), (1, 1400.0), (2, 1900.0), (3, 10.0), (4, 60.0)):
+        exporter.observe_device(
+            device_sample(t_s, energy_j=energy_j, power_w=450.0, utilization_ratio=0.9,
+                          memory_used_bytes=100 * 2**30, memory_total_bytes=141 * 2**30)
+        )  # fmt: skip
+    assert value(exporter, "moeperf_device_energy_joules_total", **gpu) == 950
+    assert value(exporter, "moeperf_device_power_watts", **gpu) == 450
+    assert value(exporter, "moeperf_device_utilization_ratio", **gpu) == 0.9
+    assert value(exporter, "moeperf_device_memory_used_bytes", **gpu) == 100 * 2**30
+    # No counter: the trapezoid of power, 100 W then 300 W over 2 s = 400 J.
+    nvml = {"source": "nvml", "device": "gpu0"}
+    for t_s, power_w in ((0, 100.0), (2, 300.0)):
+        exporter.observe_device(device_sample(t_s, source="nvml", device="gpu0", power_w=power_w))
+    assert value(exporter, "moeperf_device_energy_joules_total", **nvml) == 400
+    # The target's process: labelled "process", not by pid; no power, so no energy series.
+    exporter.observe_device(
+        device_sample(0, source="process", device="pid:4242", rss_bytes=2**28, cpu_ratio=1.5)
+    )
+    proc = {"source": "process", "device": "process"}
+    assert value(exporter, "moeperf_target_process_resident_memory_bytes", **proc) == 2**28
+    assert value(exporter, "moeperf_target_process_cpu_ratio", **proc) == 1.5
+    text = generate_latest(exporter.registry).decode()
+    assert 'moeperf_device_energy_joules_total{device="process"' not in text
+    assert "pid:4242" not in text
