@@ -2,9 +2,9 @@
 
 Prometheus conventions: the ``moeperf_`` prefix, base units in the name (seconds, bytes,
 ratio), ``_total`` on counters, and bounded label sets only: suite, target, scenario, arm,
-policy, status, worker, layer, expert, source, device. A run id or a request id is never a label on a live
-series (each run would start new series forever). Dashboards import these names, so a
-rename here shows up in their regenerated JSON.
+policy, status, worker, layer, expert, source, device. A run id or a request id is never a
+label on a live series (each run would start new series forever). Dashboards import these
+names, so a rename here shows up in their regenerated JSON.
 """
 
 from __future__ import annotations
