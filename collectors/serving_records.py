@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from collectors.accel_records import AcceleratorFigures
 from collectors.capacity_records import CapacitySummary
 from collectors.drill_records import DrillSummary
 from collectors.interference_records import InterferenceSummary
@@ -18,6 +19,7 @@ from collectors.request_audit import RequestAudit
 from collectors.soak_records import SoakSummary
 from collectors.sweep_records import SweepSummary
 from collectors.target_counters import TargetCounters
+from collectors.telemetry_records import TelemetrySummary
 from collectors.workload_records import RepeatLevel, TraceReplay, TurnSummary
 
 
@@ -178,6 +180,9 @@ class ScenarioSummary:
     unique: bool = False
     turns: tuple[TurnSummary, ...] = ()  # a multi-turn scenario's TTFT by turn index
     trace_replay: TraceReplay | None = None  # a trace level's sends against the trace
+    # The accelerators and the target's process over the level's measured window
+    # ([telemetry]); None: the sampler was off or read nothing in it (why: the run's telemetry).
+    accelerator: AcceleratorFigures | None = None
 
 
 def empty_scenario(slo: Slo = NO_SLO) -> ScenarioSummary:
@@ -227,3 +232,5 @@ class ServingSummary:
     request_audit: RequestAudit | None = None
     # A soak ([soak]): its windows, slopes with intervals, and verdicts.
     soak: SoakSummary | None = None
+    # The accelerator sampler ([telemetry]): its sources' status and its own cost.
+    telemetry: TelemetrySummary | None = None

@@ -305,6 +305,11 @@ def _show(store: RunStore, run: str, console: Console) -> None:
 
             console.print(windows_table(summary.soak))
             console.print(verdicts_table(summary.soak))
+        if summary.telemetry is not None:
+            from suites.serving.telemetry_tables import telemetry_lines
+
+            for item in telemetry_lines(summary.telemetry, summary.scenarios):
+                console.print(item, markup=False, highlight=False)
         if summary.mtp_ab is not None:
             from suites.serving.mtp_ab.tables import mtp_ab_tables
 

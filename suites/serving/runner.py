@@ -87,6 +87,7 @@ from suites.serving.schedule import (
 from suites.serving.soak.run import Soak, soak_verdict
 from suites.serving.sweep_fit import fit_scenario, fit_verdict, search_fit
 from suites.serving.sweep_plan import resolve_plan, sweep_plan
+from suites.serving.telemetry import Telemetry
 from suites.serving.workload.cache_reset import CacheReset, CacheResetter
 from suites.serving.workload.prompts import PoolKey, build_prompt_pools, read_spec_trace
 from suites.serving.workload.sources import Prompt
@@ -305,11 +306,14 @@ def run_serving(
         observers = LiveObservers(
             spec, run, base_url, target_name, pushgateway_url, say, headers=headers
         )
+        telemetry: Telemetry | None = None
         try:
             with run, interrupts_end_runs():
                 observers.start()
                 drill = _drill(spec, started, run)
                 soak = Soak(spec, started.process, run) if spec.soak is not None else None
+                if spec.telemetry.enabled:
+                    telemetry = Telemetry(spec.telemetry, started.process, run)
                 _run_levels(
                     spec,
                     run,
@@ -322,8 +326,11 @@ def run_serving(
                     headers,
                     drill,
                     soak,
+                    telemetry,
                 )
         finally:
+            if telemetry is not None:
+                telemetry.finish()  # done already unless the run broke before its levels
             observers.finish(run.manifest.status)
         return run.run_id
 
@@ -443,6 +450,7 @@ def _run_levels(
     headers: RequestHeaders = NO_HEADERS,
     drill: Drill | None = None,
     soak: Soak | None = None,
+    telemetry: Telemetry | None = None,
 ) -> None:
     load = spec.load
     sweep = levels.sweep
@@ -525,6 +533,8 @@ def _run_levels(
             drill.start(start_ns)
         if soak is not None:
             soak.start(scenario, start_ns)
+        if telemetry is not None:
+            telemetry.level_started(scenario)
         try:
             reports = pool.run_level(
                 plans,
@@ -539,6 +549,8 @@ def _run_levels(
                 drill.finish()
             if soak is not None:
                 soak.finish()
+            if telemetry is not None:
+                telemetry.level_ended()
         reasons = client_bottlenecks(
             reports,
             open_loop=level_load.mode != "concurrency",
@@ -586,6 +598,8 @@ def _run_levels(
     capacity: CapacitySummary | None = None
     fits: dict[int, CapacitySummary] = {}
     try:
+        if telemetry is not None:
+            telemetry.start()
         pool.wait_ready()
         if isinstance(pool, LocustPool):
             run.add_note(locust_note(pool))
@@ -607,6 +621,8 @@ def _run_levels(
     except BaseException:
         pool.drain(keep, on_amended=run.append_request)
         observers.stop_scraping()
+        if telemetry is not None:
+            telemetry.finish()
         frame = run.requests_frame()
         write_summary(
             run,
@@ -619,11 +635,14 @@ def _run_levels(
             trace=levels.trace,
             drill=_drill_summary(drill, outcomes, frame, run),
             soak=soak.summary(frame) if soak is not None else None,
+            telemetry=telemetry,
         )
         raise
     finally:
         pool.close()
     observers.stop_scraping()
+    if telemetry is not None:
+        telemetry.finish()
     frame = run.requests_frame()
     truth = None
     if drill is None or not drill.kills:  # a restarted target numbers its answers anew
@@ -651,6 +670,7 @@ def _run_levels(
         drill=drilled,
         soak=soaked,
         audit=audit,
+        telemetry=telemetry,
     )
     note = _cache_note(spec, outcomes)
     if note:
@@ -880,6 +900,7 @@ def write_summary(
     drill: DrillSummary | None = None,
     soak: SoakSummary | None = None,
     audit: RequestAudit | None = None,
+    telemetry: Telemetry | None = None,
 ) -> None:
     slo = Slo(**spec.slo.model_dump())
     summary = summarize_requests(frame, slo) if len(frame) else ServingSummary()
@@ -920,6 +941,9 @@ def write_summary(
                 reason += f" (errors so far: {error_counts_text(entry.error_types)})"
             scenarios[name] = dataclasses.replace(entry, status="invalid", status_reason=reason)
     scenarios = with_target_counters(scenarios, run.directory)  # from the stored scrapes
+    telemetry_summary = None
+    if telemetry is not None:  # each level's figures over its measured window
+        scenarios, telemetry_summary = telemetry.with_figures(scenarios, frame)
     swept = _sweep_summary(sweep, outcomes, fits or {}) if sweep is not None else None
     if mtp_ab is not None and len(frame):
         mtp_ab = with_figures(mtp_ab, frame, scenarios)
@@ -936,6 +960,7 @@ def write_summary(
             drill=drill,
             soak=soak,
             request_audit=audit,
+            telemetry=telemetry_summary,
         )
     )
 

@@ -1,0 +1,97 @@
+"""Accelerator telemetry for the terminal: a table per level, then the sampler's cost."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from collectors.accel_records import AcceleratorFigures, SamplerCost
+from collectors.serving_records import ScenarioSummary
+from collectors.telemetry_records import TelemetrySummary
+
+GIB = 2**30
+
+
+def _f(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    return "-" if value is None else f"{value * scale:.{digits}f}"
+
+
+def level_table(scenario: str, figures: AcceleratorFigures) -> Table:
+    window_s = (figures.end_ns - figures.start_ns) / 1e9
+    table = Table(
+        title=f"{scenario}: accelerators over the measured {window_s:.2f} s",
+        caption=(
+            "util: time-weighted mean and max; memory: peak (GiB; for a process, its tree's "
+            "RSS); energy: the device's counter, else the integral of its power; per token: "
+            "the level's measured ok output tokens"
+        ),
+    )
+    columns = ("device", "util mean %", "util max %", "peak mem GiB", "power W",
+               "energy J", "J/token", "tokens/J")  # fmt: skip
+    for i, column in enumerate(columns):
+        table.add_column(column, justify="left" if i == 0 else "right")
+    for d in figures.devices:
+        memory = d.memory_peak_bytes if d.memory_peak_bytes is not None else d.rss_peak_bytes
+        energy = _f(d.energy_j)
+        if d.energy_j is not None and d.energy_source is not None:
+            energy += f" ({d.energy_source})"
+        table.add_row(
+            f"{d.source} {d.device}" + (f" {d.name}" if d.name else ""),
+            _f(d.utilization_mean_ratio, 100),
+            _f(d.utilization_max_ratio, 100),
+            _f(memory, 1 / GIB, 2),
+            _f(d.power_mean_w),
+            energy,
+            "",
+            "",
+        )
+    if any(d.source != "process" for d in figures.devices):
+        total = _f(figures.energy_j)
+        if figures.energy_j is not None and figures.energy_source is not None:
+            total += f" ({figures.energy_source})"
+        table.add_row(
+            f"all accelerators ({figures.tokens} tokens)",
+            "",
+            "",
+            "",
+            _f(figures.power_mean_w),
+            total,
+            _f(figures.energy_per_token_j, digits=4),
+            _f(figures.tokens_per_j, digits=3),
+        )
+    return table
+
+
+def cost_line(cost: SamplerCost | None) -> str:
+    if cost is None:
+        return "sampler: not run (no source available)"
+    line = (
+        f"sampler: {cost.reads} reads every {cost.period_s:g} s over {cost.run_s:.1f} s; "
+        f"read mean {_f(cost.read_mean_s, 1e3, 2)} ms, max {_f(cost.read_max_s, 1e3, 2)} ms; "
+        f"CPU {_f(cost.cpu_ratio, 100, 2)}% of a core; {cost.ticks_missed} ticks missed"
+    )
+    for errors in cost.errors:
+        line += f"; {errors.count} failed reads of {errors.source} (last: {errors.last})"
+    return line
+
+
+def telemetry_lines(
+    telemetry: TelemetrySummary, scenarios: dict[str, ScenarioSummary]
+) -> list[Table | str]:
+    """A table per level with figures, "not available: <reason>" for one without, and the
+    sampler's cost; what ``moeperf runs show`` prints for a run's [telemetry]."""
+    items: list[Table | str] = []
+    for scenario, entry in scenarios.items():
+        if entry.accelerator is not None:
+            items.append(level_table(scenario, entry.accelerator))
+        else:
+            reason = (
+                telemetry.unavailable_text()
+                if telemetry.samples == 0
+                else ("no sample in its measured window")
+            )
+            items.append(f"{scenario} accelerators: not available: {reason}")
+    for status in telemetry.sources:
+        if status.unavailable is not None:
+            items.append(f"telemetry {status.source}: not available: {status.unavailable}")
+    items.append(cost_line(telemetry.cost))
+    return items
