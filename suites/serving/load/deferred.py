@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pickle
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from suites.serving.load.stream_state import StreamResult
 
@@ -29,7 +29,7 @@ class DeferredSpool:
         pickle.dump(result, self._file, protocol=pickle.HIGHEST_PROTOCOL)
         self.count += 1
 
-    def drain(self, batch: int) -> Iterator[list[StreamResult]]:
+    def drain(self, batch: int) -> Generator[list[StreamResult], None, None]:
         """Every result added since the last drain, ``batch`` at a time; empties the spool
         (also when the caller stops early)."""
         self._file.flush()
