@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from collectors import (
+    accel_figures,
     drill_records,
     latency,
     mtp_ab_records,
@@ -30,6 +31,7 @@ from collectors import (
 )
 from collectors import prefill as prefill_rates
 from reports.figures import (
+    accelerators,
     baseline_trend,
     capacity,
     cdf,
@@ -69,6 +71,7 @@ DEFINITIONS: tuple[ModuleType, ...] = (
     drill_records,
     soak_records,
     soak_verdicts,
+    accel_figures,
 )
 CHARTS: tuple[ModuleType, ...] = (
     concurrency,
@@ -85,6 +88,7 @@ CHARTS: tuple[ModuleType, ...] = (
     errors,
     drill,
     soak,
+    accelerators,
     forest,
     steps,
     training_throughput,

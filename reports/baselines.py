@@ -459,13 +459,18 @@ class BaselineStore:
 def _run_data(baseline: BaselineVersion) -> RunData:
     try:
         reader = RunReader(baseline.path)
-        frames = {"requests": reader.requests(), "steps": reader.steps()}
-        if "samples" in {f.name for f in dataclasses.fields(RunData)}:
-            frames["samples"] = reader.samples()
+        requests, steps, samples = reader.requests(), reader.steps(), reader.samples()
         summary = reader.summary()
     except (CollectorError, OSError, ValueError) as exc:
         raise ReportUsageError(f"baseline {baseline.ref}: {exc}") from None
-    return RunData(manifest=reader.manifest, summary=summary, server_metrics=[], **frames)
+    return RunData(
+        manifest=reader.manifest,
+        requests=requests,
+        steps=steps,
+        summary=summary,
+        server_metrics=[],
+        samples=samples,
+    )
 
 
 def _summary(baseline: BaselineVersion) -> RunSummary | None:

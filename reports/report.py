@@ -30,6 +30,7 @@ from collectors.sweep_plan_compare import plan_comparison
 from collectors.sweep_records import SweepSummary, fit_answer
 from collectors.target_counters import metrics_unavailable
 from collectors.training_summary import SimulatorCheck, TrainingSummary
+from reports.accel_blocks import accelerator_blocks
 from reports.accuracy_blocks import accuracy_blocks
 from reports.appendix import appendix_html
 from reports.drill_blocks import drill_blocks
@@ -480,6 +481,8 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
         blocks += drill_blocks(run.summary.drill, requests)
     if isinstance(run.summary, ServingSummary) and run.summary.soak is not None:
         blocks += soak_blocks(run.summary.soak)
+    if isinstance(run.summary, ServingSummary) and run.summary.telemetry is not None:
+        blocks += accelerator_blocks(run.summary.telemetry, scenarios, run.accelerator)
     repeats = run.summary.repeats if isinstance(run.summary, ServingSummary) else ()
     blocks += workload_blocks(ServingSummary(scenarios=scenarios, repeats=repeats), requests)
     counters = target_counters_table(scenarios, metrics_unavailable(run.server_metrics))

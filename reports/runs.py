@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from collectors.accel_records import DeviceSample
 from collectors.errors import CollectorError
 from collectors.manifest import RunManifest
 from collectors.store import RunStore
@@ -25,6 +26,8 @@ class RunData:
     server_metrics: list[dict[str, Any]]
     # Named measurements that are neither requests nor steps (micro-benchmark rounds).
     samples: pd.DataFrame
+    # The device sampler's readings ([telemetry]), in the order taken.
+    accelerator: tuple[DeviceSample, ...] = ()
 
     @property
     def run_id(self) -> str:
@@ -47,6 +50,7 @@ def load_run(store: RunStore, run: str) -> RunData:
             summary=reader.summary(),
             server_metrics=reader.server_metrics(),
             samples=reader.samples(),
+            accelerator=tuple(reader.accelerator_samples()),
         )
     except CollectorError as exc:
         raise ReportUsageError(str(exc)) from None

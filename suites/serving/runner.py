@@ -313,7 +313,9 @@ def run_serving(
                 drill = _drill(spec, started, run)
                 soak = Soak(spec, started.process, run) if spec.soak is not None else None
                 if spec.telemetry.enabled:
-                    telemetry = Telemetry(spec.telemetry, started.process, run)
+                    telemetry = Telemetry(
+                        spec.telemetry, started.process, run, on_sample=observers.device
+                    )
                 _run_levels(
                     spec,
                     run,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from collectors.accel_figures import accelerator_figures
-from collectors.accel_records import DeviceSource, SamplerCost, Unavailable
+from collectors.accel_records import DeviceSample, DeviceSource, SamplerCost, Unavailable
 from collectors.accel_sampler import DeviceSampler
 from collectors.dcgm_source import open_dcgm
 from collectors.nvml_source import open_nvml
@@ -49,9 +49,16 @@ def open_source(
 class Telemetry:
     """One run's sampler over every level; ``finish`` may be called more than once."""
 
-    def __init__(self, spec: TelemetrySpec, process: EmbeddedTarget | None, run: RunWriter):
+    def __init__(
+        self,
+        spec: TelemetrySpec,
+        process: EmbeddedTarget | None,
+        run: RunWriter,
+        on_sample: Callable[[DeviceSample], None] = lambda _sample: None,
+    ):
         self.spec = spec
         self._run = run
+        self._on_sample = on_sample
         self._sources: list[DeviceSource] = []
         statuses = []
         for name in spec.sources:
@@ -67,11 +74,16 @@ class Telemetry:
             self._sampler = DeviceSampler(
                 self._sources,
                 anchor_ns=run.manifest.anchor_monotonic_ns,
-                store=run.append_device_sample,
+                store=self._store,
                 period_s=spec.period_s,
             )
         self._cost: SamplerCost | None = None
         run.add_note(self.note())
+
+    def _store(self, sample: DeviceSample) -> None:
+        """On the sampler's thread: to the run's file first, then to the live export."""
+        self._run.append_device_sample(sample)
+        self._on_sample(sample)
 
     def note(self) -> str:
         on = [s.name for s in self.statuses if s.name is not None]

@@ -2,11 +2,12 @@
 
 The serving run drives the embedded reference target (the tiny MoE on its engine, MTP and
 prefix caching on), so KV-cache, prefix-cache, speculative-decoding and expert panels get
-the engine's own counters through the reference adapter. Two things are stand-ins, said
+the engine's own counters through the reference adapter. Three things are stand-ins, said
 here plainly: an SGLang /metrics page exported with prometheus_client (for the series only
-SGLang reports: cache hit rate and accept length as gauges), and training steps built in
-this test (the training suites do not export live yet). Everything else comes from the
-run itself, live and through the Pushgateway.
+SGLang reports: cache hit rate and accept length as gauges), a DCGM exporter's recorded page
+(no GPU here: the device panels' series come from it through the run's own sampler), and
+training steps built in this test (the training suites do not export live yet). Everything
+else comes from the run itself, live and through the Pushgateway.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
+from loopback import serving_in_thread
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client import start_http_server as serve_registry
 from prometheus_stack import free_port
@@ -35,6 +38,7 @@ from suites.spec import ServingSpec
 pytestmark = pytest.mark.slow
 
 GENERATED = Path(__file__).resolve().parents[2] / "dashboards" / "generated"
+DCGM_PAGE = Path(__file__).resolve().parents[1] / "data" / "accel" / "dcgm_exporter_h200x2.prom"
 ALL = ".*"
 VARIABLES = {
     "datasource": "prometheus",
@@ -129,8 +133,21 @@ def stand_ins():
     sglang.close()
 
 
+@pytest.fixture
+def dcgm_exporter():
+    """A DCGM exporter's page as recorded (two H200s), served on loopback: the device
+    panels' series come through the run's own sampler, as they would from a GPU node."""
+    page = DCGM_PAGE.read_text()
+
+    async def metrics(_request: web.Request) -> web.Response:
+        return web.Response(text=page, content_type="text/plain")
+
+    with serving_in_thread({}, {"/metrics": metrics}) as url:
+        yield url
+
+
 def test_every_dashboard_query_returns_data_from_a_real_run(
-    tmp_path, prometheus, pushgateway, promtool, stand_ins
+    tmp_path, prometheus, pushgateway, promtool, stand_ins, dcgm_exporter
 ):
     stand_in_targets, stand_in_exporters = stand_ins
     run_port = free_port()
@@ -158,6 +175,8 @@ def test_every_dashboard_query_returns_data_from_a_real_run(
         # host must not turn the run invalid (no last-success time is pushed for those).
         "harness": {"max_loop_lag_p99_s": 0.5, "max_cpu_fraction": 1.0},
         "export": {"metrics_port": run_port, "scrape_interval_s": 0.5},
+        # The target's process tree, and the GPUs of a (recorded) DCGM exporter.
+        "telemetry": {"sources": ["process", "dcgm"], "dcgm_url": dcgm_exporter},
     }
     store = RunStore(tmp_path / "runs")
     clock = LevelClock()

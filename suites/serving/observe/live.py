@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from collectors.accel_records import DeviceSample
 from collectors.live_export import LiveExporter
 from collectors.push import push_run
 from collectors.records import RequestRecord
@@ -74,6 +75,11 @@ class LiveObservers:
     def record(self, record: RequestRecord) -> None:
         if self.exporter is not None:
             self.exporter.observe_request(record)
+
+    def device(self, sample: DeviceSample) -> None:
+        """A device sampler's reading (on the sampler's thread) to the live export."""
+        if self.exporter is not None:
+            self.exporter.observe_device(sample)
 
     def health(self, health: WorkerHealth) -> None:
         if self.exporter is None:
