@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 # "latency": TTFT, TPOT, ITL, E2E; "throughput": output tokens/s; "micro": micro-benchmark
-# medians; "training": step time, tokens/s, MFU; "cache": the cached share of prompts.
-METRIC_CLASSES = ("latency", "throughput", "micro", "training", "cache")
+# medians; "training": step time, tokens/s, MFU; "cache": the cached share of prompts;
+# "energy": the accelerators' energy per output token.
+METRIC_CLASSES = ("latency", "throughput", "micro", "training", "cache", "energy")
 
 # Latency and throughput: 5%, about the run-to-run spread of medians in short serving runs;
 # micro-benchmarks are noisier (caches, turbo, scheduling): 10%. Tail percentiles vary far
@@ -33,6 +34,9 @@ DEFAULT_MIN_EFFECTS: Mapping[str, float] = {
     # The share of prompt tokens served from the prefix cache: 5%, as throughput (the
     # share of a seeded workload moves little between runs; a broken cache moves it all).
     "cache": 0.05,
+    # Energy per output token: 5%, as throughput, which it follows at a steady power draw
+    # (not calibrated on a GPU yet: no A/A runs with one have been made).
+    "energy": 0.05,
 }
 
 # One serving metric by the statistic the gate compares it by ("ttft_s_p99"), at every
@@ -49,6 +53,7 @@ METRIC_KEYS = (
     "e2e_s_p50",
     "request_output_tok_s_mean",
     "cached_prompt_share_mean",
+    "energy_per_output_token_j_median",
 )
 
 # The keys a spec's ``[gate] min_effects`` (and ``moeperf gate --min-effect``) may set:
@@ -63,5 +68,6 @@ MIN_EFFECT_KEYS = (
     "micro",
     "training",
     "cache",
+    "energy",
     *METRIC_KEYS,
 )

@@ -1,9 +1,10 @@
 """Baselines: immutable, content-hashed copies of a run, versioned under reports/baselines/.
 
 Layout: ``<root>/NAME/vN/`` holds the run's record files that exist (manifest.json,
-summary.json, requests.parquet, steps.parquet, samples.parquet; server_metrics.jsonl is not
-kept) and ``baseline.json`` (format in ``reports.baseline_migrations``): the source run, its
-status, its host fingerprint, the sha256 of every file and one content hash over them all.
+summary.json, requests.parquet, steps.parquet, samples.parquet, accelerator.parquet;
+server_metrics.jsonl is not kept) and ``baseline.json`` (format in
+``reports.baseline_migrations``): the source run, its status, its host fingerprint, the
+sha256 of every file and one content hash over them all.
 
 A version is built in a temporary directory beside its target and renamed into place, so a
 version either exists whole or not at all; nothing is ever overwritten. Files are made
@@ -46,8 +47,9 @@ RECORD_FILES = (
     "requests.parquet",
     "steps.parquet",
     "samples.parquet",
+    "accelerator.parquet",
 )
-_RECORD_JSONL = ("requests.jsonl", "steps.jsonl", "samples.jsonl")
+_RECORD_JSONL = ("requests.jsonl", "steps.jsonl", "samples.jsonl", "accelerator.jsonl")
 NAME_RULE = "[a-z0-9][a-z0-9._-]*"
 _NAME = re.compile(NAME_RULE + r"\Z")
 _VERSION_DIR = re.compile(r"v([1-9][0-9]*)\Z")
@@ -460,6 +462,7 @@ def _run_data(baseline: BaselineVersion) -> RunData:
     try:
         reader = RunReader(baseline.path)
         requests, steps, samples = reader.requests(), reader.steps(), reader.samples()
+        accelerator = tuple(reader.accelerator_samples())
         summary = reader.summary()
     except (CollectorError, OSError, ValueError) as exc:
         raise ReportUsageError(f"baseline {baseline.ref}: {exc}") from None
@@ -470,6 +473,7 @@ def _run_data(baseline: BaselineVersion) -> RunData:
         summary=summary,
         server_metrics=[],
         samples=samples,
+        accelerator=accelerator,
     )
 
 

@@ -30,6 +30,8 @@ scenario (load level):
   cache stopped hitting lacks the metric the baseline has, which fails as missing.
   Error ratio is not a gate metric: failures are counts, not samples, and need a binomial
   comparison rather than these tests.
+- ``energy_per_output_token_j`` median, where the run sampled an accelerator
+  ([telemetry]): ``reports.energy_samples`` says how.
 
 Micro runs (suite "micro"): the samples table, one sample per round, compared by their
 median; direction and unit from the records; class "micro".
@@ -44,14 +46,16 @@ higher is better; class "training".
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
+from collectors.accel_records import DeviceSample
 from collectors.latency import NS_PER_S, itl_samples_s, per_request
+from reports.energy_samples import energy_per_token_slices
 from reports.runs import RunData
 from reports.stats import RATE_STATISTIC, point_value, rate_of_totals
 
@@ -119,7 +123,27 @@ def run_samples(run: RunData) -> list[MetricSamples]:
         return micro_samples(run.samples)
     if run.kind == "training":
         return training_samples(run.steps)
-    return serving_samples(run.requests)
+    return serving_samples(run.requests) + energy_samples(run.requests, run.accelerator)
+
+
+def energy_samples(
+    requests: pd.DataFrame, accelerator: Sequence[DeviceSample]
+) -> list[MetricSamples]:
+    """Energy per output token of each level, where the run sampled an accelerator
+    (``reports.energy_samples``): optional, as a run without one lacks it by definition."""
+    return [
+        MetricSamples(
+            f"{scenario}/energy_per_output_token_j",
+            "median",
+            values,
+            "lower",
+            "energy",
+            "J/token",
+            kind="optional",
+            level=scenario,
+        )
+        for scenario, values in energy_per_token_slices(requests, accelerator).items()
+    ]
 
 
 def serving_samples(requests: pd.DataFrame) -> list[MetricSamples]:
