@@ -243,9 +243,7 @@ DEVICE_UTILIZATION = _m(
     _D,
     "percentunit",
 )
-DEVICE_MEMORY_USED = _m(
-    "device_memory_used_bytes", "gauge", "Device memory in use.", _D, "bytes"
-)
+DEVICE_MEMORY_USED = _m("device_memory_used_bytes", "gauge", "Device memory in use.", _D, "bytes")
 DEVICE_MEMORY_TOTAL = _m("device_memory_total_bytes", "gauge", "Device memory in all.", _D, "bytes")
 DEVICE_POWER = _m("device_power_watts", "gauge", "Power draw of the device.", _D, "watt")
 DEVICE_ENERGY = _m(
