@@ -44,10 +44,10 @@ from suites.serving.faults.spec import DrillSpec
 from suites.serving.load.openai_api import MaxTokensField
 from suites.serving.locust_spec import LocustSpec
 from suites.serving.soak.spec import SoakSpec
-from suites.serving.telemetry_spec import TelemetrySpec
 from suites.spec_base import STRICT, NonNegative, Positive
 from suites.spec_errors import NO_ECHO, problems_of, spec_error, unknown_field
 from suites.spec_overrides import apply_overrides, blame
+from suites.telemetry_spec import TelemetrySpec
 from suites.workload_spec import LengthSpec, WorkloadSpec
 from targets.synthetic.config import SyntheticConfig
 
@@ -654,7 +654,7 @@ class ServingSpec(_Strict):
     drill: DrillSpec | None = None
     # The Locust engine's layout (load.engine = "locust").
     locust: LocustSpec = LocustSpec()
-    # The accelerator sampler beside the levels (suites/serving/telemetry_spec.py).
+    # The accelerator sampler beside the levels (suites/telemetry_spec.py).
     telemetry: TelemetrySpec = TelemetrySpec()
 
     @model_validator(mode="after")

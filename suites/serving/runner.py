@@ -87,13 +87,15 @@ from suites.serving.schedule import (
 from suites.serving.soak.run import Soak, soak_verdict
 from suites.serving.sweep_fit import fit_scenario, fit_verdict, search_fit
 from suites.serving.sweep_plan import resolve_plan, sweep_plan
-from suites.serving.telemetry import Telemetry
+from suites.serving.telemetry import serving_telemetry
+from suites.serving.telemetry import with_figures as with_device_figures
 from suites.serving.workload.cache_reset import CacheReset, CacheResetter
 from suites.serving.workload.prompts import PoolKey, build_prompt_pools, read_spec_trace
 from suites.serving.workload.sources import Prompt
 from suites.serving.workload.sweep import ContextLimit, SweepPoint, context_limit, sweep_points
 from suites.serving.workload.trace import Trace
 from suites.spec import FitSpec, LoadSpec, ServingSpec
+from suites.telemetry import Telemetry
 
 # One worker process per this many streams (or requests/s open loop), up to the cores.
 _STREAMS_PER_WORKER = 128
@@ -313,7 +315,7 @@ def run_serving(
                 drill = _drill(spec, started, run)
                 soak = Soak(spec, started.process, run) if spec.soak is not None else None
                 if spec.telemetry.enabled:
-                    telemetry = Telemetry(
+                    telemetry = serving_telemetry(
                         spec.telemetry, started.process, run, on_sample=observers.device
                     )
                 _run_levels(
@@ -945,7 +947,7 @@ def write_summary(
     scenarios = with_target_counters(scenarios, run.directory)  # from the stored scrapes
     telemetry_summary = None
     if telemetry is not None:  # each level's figures over its measured window
-        scenarios, telemetry_summary = telemetry.with_figures(scenarios, frame)
+        scenarios, telemetry_summary = with_device_figures(telemetry, scenarios, frame)
     swept = _sweep_summary(sweep, outcomes, fits or {}) if sweep is not None else None
     if mtp_ab is not None and len(frame):
         mtp_ab = with_figures(mtp_ab, frame, scenarios)

@@ -23,10 +23,11 @@ from collectors.summary_json import summary_from_json, summary_to_json
 from collectors.telemetry_records import SourceStatus, TelemetrySummary
 from moeperf.cli import main
 from suites.errors import SpecError
-from suites.serving.telemetry import NOT_STARTED_BY_US, Telemetry
-from suites.serving.telemetry_spec import TelemetrySpec
+from suites.serving.telemetry import with_figures
 from suites.serving.telemetry_tables import telemetry_lines
 from suites.spec import ServingSpec, validate_spec
+from suites.telemetry import NOT_STARTED_BY_US, Telemetry
+from suites.telemetry_spec import TelemetrySpec
 
 
 def serving(telemetry: dict[str, Any]) -> ServingSpec:
@@ -172,7 +173,7 @@ def test_no_nvml_and_no_process_of_ours_are_notes_not_crashes(tmp_path) -> None:
         telemetry.level_started("c=1")
         telemetry.level_ended()
         telemetry.finish()
-        scenarios, summary = telemetry.with_figures({}, run.requests_frame())
+        scenarios, summary = with_figures(telemetry, {}, run.requests_frame())
     assert scenarios == {}
     assert summary == TelemetrySummary(
         period_s=0.1,

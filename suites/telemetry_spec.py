@@ -1,10 +1,12 @@
-"""``[telemetry]``: the accelerator sampler beside a serving run, validated at the edge.
+"""``[telemetry]``: the accelerator sampler beside a serving or training run, validated at
+the edge.
 
 ``sources``: what is read every ``period_s`` (collectors.accel_sampler):
 - "nvml": this host's GPUs through nvidia-ml-py ("not available" where there is no driver);
 - "dcgm": a DCGM exporter's Prometheus page at ``dcgm_url`` (a remote host's GPUs);
-- "process": the resident memory and CPU of the target's process tree, for an embedded
-  target (synthetic or reference) that this harness started; not available for a url target.
+- "process": the resident memory and CPU of the target's process tree: an embedded serving
+  target (synthetic or reference) that this harness started (not available for a url
+  target), or the trainer (the harness's own process and its ranks).
 Give each GPU through one source only: nvml and dcgm on the same host count its energy twice.
 
 Defaults, and why: ``sources = ["nvml", "process"]`` reads what this host has without any
