@@ -51,13 +51,19 @@ def _interval(slope: Slope, unit: str, scale: float = 1.0, digits: int = 3) -> s
     return f"{text} over {slope.windows} windows"
 
 
-def _least_change(change: float, unit: str, words: tuple[str, str]) -> str:
-    """The interval's end nearest zero on the bad side, as a change over the span, in
-    words: a negative one is no such change (the interval allows the opposite)."""
+def _span_change(near: float, far: float, unit: str, words: tuple[str, str]) -> str:
+    """The interval as a change over the span, in words. ``near`` and ``far``: its ends
+    as changes in the bad direction (positive: a degradation), ``near`` the smaller."""
     worse, better = words
-    if change > 0:
-        return f"the interval's near end is a {change:.3g}{unit} {worse}"
-    return f"the interval allows no {worse} (its near end: a {-change:.3g}{unit} {better})"
+
+    def change(value: float) -> str:
+        return f"a {abs(value):.3g}{unit} {worse if value > 0 else better}"
+
+    if near > 0:
+        return f"the interval's near end is {change(near)}"
+    if far > 0:
+        return f"the interval includes no change ({change(near)} to {change(far)})"
+    return f"the interval allows no {worse} (at least {change(far)})"
 
 
 def _few(name: VerdictName, slope: Slope, fails: bool) -> SoakVerdict | None:
@@ -102,10 +108,12 @@ def drift_verdict(
     # The interval's end nearest zero, as a change over the windows' span (in %).
     span_h = slope.span_s / S_PER_HOUR
     least_change = low * span_h if worse > 0 else -high * span_h
+    most_change = high * span_h if worse > 0 else -low * span_h
     found = (low > limit if worse > 0 else high < -limit) and least_change > t.drift_min_percent
     side = "above +" if worse > 0 else "below -"
     scale, unit = (1e3, "ms") if what != "output tok/s" else (1.0, "tok/s")
-    change = _least_change(least_change, "%", ("rise", "fall") if worse > 0 else ("fall", "rise"))
+    words = ("rise", "fall") if worse > 0 else ("fall", "rise")
+    change = _span_change(least_change, most_change, "%", words)
     reason = (
         f"{what} slope {_interval(slope, unit, scale)}; {change} over the {slope.span_s:g} s "
         f"span; drift when the whole interval is {side}{limit:g} %/h and that change is over "
@@ -122,10 +130,11 @@ def kv_verdict(kv: Slope, preemptions_total: float | None, t: SoakThresholds) ->
         return few
     assert kv.low_per_hour is not None and kv.per_hour is not None
     assert kv.high_per_hour is not None
-    least_points = kv.low_per_hour * 100 * kv.span_s / S_PER_HOUR
+    span_h = kv.span_s / S_PER_HOUR
+    least_points, most_points = kv.low_per_hour * 100 * span_h, kv.high_per_hour * 100 * span_h
     found = kv.low_per_hour * 100 > t.kv_min_points_per_hour and least_points > t.kv_min_points
     preempted = "not reported" if preemptions_total is None else f"{preemptions_total:g}"
-    change = _least_change(least_points, " points", ("rise", "fall"))
+    change = _span_change(least_points, most_points, " points", ("rise", "fall"))
     reason = (
         f"KV-cache usage slope {kv.per_hour * 100:.3g} points/h (95% CI "
         f"{kv.low_per_hour * 100:.3g} to {kv.high_per_hour * 100:.3g}) over {kv.windows} "

@@ -162,10 +162,19 @@ def test_a_short_run_needs_its_kv_usage_to_rise_over_its_span_too():
     assert kv_verdict(wander, 208.0, DEFAULTS).outcome == "found"
 
 
-def test_a_drift_whose_interval_allows_no_rise_says_so():
+def test_a_drift_reason_says_what_its_interval_allows_over_the_span():
     x = _mids(5)
-    verdict = drift_verdict("TTFT drift", fit_slope(x, [0.6, 0.5, 0.7, 0.4, 0.5]), "TTFT p50",
-                            +1, DEFAULTS)  # fmt: skip
-    assert verdict.outcome == "not found"
-    assert "the interval allows no rise (its near end: a " in verdict.reason
-    assert "% fall)" in verdict.reason
+
+    def reason(values: list[float], what: str = "TTFT p50", worse: int = +1) -> str:
+        name = "TTFT drift" if worse > 0 else "throughput drift"
+        verdict = drift_verdict(name, fit_slope(x, values), what, worse, DEFAULTS)
+        assert verdict.outcome == "not found"
+        return verdict.reason
+
+    # Around zero: the interval holds a fall and a rise; not "no rise".
+    assert "the interval includes no change (a " in reason([0.6, 0.5, 0.7, 0.4, 0.5])
+    # Falling latency: the whole interval is a fall, at least its end nearest zero.
+    assert "the interval allows no rise (at least a " in reason([0.6, 0.55, 0.5, 0.46, 0.4])
+    # Rising throughput: no fall.
+    rising = reason([400.0, 420.0, 445.0, 460.0, 480.0], "output tok/s", -1)
+    assert "the interval allows no fall (at least a " in rising and "% rise)" in rising
