@@ -23,8 +23,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from collectors.accel_records import AcceleratorFigures
 from collectors.quantiles import ESTIMATOR
 from collectors.records import StepRecord
+from collectors.telemetry_records import TelemetrySummary
 
 # Written into every training summary, so that the file explains itself.
 DEFINITIONS = {
@@ -89,6 +91,9 @@ class TrainingScenarioSummary:
     mfu_p50: float | None
     peak_memory_bytes: PeakMemory
     decide_s: float
+    # The accelerators and the trainer's process over the scenario's steps ([telemetry]);
+    # None: the sampler was off, read nothing then, or the scenarios ran interleaved.
+    accelerator: AcceleratorFigures | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +196,8 @@ class TrainingSummary:
     percentile_estimator: str = ESTIMATOR
     definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
     simulator: SimulatorCheck | None = None  # the cluster simulator against this run
+    # The accelerator sampler ([telemetry]): its sources' status and its own cost.
+    telemetry: TelemetrySummary | None = None
 
 
 def _events(records: Iterable[StepRecord], kind: str) -> list[dict[str, Any]]:

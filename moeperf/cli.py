@@ -246,6 +246,12 @@ def _show(store: RunStore, run: str, console: Console) -> None:
 
         for table in training_tables(summary):
             console.print(table)
+        if summary.telemetry is not None:
+            from suites.telemetry_tables import telemetry_lines
+
+            figures = {name: entry.accelerator for name, entry in summary.scenarios.items()}
+            for item in telemetry_lines(summary.telemetry, figures, training=True):
+                console.print(item, markup=False, highlight=False)
         console.print(f"results: {reader.directory}")
         return
     if isinstance(summary, DistTrainingSummary):
@@ -306,9 +312,10 @@ def _show(store: RunStore, run: str, console: Console) -> None:
             console.print(windows_table(summary.soak))
             console.print(verdicts_table(summary.soak))
         if summary.telemetry is not None:
-            from suites.serving.telemetry_tables import telemetry_lines
+            from suites.telemetry_tables import telemetry_lines
 
-            for item in telemetry_lines(summary.telemetry, summary.scenarios):
+            figures = {name: entry.accelerator for name, entry in summary.scenarios.items()}
+            for item in telemetry_lines(summary.telemetry, figures):
                 console.print(item, markup=False, highlight=False)
         if summary.mtp_ab is not None:
             from suites.serving.mtp_ab.tables import mtp_ab_tables

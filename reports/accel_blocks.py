@@ -8,8 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from collectors.accel_records import DeviceSample
-from collectors.serving_records import ScenarioSummary
+from collectors.accel_records import AcceleratorFigures, DeviceSample
 from collectors.telemetry_records import TelemetrySummary
 from reports.figures.accelerators import accelerator_chart
 from reports.render import Chart, Table
@@ -22,10 +21,9 @@ def _scaled(value: float | None, scale: float) -> float | None:
     return None if value is None else value * scale
 
 
-def _figures_table(scenarios: Mapping[str, ScenarioSummary]) -> pd.DataFrame:
+def _figures_table(by_name: Mapping[str, AcceleratorFigures | None]) -> pd.DataFrame:
     rows = []
-    for scenario, entry in scenarios.items():
-        figures = entry.accelerator
+    for scenario, figures in by_name.items():
         if figures is None:
             continue
         for device in figures.devices:
@@ -52,12 +50,14 @@ def _figures_table(scenarios: Mapping[str, ScenarioSummary]) -> pd.DataFrame:
                 "power mean W": figures.power_mean_w,
                 "energy J": figures.energy_j,
                 "energy from": figures.energy_source,
-                "J / output token": figures.energy_per_token_j,
+                "J / token": figures.energy_per_token_j,
                 "J / request": figures.energy_per_request_j,
-                "output tokens / J": figures.tokens_per_j,
+                "J / step": figures.energy_per_step_j,
+                "tokens / J": figures.tokens_per_j,
             }
         )
-    return pd.DataFrame(rows)
+    # A column no row has (J / step in a serving run) says nothing.
+    return pd.DataFrame(rows).dropna(axis="columns", how="all")
 
 
 def _cost_text(telemetry: TelemetrySummary) -> str:
@@ -80,15 +80,18 @@ def _cost_text(telemetry: TelemetrySummary) -> str:
 
 def accelerator_blocks(
     telemetry: TelemetrySummary,
-    scenarios: Mapping[str, ScenarioSummary],
+    by_name: Mapping[str, AcceleratorFigures | None],
     samples: Sequence[DeviceSample],
+    training: bool = False,
 ) -> list[Chart | Table]:
+    """The section of a run with [telemetry]; ``by_name``: each level's (serving) or
+    scenario's (training) figures."""
     on = [s.name for s in telemetry.sources if s.name]
     off = [f"{s.source}: {s.unavailable}" for s in telemetry.sources if s.unavailable]
     sources = "Sources read: " + (", ".join(on) if on else "none") + "."
     if off:
         sources += " Not available: " + "; ".join(off) + "."
-    figures = _figures_table(scenarios)
+    figures = _figures_table(by_name)
     blocks: list[Chart | Table] = []
     if figures.empty:
         blocks.append(
@@ -98,22 +101,30 @@ def accelerator_blocks(
             )
         )
     else:
+        window = (
+            "per scenario, over its steps' span (first step's start to last step's end); "
+            "J / token and J / step are the energy of all accelerators over the tokens and "
+            "the steps of its completed steps"
+            if training
+            else "per level, over the level's measured window; J / token is the energy of "
+            "all accelerators over the output tokens of the level's ok measured requests, "
+            "J / request over their count"
+        )
         blocks.append(
             Table(
                 figures,
-                "Accelerators per level, over the level's measured window: utilisation and "
-                "power are time-weighted means of the samples (trapezoids), memory and RSS "
-                "the largest reading; energy is the device's own energy counter's increase "
-                "where it has one, else the integral of its power ('energy from' says which); "
-                "J / output token is the energy of all accelerators over the output tokens of "
-                f"the level's ok measured requests. {sources}",
+                f"Accelerators {window}. Utilisation and power are time-weighted means of the "
+                "samples (trapezoids), memory and RSS the largest reading; energy is the "
+                "device's own energy counter's increase where it has one, else the integral "
+                f"of its power ('energy from' says which). {sources}",
             )
         )
     blocks.append(
         Chart(
             accelerator_chart(samples),
-            f"Each device as sampled every {telemetry.period_s * 1e3:g} ms, the load levels "
-            f"shaded. The sampler's own cost: {_cost_text(telemetry)}.",
+            f"Each device as sampled every {telemetry.period_s * 1e3:g} ms, the "
+            f"{'scenarios' if training else 'load levels'} shaded. The sampler's own cost: "
+            f"{_cost_text(telemetry)}.",
             drawn_by=("accelerators",),
         )
     )

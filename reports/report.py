@@ -482,7 +482,8 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
     if isinstance(run.summary, ServingSummary) and run.summary.soak is not None:
         blocks += soak_blocks(run.summary.soak)
     if isinstance(run.summary, ServingSummary) and run.summary.telemetry is not None:
-        blocks += accelerator_blocks(run.summary.telemetry, scenarios, run.accelerator)
+        figures = {name: entry.accelerator for name, entry in scenarios.items()}
+        blocks += accelerator_blocks(run.summary.telemetry, figures, run.accelerator)
     repeats = run.summary.repeats if isinstance(run.summary, ServingSummary) else ()
     blocks += workload_blocks(ServingSummary(scenarios=scenarios, repeats=repeats), requests)
     counters = target_counters_table(scenarios, metrics_unavailable(run.server_metrics))
@@ -558,6 +559,9 @@ def _training_blocks(run: RunData) -> list[Chart | Table]:
     summary = run.summary if isinstance(run.summary, TrainingSummary) else None
     if summary is not None and summary.simulator is not None:
         blocks += _simulator_blocks(summary.simulator)
+    if summary is not None and summary.telemetry is not None:
+        figures = {name: entry.accelerator for name, entry in summary.scenarios.items()}
+        blocks += accelerator_blocks(summary.telemetry, figures, run.accelerator, training=True)
     return blocks
 
 

@@ -1,11 +1,13 @@
-"""Accelerator telemetry for the terminal: a table per level, then the sampler's cost."""
+"""Accelerator telemetry for the terminal: a table per level (serving) or scenario
+(training), then the sampler's cost."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from rich.table import Table
 
 from collectors.accel_records import AcceleratorFigures, SamplerCost
-from collectors.serving_records import ScenarioSummary
 from collectors.telemetry_records import TelemetrySummary
 
 GIB = 2**30
@@ -15,18 +17,26 @@ def _f(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
     return "-" if value is None else f"{value * scale:.{digits}f}"
 
 
-def level_table(scenario: str, figures: AcceleratorFigures) -> Table:
+def level_table(scenario: str, figures: AcceleratorFigures, training: bool = False) -> Table:
     window_s = (figures.end_ns - figures.start_ns) / 1e9
+    span = "its steps'" if training else "the measured"
+    tokens = (
+        "the tokens of its completed steps; J/step: per completed step"
+        if training
+        else "the level's measured ok output tokens"
+    )
     table = Table(
-        title=f"{scenario}: accelerators over the measured {window_s:.2f} s",
+        title=f"{scenario}: accelerators over {span} {window_s:.2f} s",
         caption=(
             "util: time-weighted mean and max; memory: peak (GiB; for a process, its tree's "
-            "RSS); energy: the device's counter, else the integral of its power; per token: "
-            "the level's measured ok output tokens"
+            f"RSS); energy: the device's counter, else the integral of its power; per token: "
+            f"{tokens}"
         ),
     )
-    columns = ("device", "util mean %", "util max %", "peak mem GiB", "power W",
+    columns: tuple[str, ...] = ("device", "util mean %", "util max %", "peak mem GiB", "power W",
                "energy J", "J/token", "tokens/J")  # fmt: skip
+    if training:
+        columns += ("J/step",)
     for i, column in enumerate(columns):
         table.add_column(column, justify="left" if i == 0 else "right")
     for d in figures.devices:
@@ -43,6 +53,7 @@ def level_table(scenario: str, figures: AcceleratorFigures) -> Table:
             energy,
             "",
             "",
+            *([""] if training else []),
         )
     if any(d.source != "process" for d in figures.devices):
         total = _f(figures.energy_j)
@@ -57,6 +68,7 @@ def level_table(scenario: str, figures: AcceleratorFigures) -> Table:
             total,
             _f(figures.energy_per_token_j, digits=4),
             _f(figures.tokens_per_j, digits=3),
+            *([_f(figures.energy_per_step_j, digits=3)] if training else []),
         )
     return table
 
@@ -75,19 +87,23 @@ def cost_line(cost: SamplerCost | None) -> str:
 
 
 def telemetry_lines(
-    telemetry: TelemetrySummary, scenarios: dict[str, ScenarioSummary]
+    telemetry: TelemetrySummary,
+    by_name: Mapping[str, AcceleratorFigures | None],
+    training: bool = False,
 ) -> list[Table | str]:
-    """A table per level with figures, "not available: <reason>" for one without, and the
-    sampler's cost; what ``moeperf runs show`` prints for a run's [telemetry]."""
+    """A table per level (scenario) with figures, "not available: <reason>" for one
+    without, and the sampler's cost; what ``moeperf runs show`` prints for [telemetry]."""
     items: list[Table | str] = []
-    for scenario, entry in scenarios.items():
-        if entry.accelerator is not None:
-            items.append(level_table(scenario, entry.accelerator))
+    for scenario, figures in by_name.items():
+        if figures is not None:
+            items.append(level_table(scenario, figures, training))
         else:
             reason = (
                 telemetry.unavailable_text()
                 if telemetry.samples == 0
-                else ("no sample in its measured window")
+                else "its scenarios ran interleaved"
+                if training
+                else "no sample in its measured window"
             )
             items.append(f"{scenario} accelerators: not available: {reason}")
     for status in telemetry.sources:

@@ -32,12 +32,15 @@ from collectors.training_summary import (
     summarize_training,
 )
 from suites.errors import SpecError
+from suites.telemetry import Telemetry
 from suites.training.budget import Budgets
 from suites.training.dist_spec import DistTrainingSpec
 from suites.training.plan import Scenario, scenarios, sizes
 from suites.training.predict import ScenarioInputs, check_simulator
 from suites.training.scenario_run import ScenarioRun, run_in_turn
 from suites.training.spec import TrainingSpec
+from suites.training.telemetry import INTERLEAVED, training_telemetry
+from suites.training.telemetry import with_figures as with_device_figures
 from targets.training.cost_model import host_copy_seconds_per_byte
 from targets.training.peak import CpuMatmulDetail, PeakFlops, PeakFlopsError, peak_flops
 from targets.training.setup import DTYPES
@@ -97,11 +100,17 @@ def run_training(
     exporter = LiveExporter(spec.name, TARGET_NAME) if wanted else None
     if exporter is not None and spec.export.live_metrics:
         say(f"live metrics: http://127.0.0.1:{exporter.serve(spec.export.metrics_port)}/metrics")
+    telemetry: Telemetry | None = None
     try:
         with run, interrupts_end_runs():
             _notes(spec, run, peak)
-            _run_all(spec, run, plan, peak, exporter, say)
+            if spec.telemetry.enabled:
+                telemetry = training_telemetry(spec.telemetry, run, exporter)
+                telemetry.start()
+            _run_all(spec, run, plan, peak, exporter, say, telemetry)
     finally:
+        if telemetry is not None:
+            telemetry.finish()  # done already unless the run broke before its summary
         _finish_export(spec, run, exporter, pushgateway_url, say)
     return run.run_id
 
@@ -144,6 +153,7 @@ def _run_all(
     peak: PeakFlops,
     exporter: LiveExporter | None,
     say: Say,
+    telemetry: Telemetry | None = None,
 ) -> None:
     anchor_ns = run.manifest.anchor_monotonic_ns
     budgets = Budgets(spec, run.directory / "checkpoints", say)
@@ -180,11 +190,15 @@ def _run_all(
             )
             runs.append(scenario_run)
             if spec.matrix.order == "sequential":
+                if telemetry is not None:
+                    telemetry.level_started(scenario.name)
                 try:
                     while scenario_run.advance():
                         pass
                 finally:
                     _close(spec, run, scenario_run)
+                    if telemetry is not None:
+                        telemetry.level_ended()
         if spec.matrix.order == "interleaved":
             run_in_turn(runs)
         for outcome in outcomes:
@@ -197,6 +211,12 @@ def _run_all(
         if not spec.trainer.checkpoint_dir:
             shutil.rmtree(run.directory / "checkpoints", ignore_errors=True)
         summary = summarize_training(spec.kind, outcomes, peak_summary(peak), budgets.by_size)
+        if telemetry is not None:
+            telemetry.finish()
+            interleaved = spec.matrix.order == "interleaved"
+            if interleaved:
+                run.add_note(INTERLEAVED)
+            summary = with_device_figures(telemetry, summary, outcomes, interleaved)
         run.write_summary(summary)  # what was measured is on disk before anything predicts
         simulator = _check_simulator(spec, outcomes, summary, inputs, budgets, peak)
         if simulator is not None:

@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model, model_vali
 from suites.errors import SpecError
 from suites.spec_base import STRICT
 from suites.spec_errors import problems_of, spec_error
+from suites.telemetry_spec import TelemetrySpec
 from targets.model.checkpoint import default_model_dir
 from targets.model.config import MoEConfig
 from targets.training.policies import POLICY_NAMES
@@ -196,6 +197,8 @@ class TrainingSpec(_Strict):
     export: TrainingExportSpec = TrainingExportSpec()
     # The MFU denominator; unset: measured on a CPU, the datasheet's on a GPU.
     peak_flops_per_s: Annotated[float, Field(gt=0)] | None = None
+    # The accelerator sampler beside the steps (suites/telemetry_spec.py).
+    telemetry: TelemetrySpec = TelemetrySpec()
 
     @model_validator(mode="after")
     def _coherent(self) -> TrainingSpec:

@@ -77,17 +77,19 @@ def scenarios(samples):
 
 def test_the_figures_table_has_each_device_and_the_energy_per_token_of_each_level():
     samples = run_samples()
-    blocks = accelerator_blocks(telemetry(), scenarios(samples), samples)
+    by_level = {name: entry.accelerator for name, entry in scenarios(samples).items()}
+    blocks = accelerator_blocks(telemetry(), by_level, samples)
     table = blocks[0]
     assert isinstance(table, Table)
     frame = table.frame
     totals = frame[frame["device"] == "all accelerators"].set_index("level")
     # The counter climbs 200 J/s over c=1's 8 s and 600 J/s over c=8's: from the counter.
     assert totals.loc["c=1", "energy J"] == pytest.approx(1600)
-    assert totals.loc["c=1", "J / output token"] == pytest.approx(1.6)
-    assert totals.loc["c=8", "J / output token"] == pytest.approx(4800 / 4000)
-    assert totals.loc["c=8", "output tokens / J"] == pytest.approx(4000 / 4800)
+    assert totals.loc["c=1", "J / token"] == pytest.approx(1.6)
+    assert totals.loc["c=8", "J / token"] == pytest.approx(4800 / 4000)
+    assert totals.loc["c=8", "tokens / J"] == pytest.approx(4000 / 4800)
     assert set(totals["energy from"]) == {"counter"}
+    assert "J / step" not in frame  # a serving run has no steps
     process = frame[frame["device"] == "process h pid:77"].set_index("level")
     # The largest reading in [11 s, 19 s): the one at 18 s.
     assert process.loc["c=8", "RSS peak MiB"] == pytest.approx(518)

@@ -26,11 +26,20 @@ def requests(seconds: int, tokens_per_s: int, scenario: str = "c=4"):
         chunks = [t + 1 * MS + k * (90 * MS // per_request) for k in range(per_request)]
         records.append(
             RequestRecord(
-                request_id=f"r{i}", scenario=scenario, phase="measure", worker=0,
-                intended_send_ns=t, send_ns=t, done_ns=t + 99 * MS, status="ok",
-                chunk_ns=chunks, chunk_tokens=[1] * per_request, first_token_ns=chunks[0],
-                last_token_ns=chunks[-1], output_tokens=per_request,
-            )  # fmt: skip
+                request_id=f"r{i}",
+                scenario=scenario,
+                phase="measure",
+                worker=0,
+                intended_send_ns=t,
+                send_ns=t,
+                done_ns=t + 99 * MS,
+                status="ok",
+                chunk_ns=chunks,
+                chunk_tokens=[1] * per_request,
+                first_token_ns=chunks[0],
+                last_token_ns=chunks[-1],
+                output_tokens=per_request,
+            )
         )
     return records_frame(records)
 
@@ -40,12 +49,24 @@ def gpu(seconds: int, power_w: float, noise: float = 0.0, seed: int = 0) -> list
     rng = np.random.default_rng(seed)
     return [
         DeviceSample(
-            t_ns=k * 100 * MS, source="nvml", device="gpu0", name="H200", host="h",
-            utilization_ratio=0.9, memory_used_bytes=None, memory_total_bytes=None,
-            power_w=power_w * (1 + noise * rng.standard_normal()), energy_j=None,
-            sm_clock_hz=None, memory_clock_hz=None, temperature_c=None, throttle_reasons=None,
-            cpu_ratio=None, rss_bytes=None, scenario="c=4",
-        )  # fmt: skip
+            t_ns=k * 100 * MS,
+            source="nvml",
+            device="gpu0",
+            name="H200",
+            host="h",
+            utilization_ratio=0.9,
+            memory_used_bytes=None,
+            memory_total_bytes=None,
+            power_w=power_w * (1 + noise * rng.standard_normal()),
+            energy_j=None,
+            sm_clock_hz=None,
+            memory_clock_hz=None,
+            temperature_c=None,
+            throttle_reasons=None,
+            cpu_ratio=None,
+            rss_bytes=None,
+            scenario="c=4",
+        )
         for k in range(seconds * 10 + 1)
     ]
 
@@ -65,12 +86,24 @@ def test_each_whole_second_gives_its_joules_over_its_tokens():
 def test_without_an_accelerator_there_is_no_energy_metric():
     process_only = [
         DeviceSample(
-            t_ns=k * S, source="process", device="pid:1", name=None, host="h",
-            utilization_ratio=None, memory_used_bytes=None, memory_total_bytes=None,
-            power_w=None, energy_j=None, sm_clock_hz=None, memory_clock_hz=None,
-            temperature_c=None, throttle_reasons=None, cpu_ratio=0.5, rss_bytes=2**20,
+            t_ns=k * S,
+            source="process",
+            device="pid:1",
+            name=None,
+            host="h",
+            utilization_ratio=None,
+            memory_used_bytes=None,
+            memory_total_bytes=None,
+            power_w=None,
+            energy_j=None,
+            sm_clock_hz=None,
+            memory_clock_hz=None,
+            temperature_c=None,
+            throttle_reasons=None,
+            cpu_ratio=0.5,
+            rss_bytes=2**20,
             scenario="c=4",
-        )  # fmt: skip
+        )
         for k in range(10)
     ]
     assert energy_samples(requests(10, 1000), process_only) == []

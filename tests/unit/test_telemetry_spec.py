@@ -24,10 +24,10 @@ from collectors.telemetry_records import SourceStatus, TelemetrySummary
 from moeperf.cli import main
 from suites.errors import SpecError
 from suites.serving.telemetry import with_figures
-from suites.serving.telemetry_tables import telemetry_lines
 from suites.spec import ServingSpec, validate_spec
 from suites.telemetry import NOT_STARTED_BY_US, Telemetry
 from suites.telemetry_spec import TelemetrySpec
+from suites.telemetry_tables import telemetry_lines
 
 
 def serving(telemetry: dict[str, Any]) -> ServingSpec:
@@ -149,14 +149,14 @@ def test_the_tables_show_figures_cost_and_what_was_not_available() -> None:
         "c=4": dataclasses.replace(empty_scenario(), accelerator=FIGURES),
         "c=8": empty_scenario(),
     }
-    items = telemetry_lines(TELEMETRY, scenarios)
+    items = telemetry_lines(TELEMETRY, {n: e.accelerator for n, e in scenarios.items()})
     text = [i for i in items if isinstance(i, str)]
     assert "c=8 accelerators: not available: no sample in its measured window" in text
     assert "telemetry nvml: not available: NVML: nvidia-ml-py is not installed" in text
     assert text[-1].startswith("sampler: 40 reads every 0.1 s over 4.0 s; read mean 2.00 ms")
     assert "1 ticks missed; 2 failed reads of dcgm http://h:9400/metrics" in text[-1]
     none = dataclasses.replace(TELEMETRY, samples=0, cost=None)
-    lines = telemetry_lines(none, {"c=1": empty_scenario()})
+    lines = telemetry_lines(none, {"c=1": None})
     assert lines[0] == "c=1 accelerators: not available: nvml: NVML: nvidia-ml-py is not installed"
     assert lines[-1] == "sampler: not run (no source available)"
 

@@ -1,0 +1,60 @@
+"""The accelerator sampler in a training run ([telemetry]): each scenario's figures.
+
+The sampler (``suites.telemetry.Telemetry``) watches the harness's own process tree (the
+trainer runs in it, ranks are its children; the sampler's thread is counted too) and the
+spec's GPUs. A scenario run to its end before the next (``matrix.order = "sequential"``)
+labels the samples with its name, and its figures are over its steps' span: the first
+step's start to the last one's end (restarts, replays and checkpoint writes between them
+included, so energy per step is the effective one), with the tokens and the steps of its
+completed (not replayed) steps, as the summary counts them. Interleaved scenarios share
+every second of the run, one step each in turn: no scenario's energy can be told apart,
+and none gets figures (a note says so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from collectors.accel_figures import training_figures
+from collectors.accel_records import Unavailable
+from collectors.live_export import LiveExporter
+from collectors.store import RunWriter
+from collectors.training_summary import ScenarioOutcome, TrainingSummary, is_replay
+from suites.telemetry import Telemetry
+from suites.telemetry_spec import TelemetrySpec
+
+INTERLEAVED = (
+    "Telemetry: the scenarios ran interleaved, one step each in turn, so no scenario's "
+    "energy or utilisation can be told apart; the samples are stored, without figures per "
+    "scenario."
+)
+
+
+def training_telemetry(
+    spec: TelemetrySpec, run: RunWriter, exporter: LiveExporter | None
+) -> Telemetry:
+    """The run's sampler, over this process's tree (the trainer) and the spec's GPUs."""
+    on_sample = exporter.observe_device if exporter is not None else (lambda _sample: None)
+    return Telemetry(spec, os.getpid, run, on_sample)
+
+
+def with_figures(
+    telemetry: Telemetry,
+    summary: TrainingSummary,
+    outcomes: list[ScenarioOutcome],
+    interleaved: bool,
+) -> TrainingSummary:
+    """The summary with each scenario's figures (sequential runs) and the sampler's."""
+    samples = telemetry.samples()
+    scenarios = dict(summary.scenarios)
+    for outcome in outcomes if not interleaved else ():
+        completed = [r for r in outcome.records if not is_replay(r)]
+        figures = training_figures(samples, completed)
+        if outcome.name in scenarios and not isinstance(figures, Unavailable):
+            scenarios[outcome.name] = dataclasses.replace(
+                scenarios[outcome.name], accelerator=figures
+            )
+    return dataclasses.replace(
+        summary, scenarios=scenarios, telemetry=telemetry.summary(len(samples))
+    )
