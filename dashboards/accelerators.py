@@ -18,7 +18,9 @@ BY = ("target", "device")
 LEGEND = "{{target}} {{device}}"
 
 
-def accelerator_row(d: dashboard_b.Dashboard) -> None:
+def accelerator_row(d: dashboard_b.Dashboard, tokens: m.Metric, what: str) -> None:
+    """The row; energy per token is over ``tokens`` (``what`` says which, in the panel's
+    description): output tokens of a serving run, tokens trained on of a training run."""
     d.with_row(row("Accelerators"))
     for title, metric in (
         ("Device utilisation", m.DEVICE_UTILIZATION),
@@ -48,15 +50,14 @@ def accelerator_row(d: dashboard_b.Dashboard) -> None:
         )
     )
     joules = rate(m.DEVICE_ENERGY, ("target",))
-    tokens = rate(m.OUTPUT_TOKENS, ("target",))
     d.with_panel(
         timeseries_panel(
-            "Energy per output token",
+            "Energy per token",
             unit_of(m.DEVICE_ENERGY),
-            [Query(ratio(joules, tokens), "{{target}}")],
-            "Joules the target's accelerators used per output token of ok requests, over "
-            "each rate interval (every device of the target, whatever the scenario). Reports "
-            "give it per level, over the level's measured window.",
+            [Query(ratio(joules, rate(tokens, ("target",))), "{{target}}")],
+            f"Joules the target's accelerators used per {what}, over each rate interval "
+            "(every device of the target). Reports give it per level or scenario, over its "
+            "own window.",
             width=8,
             min_value=0,
         )

@@ -215,6 +215,6 @@ def serving_dashboard() -> dashboard_m.Dashboard:
     _latency_row(d)
     _throughput_row(d)
     _target_row(d)
-    accelerator_row(d)
+    accelerator_row(d, m.OUTPUT_TOKENS, "output token of ok requests")
     harness_health_row(d, client=True)
     return number_panels(d.build())

@@ -10,6 +10,7 @@ from grafana_foundation_sdk.models import dashboard as dashboard_m
 
 from collectors import metric_names as m
 
+from .accelerators import accelerator_row
 from .health import harness_health_row
 from .panels import Query, number_panels, row, timeseries_panel, unit_of
 from .promql import QUANTILES, gauge, increase, quantile, rate
@@ -91,5 +92,6 @@ def training_dashboard() -> dashboard_m.Dashboard:
             f"{m.EXPERT_IMBALANCE.help} 1 is perfectly balanced.",
         )
     )
+    accelerator_row(d, m.TRAIN_TOKENS, "token trained on")
     harness_health_row(d, client=False)
     return number_panels(d.build())

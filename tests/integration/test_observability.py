@@ -6,7 +6,7 @@ the engine's own counters through the reference adapter. Three things are stand-
 here plainly: an SGLang /metrics page exported with prometheus_client (for the series only
 SGLang reports: cache hit rate and accept length as gauges), a DCGM exporter's recorded page
 (no GPU here: the device panels' series come from it through the run's own sampler), and
-training steps built in this test (the training suites do not export live yet). Everything
+training steps and a GPU's readings built in this test (fed to the training dashboard). Everything
 else comes from the run itself, live and through the Pushgateway.
 """
 
@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client import start_http_server as serve_registry
 from prometheus_stack import free_port
 
+from collectors.accel_records import DeviceSample
 from collectors.live_export import LiveExporter
 from collectors.records import StepRecord
 from collectors.store import RunStore
@@ -84,6 +85,17 @@ def training_step(step: int, rng: random.Random) -> StepRecord:
     )  # fmt: skip
 
 
+def trainer_gpu(step: int) -> DeviceSample:
+    """The stand-in trainer's GPU, read at each step: 300 W, busy, its counter rising."""
+    return DeviceSample(
+        t_ns=step * 250_000_000, source="nvml", device="gpu0", name="stand-in", host="trainer",
+        utilization_ratio=0.95, memory_used_bytes=40 * 2**30, memory_total_bytes=80 * 2**30,
+        power_w=300.0, energy_j=1000.0 + 75.0 * step, sm_clock_hz=1_980_000_000,
+        memory_clock_hz=None, temperature_c=61.0, throttle_reasons=(), cpu_ratio=None,
+        rss_bytes=None, scenario="",
+    )  # fmt: skip
+
+
 class LevelClock(Progress):
     """Wall time at the end of each level, while the run's live endpoint is still up."""
 
@@ -119,6 +131,7 @@ def stand_ins():
         step = 0
         while not stop.wait(0.25):
             exporters["sglang"].observe_step(training_step(step, rng), policy="adaptive")
+            exporters["sglang"].observe_device(trainer_gpu(step))
             step += 1
 
     feeder = threading.Thread(target=feed, daemon=True)
