@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from collectors.soak_records import SoakThresholds
+from collectors.soak_records import SoakThresholds, VerdictName
 from collectors.soak_slope import fit_slope
 from collectors.soak_verdicts import drift_verdict, expert_verdict, kv_verdict, leak_verdict
 from suites.serving.soak.spec import SoakSpec
@@ -166,7 +166,7 @@ def test_a_drift_reason_says_what_its_interval_allows_over_the_span():
     x = _mids(5)
 
     def reason(values: list[float], what: str = "TTFT p50", worse: int = +1) -> str:
-        name = "TTFT drift" if worse > 0 else "throughput drift"
+        name: VerdictName = "TTFT drift" if worse > 0 else "throughput drift"
         verdict = drift_verdict(name, fit_slope(x, values), what, worse, DEFAULTS)
         assert verdict.outcome == "not found"
         return verdict.reason
