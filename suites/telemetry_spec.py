@@ -11,8 +11,9 @@ Give each GPU through one source only: nvml and dcgm on the same host count its 
 
 Defaults, and why: ``sources = ["nvml", "process"]`` reads what this host has without any
 setup (either is "not available" with its reason where absent, never an error);
-``period_s = 0.1``: NVML and a process-tree read cost well under a millisecond each, and
-100 ms resolves a load level of a few seconds (AIPerf and vLLM sample at 0.1-1 s).
+``period_s = 0.1``: 100 ms resolves a load level of a few seconds (AIPerf and vLLM sample
+at 0.1-1 s), and a read costs a few milliseconds of the harness's CPU (``tox -e
+bench-telemetry``: a process tree 2 ms, a DCGM page of two GPUs 6 ms; 2-4% of a core).
 Interference and MTP A/B runs do not run the sampler yet.
 """
 
