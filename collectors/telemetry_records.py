@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collectors.accel_records import SamplerCost, SourceName
+from collectors.accel_records import AcceleratorFigures, SamplerCost, SourceName
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,12 +25,18 @@ class SourceStatus:
 @dataclass(frozen=True, slots=True)
 class TelemetrySummary:
     """The sampler of a run. ``cost`` is None when no source was available (nothing ran);
-    ``samples``: how many the run stored."""
+    ``samples``: how many the run stored; ``run``: the figures over the whole run."""
 
     period_s: float
     sources: tuple[SourceStatus, ...]
     samples: int
     cost: SamplerCost | None
+    # The whole run: serving, from the first measured send of any level to the last
+    # completion, with every level's measured ok output tokens and requests (the gaps
+    # between levels and their warm-ups included: what the run cost); training, from the
+    # first step's start to the last one's end, with every completed step. None: no
+    # figure could be had.
+    run: AcceleratorFigures | None = None
 
     def unavailable_text(self) -> str:
         """Why there are no accelerator figures: every source's reason, in spec order."""

@@ -91,7 +91,7 @@ def accelerator_blocks(
     sources = "Sources read: " + (", ".join(on) if on else "none") + "."
     if off:
         sources += " Not available: " + "; ".join(off) + "."
-    figures = _figures_table(by_name)
+    figures = _figures_table({**by_name, "whole run": telemetry.run})
     blocks: list[Chart | Table] = []
     if figures.empty:
         blocks.append(
@@ -104,11 +104,13 @@ def accelerator_blocks(
         window = (
             "per scenario, over its steps' span (first step's start to last step's end); "
             "J / token and J / step are the energy of all accelerators over the tokens and "
-            "the steps of its completed steps"
+            "the steps of its completed steps; 'whole run' over every completed step"
             if training
             else "per level, over the level's measured window; J / token is the energy of "
             "all accelerators over the output tokens of the level's ok measured requests, "
-            "J / request over their count"
+            "J / request over their count; 'whole run' from the first measured send of any "
+            "level to the last completion (the gaps between levels and their warm-ups "
+            "included: what the run cost), over every level's tokens and requests"
         )
         blocks.append(
             Table(

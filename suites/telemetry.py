@@ -14,7 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from collectors.accel_records import DeviceSample, DeviceSource, SamplerCost, Unavailable
+from collectors.accel_records import (
+    AcceleratorFigures,
+    DeviceSample,
+    DeviceSource,
+    SamplerCost,
+    Unavailable,
+)
 from collectors.accel_sampler import DeviceSampler
 from collectors.dcgm_source import open_dcgm
 from collectors.nvml_source import open_nvml
@@ -117,5 +123,5 @@ class Telemetry:
         """Every sample the run stored, read back from its file."""
         return RunReader(self._run.directory).accelerator_samples()
 
-    def summary(self, samples: int) -> TelemetrySummary:
-        return TelemetrySummary(self.spec.period_s, self.statuses, samples, self._cost)
+    def summary(self, samples: int, run: AcceleratorFigures | None = None) -> TelemetrySummary:
+        return TelemetrySummary(self.spec.period_s, self.statuses, samples, self._cost, run)

@@ -20,6 +20,8 @@ def _f(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
 def level_table(scenario: str, figures: AcceleratorFigures, training: bool = False) -> Table:
     window_s = (figures.end_ns - figures.start_ns) / 1e9
     span = "its steps'" if training else "the measured"
+    if scenario == "whole run":
+        span = "its"
     tokens = (
         "the tokens of its completed steps; J/step: per completed step"
         if training
@@ -106,6 +108,8 @@ def telemetry_lines(
                 else "no sample in its measured window"
             )
             items.append(f"{scenario} accelerators: not available: {reason}")
+    if telemetry.run is not None:
+        items.append(level_table("whole run", telemetry.run, training))
     for status in telemetry.sources:
         if status.unavailable is not None:
             items.append(f"telemetry {status.source}: not available: {status.unavailable}")

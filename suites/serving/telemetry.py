@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from collectors.accel_figures import accelerator_figures
-from collectors.accel_records import DeviceSample, Unavailable
+from collectors.accel_records import AcceleratorFigures, DeviceSample, Unavailable
 from collectors.serving_records import ScenarioSummary
 from collectors.store import RunWriter
 from collectors.telemetry_records import TelemetrySummary
@@ -41,21 +41,31 @@ def with_figures(
     A scenario's window is the one its throughput is over (``collectors.summary``'s
     ``summarize_scenario``): the first actual send to the last completion among its
     measured requests (phase "measure", any status). Tokens and requests are its
-    measured ok requests' output tokens and count, as in its output throughput.
+    measured ok requests' output tokens and count, as in its output throughput. The
+    run's: from the first measured send of any level to the last completion, with every
+    level's tokens and requests.
     """
     samples = telemetry.samples()
+    measured = frame[frame["phase"] == "measure"] if len(frame) else frame
     figured = dict(scenarios)
     for name, entry in scenarios.items():
-        level = frame[frame["scenario"] == name] if len(frame) else frame
-        measured = level[level["phase"] == "measure"] if len(level) else level
-        if not samples or not len(measured):
-            continue
-        start, end = measured["send_ns"].min(), measured["done_ns"].max()
-        if pd.isna(start) or pd.isna(end) or end <= start:
-            continue
-        figures = accelerator_figures(
-            samples, int(start), int(end), tokens=int(entry.output_tokens), requests=entry.ok
-        )
-        if not isinstance(figures, Unavailable):
+        level = measured[measured["scenario"] == name] if len(measured) else measured
+        figures = _over(samples, level, int(entry.output_tokens), entry.ok)
+        if figures is not None:
             figured[name] = dataclasses.replace(entry, accelerator=figures)
-    return figured, telemetry.summary(len(samples))
+    tokens = sum(int(e.output_tokens) for e in scenarios.values())
+    whole = _over(samples, measured, tokens, sum(e.ok for e in scenarios.values()))
+    return figured, telemetry.summary(len(samples), whole)
+
+
+def _over(
+    samples: list[DeviceSample], measured: pd.DataFrame, tokens: int, requests: int
+) -> AcceleratorFigures | None:
+    """The figures from the first actual send of ``measured`` to its last completion."""
+    if not samples or not len(measured):
+        return None
+    start, end = measured["send_ns"].min(), measured["done_ns"].max()
+    if pd.isna(start) or pd.isna(end) or end <= start:
+        return None
+    figures = accelerator_figures(samples, int(start), int(end), tokens=tokens, requests=requests)
+    return None if isinstance(figures, Unavailable) else figures

@@ -8,7 +8,8 @@ step's start to the last one's end (restarts, replays and checkpoint writes betw
 included, so energy per step is the effective one), with the tokens and the steps of its
 completed (not replayed) steps, as the summary counts them. Interleaved scenarios share
 every second of the run, one step each in turn: no scenario's energy can be told apart,
-and none gets figures (a note says so).
+and none gets figures (a note says so). The run's figures are over every completed step
+of every scenario, in either order.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ def with_figures(
             scenarios[outcome.name] = dataclasses.replace(
                 scenarios[outcome.name], accelerator=figures
             )
+    # The whole run: every completed step of every scenario (interleaved ones too).
+    every = [r for o in outcomes for r in o.records if not is_replay(r)]
+    whole = training_figures(samples, every)
+    run = None if isinstance(whole, Unavailable) else whole
     return dataclasses.replace(
-        summary, scenarios=scenarios, telemetry=telemetry.summary(len(samples))
+        summary, scenarios=scenarios, telemetry=telemetry.summary(len(samples), run)
     )

@@ -91,6 +91,10 @@ def test_a_level_gets_process_and_dcgm_figures_over_its_measured_window(tmp_path
     assert cost.read_mean_s is not None and cost.cpu_ratio is not None
     # Every tick on the grid was read or counted as missed (a read that overran its period).
     assert abs(cost.reads + cost.ticks_missed - cost.run_s / cost.period_s) <= 2
+    # The whole run (one level): the same window and figures as the level's.
+    assert telemetry.run is not None
+    assert (telemetry.run.start_ns, telemetry.run.end_ns) == (start_ns, end_ns)
+    assert telemetry.run.energy_j == pytest.approx(expected_total, rel=1e-9)
     note = next(n for n in reader.manifest.notes if n.startswith("Telemetry:"))
     assert "every 0.1 s from process, dcgm " + url in note
     capsys.readouterr()
@@ -101,6 +105,7 @@ def test_a_level_gets_process_and_dcgm_figures_over_its_measured_window(tmp_path
     assert "dcgm gpu-node-7:gpu0" in shown and "(counter)" in shown
     assert "all accelerators" in shown and "J/token" in shown
     assert f"sampler: {cost.reads} reads every 0.1 s" in shown
+    assert "whole run: accelerators over its" in shown
 
 
 def test_a_url_target_has_no_process_source(tmp_path):

@@ -78,6 +78,13 @@ def test_each_scenario_gets_its_energy_per_step_and_per_token(tmp_path, capsys):
         assert process.rss_peak_bytes and process.rss_peak_bytes > 0
     telemetry = summary.telemetry
     assert telemetry is not None and telemetry.cost is not None and telemetry.cost.reads > 0
+    # The whole run: both scenarios' steps, end to end.
+    whole = telemetry.run
+    assert whole is not None
+    assert whole.steps == sum(e.steps for e in summary.scenarios.values())
+    assert whole.start_ns == min(
+        e.accelerator.start_ns for e in summary.scenarios.values() if e.accelerator
+    )
     capsys.readouterr()
     assert main(["--runs-dir", str(tmp_path / "runs"), "runs", "show", run_id]) == 0
     shown = capsys.readouterr().out
@@ -94,5 +101,9 @@ def test_interleaved_scenarios_get_no_figures_and_say_why(tmp_path):
     summary = reader.summary()
     assert isinstance(summary, TrainingSummary)
     assert all(entry.accelerator is None for entry in summary.scenarios.values())
+    # The run as a whole has its figures: every step of both scenarios.
+    assert summary.telemetry is not None and summary.telemetry.run is not None
+    assert summary.telemetry.run.energy_source == "counter"
+    assert summary.telemetry.run.steps == sum(e.steps for e in summary.scenarios.values())
     assert reader.accelerator_samples()  # stored all the same
     assert INTERLEAVED in reader.manifest.notes
