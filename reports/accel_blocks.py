@@ -43,6 +43,8 @@ def _figures_table(by_name: Mapping[str, AcceleratorFigures | None]) -> pd.DataF
                     "CPU mean %": _scaled(device.cpu_mean_ratio, 100),
                 }
             )
+        if all(d.source == "process" for d in figures.devices):
+            continue  # no accelerator: nothing to total
         rows.append(
             {
                 "level": scenario,

@@ -125,3 +125,13 @@ def test_without_any_figure_the_section_says_not_available_and_why():
     assert "Sources read: none" in table.caption
     assert "NVML Shared Library Not Found" in table.caption
     assert "the sampler did not run" in blocks[1].caption
+
+
+def test_a_process_only_run_has_no_accelerator_totals():
+    samples = [s for s in run_samples() if s.source == "process"]
+    figures = accelerator_figures(samples, 1 * S, 9 * S, tokens=1000, requests=10)
+    assert isinstance(figures, AcceleratorFigures)
+    table = accelerator_blocks(telemetry(), {"c=1": figures}, samples)[0]
+    assert isinstance(table, Table)
+    assert list(table.frame["device"]) == ["process h pid:77"]
+    assert "energy J" not in table.frame  # no device has power: no empty energy column
