@@ -11,13 +11,33 @@ from collectors.accel_records import AcceleratorFigures, SamplerCost
 from collectors.telemetry_records import TelemetrySummary
 
 GIB = 2**30
+MIB = 2**20
 
 
 def _f(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
     return "-" if value is None else f"{value * scale:.{digits}f}"
 
 
+def level_items(
+    scenario: str, figures: AcceleratorFigures, training: bool = False
+) -> list[Table | str]:
+    """A table of the accelerators (where the window has any), then a line per process."""
+    items: list[Table | str] = []
+    if any(d.source != "process" for d in figures.devices):
+        items.append(level_table(scenario, figures, training))
+    window_s = (figures.end_ns - figures.start_ns) / 1e9
+    for d in figures.devices:
+        if d.source == "process":
+            items.append(
+                f"{scenario}: target process {d.device} over {window_s:.2f} s: RSS peak "
+                f"{_f(d.rss_peak_bytes, 1 / MIB)} MiB, CPU mean {_f(d.cpu_mean_ratio, 100)}% "
+                "of a core"
+            )
+    return items
+
+
 def level_table(scenario: str, figures: AcceleratorFigures, training: bool = False) -> Table:
+    """The accelerators over one level (scenario, or the whole run), and their totals."""
     window_s = (figures.end_ns - figures.start_ns) / 1e9
     span = "its steps'" if training else "the measured"
     if scenario == "whole run":
@@ -30,9 +50,8 @@ def level_table(scenario: str, figures: AcceleratorFigures, training: bool = Fal
     table = Table(
         title=f"{scenario}: accelerators over {span} {window_s:.2f} s",
         caption=(
-            "util: time-weighted mean and max; memory: peak (GiB; for a process, its tree's "
-            f"RSS); energy: the device's counter, else the integral of its power; per token: "
-            f"{tokens}"
+            "util: time-weighted mean and max; memory: peak (GiB); energy: the device's "
+            f"counter, else the integral of its power; per token: {tokens}"
         ),
     )
     columns: tuple[str, ...] = ("device", "util mean %", "util max %", "peak mem GiB", "power W",
@@ -42,7 +61,9 @@ def level_table(scenario: str, figures: AcceleratorFigures, training: bool = Fal
     for i, column in enumerate(columns):
         table.add_column(column, justify="left" if i == 0 else "right")
     for d in figures.devices:
-        memory = d.memory_peak_bytes if d.memory_peak_bytes is not None else d.rss_peak_bytes
+        if d.source == "process":
+            continue  # a line of its own (level_items)
+        memory = d.memory_peak_bytes
         energy = _f(d.energy_j)
         if d.energy_j is not None and d.energy_source is not None:
             energy += f" ({d.energy_source})"
@@ -57,21 +78,20 @@ def level_table(scenario: str, figures: AcceleratorFigures, training: bool = Fal
             "",
             *([""] if training else []),
         )
-    if any(d.source != "process" for d in figures.devices):
-        total = _f(figures.energy_j)
-        if figures.energy_j is not None and figures.energy_source is not None:
-            total += f" ({figures.energy_source})"
-        table.add_row(
-            f"all accelerators ({figures.tokens} tokens)",
-            "",
-            "",
-            "",
-            _f(figures.power_mean_w),
-            total,
-            _f(figures.energy_per_token_j, digits=4),
-            _f(figures.tokens_per_j, digits=3),
-            *([_f(figures.energy_per_step_j, digits=3)] if training else []),
-        )
+    total = _f(figures.energy_j)
+    if figures.energy_j is not None and figures.energy_source is not None:
+        total += f" ({figures.energy_source})"
+    table.add_row(
+        f"all accelerators ({figures.tokens} tokens)",
+        "",
+        "",
+        "",
+        _f(figures.power_mean_w),
+        total,
+        _f(figures.energy_per_token_j, digits=4),
+        _f(figures.tokens_per_j, digits=3),
+        *([_f(figures.energy_per_step_j, digits=3)] if training else []),
+    )
     return table
 
 
@@ -98,7 +118,7 @@ def telemetry_lines(
     items: list[Table | str] = []
     for scenario, figures in by_name.items():
         if figures is not None:
-            items.append(level_table(scenario, figures, training))
+            items += level_items(scenario, figures, training)
         else:
             reason = (
                 telemetry.unavailable_text()
@@ -109,7 +129,7 @@ def telemetry_lines(
             )
             items.append(f"{scenario} accelerators: not available: {reason}")
     if telemetry.run is not None:
-        items.append(level_table("whole run", telemetry.run, training))
+        items += level_items("whole run", telemetry.run, training)
     for status in telemetry.sources:
         if status.unavailable is not None:
             items.append(f"telemetry {status.source}: not available: {status.unavailable}")

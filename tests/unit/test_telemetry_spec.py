@@ -104,7 +104,12 @@ GPU = DeviceFigures(
 FIGURES = AcceleratorFigures(
     start_ns=1_000,
     end_ns=1_500_001_000,
-    devices=(GPU, dataclasses.replace(GPU, source="process", device="pid:7", rss_peak_bytes=5)),
+    devices=(
+        GPU,
+        dataclasses.replace(
+            GPU, source="process", device="pid:7", rss_peak_bytes=300 * 2**20, cpu_mean_ratio=1.5
+        ),
+    ),
     power_mean_w=612.5,
     energy_j=900.0,
     energy_source="counter",
@@ -152,6 +157,13 @@ def test_the_tables_show_figures_cost_and_what_was_not_available() -> None:
     items = telemetry_lines(TELEMETRY, {n: e.accelerator for n, e in scenarios.items()})
     text = [i for i in items if isinstance(i, str)]
     assert "c=8 accelerators: not available: no sample in its measured window" in text
+    # The target's process is a line of its own, not a row of empty GPU columns.
+    assert (
+        "c=4: target process pid:7 over 1.50 s: RSS peak 300.0 MiB, CPU mean 150.0% of a core"
+        in text
+    )
+    (table,) = [i for i in items if not isinstance(i, str)]
+    assert table.row_count == 2  # the GPU and the accelerators' total
     assert "telemetry nvml: not available: NVML: nvidia-ml-py is not installed" in text
     assert text[-1].startswith("sampler: 40 reads every 0.1 s over 4.0 s; read mean 2.00 ms")
     assert "1 ticks missed; 2 failed reads of dcgm http://h:9400/metrics" in text[-1]
