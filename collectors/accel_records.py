@@ -49,20 +49,21 @@ class DeviceSample:
     t_ns: int
     source: SourceName
     device: str
-    name: str | None
     host: str
-    utilization_ratio: float | None
-    memory_used_bytes: int | None
-    memory_total_bytes: int | None
-    power_w: float | None
-    energy_j: float | None
-    sm_clock_hz: int | None
-    memory_clock_hz: int | None
-    temperature_c: float | None
-    throttle_reasons: tuple[str, ...] | None
-    cpu_ratio: float | None
-    rss_bytes: int | None
     scenario: str
+    # What the source read; a field it cannot read stays None.
+    name: str | None = None
+    utilization_ratio: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    power_w: float | None = None
+    energy_j: float | None = None
+    sm_clock_hz: int | None = None
+    memory_clock_hz: int | None = None
+    temperature_c: float | None = None
+    throttle_reasons: tuple[str, ...] | None = None
+    cpu_ratio: float | None = None
+    rss_bytes: int | None = None
     uuid: str | None = None
     engine_active_ratio: float | None = None
     schema_version: int = SCHEMA_VERSION

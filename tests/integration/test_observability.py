@@ -91,8 +91,7 @@ def trainer_gpu(step: int) -> DeviceSample:
         t_ns=step * 250_000_000, source="nvml", device="gpu0", name="stand-in", host="trainer",
         utilization_ratio=0.95, memory_used_bytes=40 * 2**30, memory_total_bytes=80 * 2**30,
         power_w=300.0, energy_j=1000.0 + 75.0 * step, sm_clock_hz=1_980_000_000,
-        memory_clock_hz=None, temperature_c=61.0, throttle_reasons=(), cpu_ratio=None,
-        rss_bytes=None, scenario="",
+        temperature_c=61.0, throttle_reasons=(), scenario="",
     )  # fmt: skip
 
 

@@ -21,9 +21,7 @@ def sample(t_s: float, scenario: str, **fields) -> DeviceSample:
     base = dict(
         t_ns=int(t_s * S), source="dcgm", device="node1:gpu0", name="NVIDIA H200",
         host="node1", utilization_ratio=0.5, memory_used_bytes=60 * 2**30,
-        memory_total_bytes=141 * 2**30, power_w=400.0, energy_j=None, sm_clock_hz=None,
-        memory_clock_hz=None, temperature_c=None, throttle_reasons=None, cpu_ratio=None,
-        rss_bytes=None, scenario=scenario,
+        memory_total_bytes=141 * 2**30, power_w=400.0, scenario=scenario,
     )  # fmt: skip
     base.update(fields)
     return DeviceSample(**base)  # type: ignore[arg-type]

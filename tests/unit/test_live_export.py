@@ -160,9 +160,7 @@ def test_redact_url():
 def device_sample(t_s: float, **fields) -> DeviceSample:
     base = dict(
         t_ns=int(t_s * 1e9), source="dcgm", device="h1:gpu0", name="NVIDIA H200", host="h1",
-        utilization_ratio=None, memory_used_bytes=None, memory_total_bytes=None, power_w=None,
-        energy_j=None, sm_clock_hz=None, memory_clock_hz=None, temperature_c=None,
-        throttle_reasons=None, cpu_ratio=None, rss_bytes=None, scenario="c=4",
+        scenario="c=4",
     )  # fmt: skip
     base.update(fields)
     return DeviceSample(**base)  # type: ignore[arg-type]
