@@ -91,37 +91,29 @@ def record(i: int, scenario: str, phase: str, status: str, error: str | None = N
     )  # fmt: skip
 
 
+RECORDS = [
+    record(0, "c=1", "warmup", "error", "connect_error"),
+    record(1, "c=1", "measure", "ok"),
+    record(2, "c=1", "measure", "error", "http_5xx"),
+    record(3, "c=1", "measure", "cancelled"),
+    record(4, "c=2", "measure", "error", "http_5xx"),
+    record(5, "c=1", "measure", "error", None),
+    record(6, "c=1", "cooldown", "ok"),
+]
+
+
 def test_counts_are_the_levels_measured_requests_only():
-    records = [
-        record(0, "c=1", "warmup", "error", "connect_error"),
-        record(1, "c=1", "measure", "ok"),
-        record(2, "c=1", "measure", "error", "http_5xx"),
-        record(3, "c=1", "measure", "cancelled"),
-        record(4, "c=2", "measure", "error", "http_5xx"),
-    ]
-    assert measured_counts(records, "c=1") == LevelCounts(
-        requests=3, ok=1, cancelled=1, error_types={"http_5xx": 1}
+    assert measured_counts(RECORDS, "c=1") == LevelCounts(
+        requests=4, ok=1, cancelled=1, error_types={"http_5xx": 1, "unknown": 1}
     )
 
 
 def test_the_running_tally_counts_as_the_records_do():
-    records = [
-        record(0, "c=1", "warmup", "error", "connect_error"),
-        record(1, "c=1", "measure", "ok"),
-        record(2, "c=1", "measure", "error", "http_5xx"),
-        record(3, "c=1", "measure", "cancelled"),
-        record(4, "c=2", "measure", "error", "http_5xx"),
-        record(5, "c=1", "measure", "error", None),
-        record(6, "c=1", "cooldown", "ok"),
-    ]
     tally = MeasuredTally()
-    for r in records:
+    for r in RECORDS:
         tally.add(r)
     for scenario in ("c=1", "c=2", "c=3"):
-        assert tally.counts(scenario) == measured_counts(records, scenario)
-    assert tally.counts("c=1") == LevelCounts(
-        requests=4, ok=1, cancelled=1, error_types={"http_5xx": 1, "unknown": 1}
-    )
+        assert tally.counts(scenario) == measured_counts(RECORDS, scenario)
 
 
 def test_backoff_doubles_per_failed_probe_up_to_its_cap_and_resets_on_an_answer():
