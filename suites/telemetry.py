@@ -33,17 +33,21 @@ NOT_STARTED_BY_US = "the target is not a process this harness started"
 
 
 def open_source(
-    name: TelemetrySourceName, spec: TelemetrySpec, pid: Callable[[], int] | None
+    name: TelemetrySourceName,
+    spec: TelemetrySpec,
+    pid: Callable[[], int] | None,
+    no_process: str = NOT_STARTED_BY_US,
 ) -> DeviceSource | Unavailable:
     """One source of the spec, opened now; ``Unavailable`` with the reason where it cannot be.
-    ``pid``: the process tree to watch, asked at every read (a restarted target's changes)."""
+    ``pid``: the process tree to watch, asked at every read (a restarted target's changes);
+    ``no_process``: why there is none to watch, where ``pid`` is None."""
     if name == "nvml":
         return open_nvml()
     if name == "dcgm":
         assert spec.dcgm_url is not None  # the spec's validator requires it
         return open_dcgm(spec.dcgm_url)
     if pid is None:
-        return Unavailable(NOT_STARTED_BY_US)
+        return Unavailable(no_process)
     return ProcessSource(pid)
 
 
@@ -56,6 +60,7 @@ class Telemetry:
         pid: Callable[[], int] | None,
         run: RunWriter,
         on_sample: Callable[[DeviceSample], None] = lambda _sample: None,
+        no_process: str = NOT_STARTED_BY_US,
     ):
         self.spec = spec
         self._run = run
@@ -63,7 +68,7 @@ class Telemetry:
         self._sources: list[DeviceSource] = []
         statuses = []
         for name in spec.sources:
-            opened = open_source(name, spec, pid)
+            opened = open_source(name, spec, pid, no_process)
             if isinstance(opened, Unavailable):
                 statuses.append(SourceStatus(name, unavailable=opened.reason))
             else:

@@ -14,7 +14,8 @@ setup (either is "not available" with its reason where absent, never an error);
 ``period_s = 0.1``: 100 ms resolves a load level of a few seconds (AIPerf and vLLM sample
 at 0.1-1 s), and a read costs a few milliseconds of the harness's CPU (``tox -e
 bench-telemetry``: a process tree 2 ms, a DCGM page of two GPUs 6 ms; 2-4% of a core).
-Interference and MTP A/B runs do not run the sampler yet.
+MTP A/B runs sample the GPUs per block (not the arms' processes); interference and
+training-dist runs do not run the sampler yet.
 """
 
 from __future__ import annotations

@@ -8,7 +8,14 @@ reference dialect of /metrics.
 
 from __future__ import annotations
 
+import functools
 import json
+import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +23,27 @@ from collectors.serving_records import ServingSummary
 from collectors.store import RunStore
 from moeperf.cli import main
 from suites.serving.embedded.process import running_target
+from suites.serving.mtp_ab.run import SEVERAL_TARGETS
+
+DCGM_PAGE = Path(__file__).resolve().parents[1] / "data" / "accel" / "dcgm_exporter_h200x2.prom"
+
+
+@contextmanager
+def dcgm_exporter(root: Path) -> Iterator[str]:
+    """The recorded DCGM exporter page at http://127.0.0.1:PORT/metrics (http.server)."""
+    served = root / "dcgm"
+    served.mkdir()
+    shutil.copyfile(DCGM_PAGE, served / "metrics")
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(served))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
+
 
 SERVER = {"threads": 1, "enable_prefix_caching": False, "max_running_requests": 8}
 SMALL = [
@@ -37,11 +65,15 @@ def test_one_server_per_arm(tmp_path, capsys):
     with (
         running_target("targets.serving", {**SERVER, "mtp_tokens": 0}, 180.0) as off,
         running_target("targets.serving", {**SERVER, "mtp_tokens": 2}, 180.0) as two,
+        dcgm_exporter(tmp_path) as dcgm,
     ):
         code = main([
             "--runs-dir", str(tmp_path), "run", "mtp-ab", *SMALL,
             "--set", f"target.url='{off}'", "--set", f"mtp_ab.urls={json.dumps([off, two])}",
             "--set", "mtp_ab.blocks=1", "--set", "mtp_ab.modes=['greedy']",
+            # The arms' GPUs, as a DCGM exporter's recorded page gives them (no GPU here).
+            "--set", "telemetry.sources=['dcgm', 'process']",
+            "--set", f"telemetry.dcgm_url='{dcgm}'",
         ])  # fmt: skip
     printed = capsys.readouterr().out
     assert code == 0, printed[-3000:]
@@ -54,6 +86,19 @@ def test_one_server_per_arm(tmp_path, capsys):
     assert arms[0].draft_tokens == 0  # the off server drafted nothing over its block
     assert arms[2].tokens_per_step is not None and arms[2].tokens_per_step > 1.5
     assert reader.manifest.target["arms"]["urls"] == [off, two]
+    # Each block has its accelerators' figures: the page's power, its counters unchanged
+    # (a recorded page: 0 J), and no process of ours to watch.
+    for block in ab.blocks:
+        figures = summary.scenarios[block.scenario].accelerator
+        assert figures is not None, block.scenario
+        assert figures.power_mean_w == pytest.approx(612.345 + 487.12)
+        assert figures.energy_j == 0 and figures.energy_source == "counter"
+    telemetry = summary.telemetry
+    assert telemetry is not None
+    assert [(s.source, s.unavailable) for s in telemetry.sources] == [
+        ("dcgm", None),
+        ("process", SEVERAL_TARGETS),
+    ]
 
 
 @pytest.mark.slow

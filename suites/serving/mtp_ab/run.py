@@ -46,6 +46,7 @@ from suites.serving.workload.cache_reset import CacheResetter
 from suites.serving.workload.prompts import PoolKey, build_prompt_pools
 from suites.serving.workload.sources import Prompt
 from suites.spec import MtpAbSpec, ServingSpec
+from suites.telemetry import Telemetry
 
 _START_DELAY_S = 0.3  # workers start a block together this long after it is planned
 _NO_POLLING_S = 1e9  # the arms' scrapers scrape at block edges only
@@ -60,9 +61,17 @@ def mode_spec(spec: ServingSpec, ab: MtpAbSpec, mode: str) -> ServingSpec:
 
 
 class _Scrapers:
-    """One /metrics scraper per arm, on one event loop, scraping at block edges."""
+    """One /metrics scraper per arm, on one event loop, scraping at block edges; and the
+    accelerator sampler's labels, the block's scenario while it runs."""
 
-    def __init__(self, arms: list[Arm], run: RunWriter, headers: RequestHeaders):
+    def __init__(
+        self,
+        arms: list[Arm],
+        run: RunWriter,
+        headers: RequestHeaders,
+        telemetry: Telemetry | None = None,
+    ):
+        self._telemetry = telemetry
         self._loop = asyncio.new_event_loop()
         anchor_ns = run.manifest.anchor_monotonic_ns
         self._session = self._loop.run_until_complete(_session())
@@ -81,6 +90,11 @@ class _Scrapers:
     def window(self, drafts: int, scenario: str | None) -> None:
         """Close the arm's current window with a scrape and open ``scenario`` (None: none)."""
         self._loop.run_until_complete(self._by_drafts[drafts].start_window(scenario))
+        if self._telemetry is not None:
+            if scenario is None:
+                self._telemetry.level_ended()
+            else:
+                self._telemetry.level_started(scenario)
 
     def close(self) -> None:
         self._loop.run_until_complete(self._session.close())
@@ -154,10 +168,18 @@ def run_mtp_ab(
                 equality=equality,
             )
 
-        scrapers = _Scrapers(arms, run, headers)
+        # Every arm's GPUs are the sampler's (nvml, dcgm); the blocks tell the arms apart.
+        telemetry = (
+            Telemetry(spec.telemetry, None, run, observers.device, no_process=SEVERAL_TARGETS)
+            if spec.telemetry.enabled
+            else None
+        )
+        scrapers = _Scrapers(arms, run, headers, telemetry)
         try:
             with run, interrupts_end_runs():
                 observers.start()
+                if telemetry is not None:
+                    telemetry.start()
                 try:
                     if "greedy" in ab.modes and ab.equality_prompts:
                         equality = _equality(spec, ab, arms, model, prompts, headers, get)
@@ -168,15 +190,25 @@ def run_mtp_ab(
                             observers, scrapers,
                         )  # fmt: skip
                 except BaseException:
+                    if telemetry is not None:
+                        telemetry.finish()
                     write_summary(run, spec, run.requests_frame(), outcomes, None,
-                                  mtp_ab=summary())  # fmt: skip
+                                  mtp_ab=summary(), telemetry=telemetry)  # fmt: skip
                     raise
-                write_summary(run, spec, run.requests_frame(), outcomes, None, mtp_ab=summary())
+                if telemetry is not None:
+                    telemetry.finish()
+                write_summary(run, spec, run.requests_frame(), outcomes, None,
+                              mtp_ab=summary(), telemetry=telemetry)  # fmt: skip
                 _end(run, outcomes, equality, warn_only)
         finally:
+            if telemetry is not None:
+                telemetry.finish()  # done already unless the run broke before its summary
             scrapers.close()
             observers.finish(run.manifest.status)
         return run.run_id
+
+
+SEVERAL_TARGETS = "one target per arm: their processes are not watched (the GPUs are, per block)"
 
 
 def _equality(
