@@ -31,7 +31,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from collectors.accel_records import AcceleratorFigures
 from collectors.records import StepRecord
+from collectors.telemetry_records import TelemetrySummary
 from collectors.training_summary import PeakFlopsSummary
 
 DEFINITIONS = {
@@ -45,6 +47,8 @@ DEFINITIONS = {
     "oom_rate": "OOM events / (job steps run + steps an OOM ended)",
     "detect_s": "kill (or OOM) -> the launcher sees the process gone",
     "resume_s": "detection -> the job's first step completed again on every rank",
+    "accelerator": "over the first completed job step's start to the last one's end; "
+    "per token: the tokens of those steps; per step: per completed job step",
 }
 
 
@@ -143,6 +147,9 @@ class DistScenarioSummary:
     loss_last: float | None
     all_to_all_bytes_per_s: float | None  # this scenario's payload bytes / its time
     recoveries: list[RecoverySummary]
+    # The accelerators and the job's process tree over its completed steps ([telemetry]);
+    # None: the sampler was off or read nothing then (why: the run's telemetry).
+    accelerator: AcceleratorFigures | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +173,8 @@ class DistTrainingSummary:
     peak_flops: PeakFlopsSummary  # per rank
     link: LinkCalibration
     definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
+    # The accelerator sampler ([telemetry]): its sources' status and its own cost.
+    telemetry: TelemetrySummary | None = None
 
 
 def _p50(values: list[float]) -> float | None:
@@ -183,6 +192,37 @@ def _last_runs(records: list[StepRecord]) -> dict[int, list[StepRecord]]:
     for (step, _), r in sorted(latest.items()):
         by_step[step].append(r)
     return by_step
+
+
+@dataclass(frozen=True, slots=True)
+class JobStep:
+    """One step of the whole job, every rank's last execution of it, on the run's clock:
+    the first rank's start to the last rank's end, and the step's tokens."""
+
+    step: int
+    start_ns: int
+    end_ns: int
+    tokens: int
+    model_flops: float
+    records: list[StepRecord]
+
+
+def job_steps(outcome: DistOutcome) -> list[JobStep]:
+    """The scenario's completed job steps (every rank reported the step), in step order."""
+    # The last stage's ranks hold every micro-batch once: their tokens are the step's.
+    last_stage = outcome.pp - 1
+    return [
+        JobStep(
+            step=step,
+            start_ns=min(r.start_ns for r in rs),
+            end_ns=max(r.end_ns for r in rs),
+            tokens=sum(r.tokens for r in rs if (r.stage or 0) == last_stage),
+            model_flops=sum(r.model_flops or 0.0 for r in rs),
+            records=rs,
+        )
+        for step, rs in sorted(_last_runs(outcome.records).items())
+        if len(rs) == outcome.world_size
+    ]
 
 
 def _shares(records: list[StepRecord]) -> TimeShares | None:
@@ -235,15 +275,10 @@ def _recoveries(outcome: DistOutcome) -> list[RecoverySummary]:
 def summarize_scenario(outcome: DistOutcome, peak_flops_per_s: float) -> DistScenarioSummary:
     records = outcome.records
     world = outcome.world_size
-    by_step = {s: rs for s, rs in _last_runs(records).items() if len(rs) == world}
-    job_steps = [max(r.end_ns for r in rs) - min(r.start_ns for r in rs) for rs in by_step.values()]
-    step_s = _p50([ns / 1e9 for ns in job_steps])
-    # The last stage's ranks hold every micro-batch once: their tokens are the step's.
-    last_stage = outcome.pp - 1
-    step_tokens = [
-        sum(r.tokens for r in rs if (r.stage or 0) == last_stage) for rs in by_step.values()
-    ]
-    step_flops = [sum(r.model_flops or 0.0 for r in rs) for rs in by_step.values()]
+    steps = job_steps(outcome)
+    step_s = _p50([(j.end_ns - j.start_ns) / 1e9 for j in steps])
+    step_tokens = [j.tokens for j in steps]
+    step_flops = [j.model_flops for j in steps]
     wall_s = (
         (max(r.end_ns for r in records) - min(r.start_ns for r in records)) / 1e9
         if records
@@ -258,7 +293,7 @@ def summarize_scenario(outcome: DistOutcome, peak_flops_per_s: float) -> DistSce
     executions = {(r.attempt, r.step) for r in records}
     ooms = sum(1 for rec in outcome.recoveries if rec.cause == "oom")
     a2a_s = sum(r.all_to_all_s or 0.0 for r in records)
-    losses = [by_step[s][0].loss for s in sorted(by_step)]
+    losses = [j.records[0].loss for j in steps]
     return DistScenarioSummary(
         layout=outcome.layout,
         ep=outcome.ep,
@@ -268,7 +303,7 @@ def summarize_scenario(outcome: DistOutcome, peak_flops_per_s: float) -> DistSce
         policy=outcome.policy,
         skew=outcome.skew,
         budget_bytes=outcome.budget_bytes,
-        steps=len(by_step),
+        steps=len(steps),
         attempts=outcome.attempts,
         stopped=outcome.stopped,
         job_step_s_p50=step_s,

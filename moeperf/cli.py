@@ -259,6 +259,15 @@ def _show(store: RunStore, run: str, console: Console) -> None:
 
         for table in dist_training_tables(summary):
             console.print(table)
+        if summary.telemetry is not None:
+            from suites.telemetry_tables import telemetry_lines
+
+            figures = {name: entry.accelerator for name, entry in summary.scenarios.items()}
+            lines = telemetry_lines(
+                summary.telemetry, figures, training=True, missing="no completed job step"
+            )
+            for item in lines:
+                console.print(item, markup=False, highlight=False)
         console.print(f"results: {reader.directory}")
         return
     if isinstance(summary, SimulationSummary):

@@ -691,6 +691,10 @@ def _dist_training_blocks(run: RunData) -> list[Chart | Table]:
                 "after the failure whose loss equals the first run's bit for bit.",
             )
         )
+    if summary.telemetry is not None:
+        # A job step is every rank's last execution of it (collectors.dist_training_summary).
+        figures = {name: entry.accelerator for name, entry in summary.scenarios.items()}
+        blocks += accelerator_blocks(summary.telemetry, figures, run.accelerator, training=True)
     return blocks
 
 

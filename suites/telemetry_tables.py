@@ -112,21 +112,22 @@ def telemetry_lines(
     telemetry: TelemetrySummary,
     by_name: Mapping[str, AcceleratorFigures | None],
     training: bool = False,
+    missing: str | None = None,
 ) -> list[Table | str]:
     """A table per level (scenario) with figures, "not available: <reason>" for one
-    without, and the sampler's cost; what ``moeperf runs show`` prints for [telemetry]."""
+    without, and the sampler's cost; what ``moeperf runs show`` prints for [telemetry].
+    ``missing``: why a level has no figures although the run has samples (the suite's
+    default otherwise)."""
     items: list[Table | str] = []
+    if missing is None:
+        missing = (
+            "its scenarios ran interleaved" if training else "no sample in its measured window"
+        )
     for scenario, figures in by_name.items():
         if figures is not None:
             items += level_items(scenario, figures, training)
         else:
-            reason = (
-                telemetry.unavailable_text()
-                if telemetry.samples == 0
-                else "its scenarios ran interleaved"
-                if training
-                else "no sample in its measured window"
-            )
+            reason = telemetry.unavailable_text() if telemetry.samples == 0 else missing
             items.append(f"{scenario} accelerators: not available: {reason}")
     if telemetry.run is not None:
         items += level_items("whole run", telemetry.run, training)

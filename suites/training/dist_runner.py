@@ -21,10 +21,12 @@ from collectors.dist_training_summary import DistOutcome, RecoveryOutcome, summa
 from collectors.records import StepRecord
 from collectors.store import RunStore, RunWriter, interrupts_end_runs
 from suites.errors import SpecError, TargetError
+from suites.telemetry import Telemetry
 from suites.training.dist_spec import DistTrainingSpec, LayoutSpec
 from suites.training.plan import CONFIG_ERRORS
 from suites.training.runner import measure_peak, peak_summary
 from suites.training.spec import model_config
+from suites.training.telemetry import training_telemetry, with_dist_figures
 from targets.training.distributed.launcher import (
     JobResult,
     KillRank,
@@ -61,6 +63,10 @@ def trainer_config(spec: DistTrainingSpec, policy: str, skew: str) -> TrainerCon
     except CONFIG_ERRORS as exc:
         raise SpecError(f"trainer: {exc}") from None
     return config
+
+
+def scenario_name(layout_spec: LayoutSpec, policy: str, skew: str) -> str:
+    return f"{layout_spec.name}/{policy}/{skew}"
 
 
 def run_training_dist(
@@ -100,7 +106,15 @@ def run_training_dist(
             f"GFLOP/s per rank ({peak.source}) x ranks). Ranks are processes on this host, "
             f"gloo over loopback; {t.threads} thread(s) each."
         )
-        _run_all(spec, run, configs, peak, say)
+        telemetry = None
+        if spec.telemetry.enabled:
+            telemetry = training_telemetry(spec.telemetry, run, exporter=None)
+            telemetry.start()
+        try:
+            _run_all(spec, run, configs, peak, say, telemetry)
+        finally:
+            if telemetry is not None:
+                telemetry.finish()  # done already unless the run broke before its summary
     return run.run_id
 
 
@@ -110,6 +124,7 @@ def _run_all(
     configs: dict[tuple[str, str], TrainerConfig],
     peak: PeakFlops,
     say: Say,
+    telemetry: Telemetry | None,
 ) -> None:
     root = run.directory / "dist"
     tokens = prepare_token_stream(
@@ -126,7 +141,15 @@ def _run_all(
             budget = _budget(spec, layout_spec, configs, root, tokens, say)
             for (policy, skew), config in configs.items():
                 config = dataclasses.replace(config, budget_bytes=budget, token_stream_path=tokens)
-                outcome = _scenario(spec, run, layout_spec, policy, skew, config, peak, link, say)
+                if telemetry is not None:
+                    telemetry.level_started(scenario_name(layout_spec, policy, skew))
+                try:
+                    outcome = _scenario(
+                        spec, run, layout_spec, policy, skew, config, peak, link, say
+                    )
+                finally:
+                    if telemetry is not None:
+                        telemetry.level_ended()
                 outcomes.append(outcome)
     finally:
         for outcome in outcomes:
@@ -134,13 +157,15 @@ def _run_all(
                 run.add_note(f"Scenario {outcome.name} {outcome.stopped}")
         shutil.rmtree(root / "checkpoints", ignore_errors=True)
         if outcomes:
-            run.write_summary(
-                summarize_dist(
-                    outcomes,
-                    peak_summary(peak),
-                    min(link, key=lambda x: x[1] / x[0]) if link else None,
-                )
+            summary = summarize_dist(
+                outcomes,
+                peak_summary(peak),
+                min(link, key=lambda x: x[1] / x[0]) if link else None,
             )
+            if telemetry is not None:
+                telemetry.finish()
+                summary = with_dist_figures(telemetry, summary, outcomes)
+            run.write_summary(summary)
 
 
 def _budget(
@@ -197,7 +222,7 @@ def _scenario(
     say: Say,
 ) -> DistOutcome:
     layout = layout_spec.layout()
-    name = f"{layout_spec.name}/{policy}/{skew}"
+    name = scenario_name(layout_spec, policy, skew)
     outcome = DistOutcome(
         name,
         layout_spec.name,

@@ -8,7 +8,8 @@ all-to-all), ``pp`` (pipeline stages, 1F1B over send/recv), ``dp`` (replicas, gr
 summed); the world size is their product. ``budget_bytes`` applies to every rank;
 ``budget_ratio`` is a ratio of the highest rank's peak, measured per layout first
 (keep-all, calm routing, no budget). ``[faults]`` is the training fault drill: SIGKILL one
-rank once it has reported a step, in the layouts listed (all when none are).
+rank once it has reported a step, in the layouts listed (all when none are). ``[telemetry]``
+is the training suite's: the sampler beside every job.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from suites.errors import SpecError
 from suites.spec_errors import problems_of, spec_error
+from suites.telemetry_spec import TelemetrySpec
 from suites.training.spec import (
     PolicyName,
     SkewName,
@@ -80,6 +82,9 @@ class DistTrainingSpec(_Strict):
     # The MFU denominator per rank; unset: measured on a CPU (one rank's threads), the
     # datasheet's on a GPU.
     peak_flops_per_s: Annotated[float, Field(gt=0)] | None = None
+    # The accelerator sampler beside the jobs (suites/telemetry_spec.py): the harness's
+    # process tree holds every rank.
+    telemetry: TelemetrySpec = TelemetrySpec()
 
     @model_validator(mode="after")
     def _coherent(self) -> DistTrainingSpec:

@@ -10,6 +10,11 @@ completed (not replayed) steps, as the summary counts them. Interleaved scenario
 every second of the run, one step each in turn: no scenario's energy can be told apart,
 and none gets figures (a note says so). The run's figures are over every completed step
 of every scenario, in either order.
+
+A training-dist run's jobs run one after the other, each scenario's ranks children of the
+harness: a scenario's figures are over its completed job steps (every rank reported the
+step, its last execution), the first one's start to the last one's end, with their tokens.
+Each layout's budget calibration, where there is one, runs unlabelled between scenarios.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import os
 
 from collectors.accel_figures import training_figures
 from collectors.accel_records import Unavailable
+from collectors.dist_training_summary import DistOutcome, DistTrainingSummary, job_steps
 from collectors.live_export import LiveExporter
 from collectors.store import RunWriter
 from collectors.training_summary import ScenarioOutcome, TrainingSummary, is_replay
@@ -58,6 +64,28 @@ def with_figures(
             )
     # The whole run: every completed step of every scenario (interleaved ones too).
     every = [r for o in outcomes for r in o.records if not is_replay(r)]
+    whole = training_figures(samples, every)
+    run = None if isinstance(whole, Unavailable) else whole
+    return dataclasses.replace(
+        summary, scenarios=scenarios, telemetry=telemetry.summary(len(samples), run)
+    )
+
+
+def with_dist_figures(
+    telemetry: Telemetry, summary: DistTrainingSummary, outcomes: list[DistOutcome]
+) -> DistTrainingSummary:
+    """The summary of a training-dist run with each scenario's figures and the sampler's."""
+    samples = telemetry.samples()
+    scenarios = dict(summary.scenarios)
+    every = []
+    for outcome in outcomes:
+        steps = job_steps(outcome)
+        every += steps
+        figures = training_figures(samples, steps)
+        if outcome.name in scenarios and not isinstance(figures, Unavailable):
+            scenarios[outcome.name] = dataclasses.replace(
+                scenarios[outcome.name], accelerator=figures
+            )
     whole = training_figures(samples, every)
     run = None if isinstance(whole, Unavailable) else whole
     return dataclasses.replace(

@@ -93,3 +93,31 @@ def test_records_carry_ranks_and_the_report_renders(finished, capsys):
     assert main(["--runs-dir", str(runs), "report", "latest"]) == 0
     page = (reader.directory / "report.html").read_text()
     assert "ep2/keep-all/calm" in page
+
+
+@pytest.mark.slow
+def test_the_sampler_watched_every_job_with_its_ranks(finished):
+    _, reader, _ = finished
+    summary = reader.summary()
+    steps = reader.steps()
+    rss_peak = {}
+    for name, s in summary.scenarios.items():
+        figures = s.accelerator
+        assert figures is not None, name
+        # Over the job's steps: the first rank's first start to the last rank's last end
+        # (the ep2 drill's replays are the steps' last executions, so they end it).
+        mine = steps[steps["scenario"] == name]
+        assert figures.start_ns == int(mine["start_ns"].min())
+        assert figures.end_ns == int(mine["end_ns"].max())
+        assert figures.steps == s.steps == 8
+        (process,) = [d for d in figures.devices if d.source == "process"]
+        assert process.rss_peak_bytes is not None and process.cpu_mean_ratio is not None
+        rss_peak[s.layout] = process.rss_peak_bytes
+    # The ranks are children of the harness, so the tree holds them: a job of two ranks
+    # (each a Python process with torch) weighs more than one of one.
+    for layout in ("ep2", "pp2", "dp2"):
+        assert rss_peak[layout] > rss_peak["single"] + 150 * 2**20, rss_peak
+    telemetry = summary.telemetry
+    assert telemetry is not None and telemetry.cost is not None and telemetry.cost.reads > 0
+    assert telemetry.run is not None and telemetry.run.steps == 4 * 8
+    assert {s.scenario for s in reader.accelerator_samples()} >= set(summary.scenarios)
