@@ -198,13 +198,16 @@ def accelerator_figures(
     device has a sample in the window.
 
     Pass the run's samples, not only the window's: the readings just outside it give the
-    values at its edges. Every device seen is reported, one without samples in this window
-    with its figures None (then the totals are None too).
+    values at its edges. Every accelerator seen is reported, one without samples in this
+    window with its figures None (then the totals are None too: a GPU that went missing
+    is not a GPU that drew nothing). A process without samples in the window is left out:
+    it was not running then (a target restarted since, or before it).
     """
     by_device: dict[tuple[str, str, str], list[DeviceSample]] = {}
     for s in sorted(samples, key=lambda s: s.t_ns):  # stable: equal times keep their order
         by_device.setdefault((s.source, s.host, s.device), []).append(s)
-    devices = tuple(device_figures(by_device[key], start_ns, end_ns) for key in sorted(by_device))
+    every = (device_figures(by_device[key], start_ns, end_ns) for key in sorted(by_device))
+    devices = tuple(d for d in every if d.samples or d.source in _ACCELERATORS)
     if not any(d.samples for d in devices):
         return Unavailable(f"no accelerator sample between {start_ns} and {end_ns} ns")
     accelerators = [d for d in devices if d.source in _ACCELERATORS]

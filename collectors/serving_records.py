@@ -234,3 +234,10 @@ class ServingSummary:
     soak: SoakSummary | None = None
     # The accelerator sampler ([telemetry]): its sources' status and its own cost.
     telemetry: TelemetrySummary | None = None
+
+    def accelerator_levels(self) -> dict[str, AcceleratorFigures | None]:
+        """Each level's accelerator figures: a scenario's, or an interference arm's levels
+        (its mixed level's two scenarios share every second)."""
+        if self.interference is not None:
+            return self.interference.accelerator_levels()
+        return {name: entry.accelerator for name, entry in self.scenarios.items()}

@@ -323,7 +323,7 @@ def _show(store: RunStore, run: str, console: Console) -> None:
         if summary.telemetry is not None:
             from suites.telemetry_tables import telemetry_lines
 
-            figures = {name: entry.accelerator for name, entry in summary.scenarios.items()}
+            figures = summary.accelerator_levels()
             for item in telemetry_lines(summary.telemetry, figures):
                 console.print(item, markup=False, highlight=False)
         if summary.mtp_ab is not None:

@@ -482,7 +482,7 @@ def _serving_blocks(run: RunData) -> list[Chart | Table]:
     if isinstance(run.summary, ServingSummary) and run.summary.soak is not None:
         blocks += soak_blocks(run.summary.soak)
     if isinstance(run.summary, ServingSummary) and run.summary.telemetry is not None:
-        figures = {name: entry.accelerator for name, entry in scenarios.items()}
+        figures = run.summary.accelerator_levels()
         blocks += accelerator_blocks(run.summary.telemetry, figures, run.accelerator)
     repeats = run.summary.repeats if isinstance(run.summary, ServingSummary) else ()
     blocks += workload_blocks(ServingSummary(scenarios=scenarios, repeats=repeats), requests)

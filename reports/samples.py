@@ -31,7 +31,8 @@ scenario (load level):
   Error ratio is not a gate metric: failures are counts, not samples, and need a binomial
   comparison rather than these tests.
 - ``energy_per_output_token_j`` median, where the run sampled an accelerator
-  ([telemetry]): ``reports.energy_samples`` says how.
+  ([telemetry]): ``reports.energy_samples`` says how. Not for a prefill-interference
+  run: its mixed level's two scenarios share every second.
 
 Micro runs (suite "micro"): the samples table, one sample per round, compared by their
 median; direction and unit from the records; class "micro".
@@ -55,6 +56,7 @@ import pandas as pd
 
 from collectors.accel_records import DeviceSample
 from collectors.latency import NS_PER_S, itl_samples_s, per_request
+from collectors.serving_records import ServingSummary
 from reports.energy_samples import energy_per_token_slices
 from reports.runs import RunData
 from reports.stats import RATE_STATISTIC, point_value, rate_of_totals
@@ -123,6 +125,10 @@ def run_samples(run: RunData) -> list[MetricSamples]:
         return micro_samples(run.samples)
     if run.kind == "training":
         return training_samples(run.steps)
+    if isinstance(run.summary, ServingSummary) and run.summary.interference is not None:
+        # An interference level's two scenarios share every second: a second's energy
+        # cannot be split between them (its figures are per level, in the summary).
+        return serving_samples(run.requests)
     return serving_samples(run.requests) + energy_samples(run.requests, run.accelerator)
 
 

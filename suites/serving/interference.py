@@ -34,7 +34,8 @@ from collectors.interference_records import InterferenceArm, InterferenceSummary
 from collectors.records import RequestRecord
 from collectors.store import RunStore, RunWriter, interrupts_end_runs
 from suites.errors import UsageError
-from suites.serving.embedded.reference import running_reference
+from suites.serving.embedded.process import EmbeddedTarget
+from suites.serving.embedded.reference import embedded_reference
 from suites.serving.load.arrivals import arrival_offsets_s
 from suites.serving.load.auth import request_headers, without_header_values
 from suites.serving.load.plan import LevelPlan
@@ -53,6 +54,7 @@ from suites.serving.runner import (
 from suites.serving.workload.prompts import PoolKey, build_prompt_pools
 from suites.serving.workload.sources import Prompt
 from suites.spec import InterferenceSpec, LengthSpec, ServingSpec
+from suites.telemetry import Telemetry
 
 _START_DELAY_S = 0.3  # workers start a level together this long after it is planned
 _DEFAULT_STEP_BUDGET = 512  # targets.serving.engine.api.EngineConfig.max_num_batched_tokens
@@ -149,11 +151,11 @@ def _plans(
 
 def _targets(
     spec: ServingSpec, sizes: list[int], budget: int
-) -> Generator[tuple[int, str, dict[str, Any]], None, None]:
-    """Each arm's target in turn: started, yielded (size, URL, description), stopped."""
+) -> Generator[tuple[int, EmbeddedTarget, dict[str, Any]], None, None]:
+    """Each arm's target in turn: started, yielded (size, process, description), stopped."""
     for chunk in sizes:
-        with running_reference(arm_spec(spec, chunk, budget)) as (url, described):
-            yield chunk, url, described
+        with embedded_reference(arm_spec(spec, chunk, budget)) as (target, described):
+            yield chunk, target, described
 
 
 def run_interference(
@@ -181,7 +183,8 @@ def run_interference(
     arms: list[InterferenceArm] = []
     targets = _targets(spec, inter.chunked_prefill_sizes, budget)
     try:
-        chunk, base_url, described = next(targets)
+        chunk, process, described = next(targets)
+        base_url = process.url
         model = served_model(spec.target.model, check_target(base_url, get), base_url)
         target = {**described, "model": model, "api": spec.target.api}
         target["arms"] = {"chunked_prefill_size": list(inter.chunked_prefill_sizes)}
@@ -194,6 +197,11 @@ def run_interference(
         run.add_note(_note(inter, budget, described["config"]["threads"]))
         on_started(run)
         observers = LiveObservers(observed, run, base_url, model, pushgateway_url, say)
+        telemetry = None
+        if spec.telemetry.enabled:
+            # The process source watches the arm's target: asked at every read, so after a
+            # restart the new one (reads while none runs fail, and are counted).
+            telemetry = Telemetry(spec.telemetry, lambda: process.pid, run, observers.device)
 
         def keep(record: RequestRecord) -> None:
             run.append_request(record)
@@ -216,6 +224,8 @@ def run_interference(
         try:
             with run, interrupts_end_runs():
                 observers.start()
+                if telemetry is not None:
+                    telemetry.start()
                 try:
                     while True:
                         check_target(base_url, get)  # each restarted target answers first
@@ -228,24 +238,41 @@ def run_interference(
                         pool = WorkerPool(2, config)
                         try:
                             pool.wait_ready()
-                            for mixed in (False, True):
+                            arm = _arm(chunk)
+                            for level in (arm.quiet_scenario, arm.mixed_level):
+                                mixed = level == arm.mixed_level
                                 plans = _plans(inter, spec, chunk, mixed, decode_pool, prefill_pool)
+                                if telemetry is not None:
+                                    telemetry.level_started(level)
                                 outcomes.extend(
                                     _level(spec, pool, plans, keep, records, progress, observers)
                                 )
+                                if telemetry is not None:
+                                    telemetry.level_ended()
                         finally:
                             pool.close()
-                        arms.append(_arm(chunk))
+                        arms.append(arm)
                         try:
-                            chunk, base_url, _ = next(targets)
+                            chunk, process, _ = next(targets)
+                            base_url = process.url
                         except StopIteration:
                             break
                 except BaseException:
+                    if telemetry is not None:
+                        telemetry.finish()
                     write_summary(run, spec, run.requests_frame(), outcomes, None,
-                                  interference=summary())  # fmt: skip
+                                  interference=summary(), telemetry=telemetry)  # fmt: skip
                     raise
+                if telemetry is not None:
+                    telemetry.finish()
                 write_summary(
-                    run, spec, run.requests_frame(), outcomes, None, interference=summary()
+                    run,
+                    spec,
+                    run.requests_frame(),
+                    outcomes,
+                    None,
+                    interference=summary(),
+                    telemetry=telemetry,
                 )
                 status, reason = run_verdict([o.verdict for o in outcomes])
                 if status != "complete" and warn_only:
@@ -257,6 +284,8 @@ def run_interference(
                 elif status == "invalid":
                     run.invalidate(reason or "")
         finally:
+            if telemetry is not None:
+                telemetry.finish()  # done already unless the summary itself failed
             observers.finish(run.manifest.status)
         return run.run_id
     finally:

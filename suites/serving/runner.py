@@ -87,7 +87,7 @@ from suites.serving.schedule import (
 from suites.serving.soak.run import Soak, soak_verdict
 from suites.serving.sweep_fit import fit_scenario, fit_verdict, search_fit
 from suites.serving.sweep_plan import resolve_plan, sweep_plan
-from suites.serving.telemetry import serving_telemetry
+from suites.serving.telemetry import serving_telemetry, with_interference_figures
 from suites.serving.telemetry import with_figures as with_device_figures
 from suites.serving.workload.cache_reset import CacheReset, CacheResetter
 from suites.serving.workload.prompts import PoolKey, build_prompt_pools, read_spec_trace
@@ -946,7 +946,11 @@ def write_summary(
             scenarios[name] = dataclasses.replace(entry, status="invalid", status_reason=reason)
     scenarios = with_target_counters(scenarios, run.directory)  # from the stored scrapes
     telemetry_summary = None
-    if telemetry is not None:  # each level's figures over its measured window
+    if telemetry is not None and interference is not None:  # per arm and level
+        interference, telemetry_summary = with_interference_figures(
+            telemetry, interference, scenarios, frame
+        )
+    elif telemetry is not None:  # each level's figures over its measured window
         scenarios, telemetry_summary = with_device_figures(telemetry, scenarios, frame)
     swept = _sweep_summary(sweep, outcomes, fits or {}) if sweep is not None else None
     if mtp_ab is not None and len(frame):

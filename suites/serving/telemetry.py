@@ -13,6 +13,7 @@ import pandas as pd
 
 from collectors.accel_figures import accelerator_figures
 from collectors.accel_records import AcceleratorFigures, DeviceSample, Unavailable
+from collectors.interference_records import InterferenceSummary
 from collectors.serving_records import ScenarioSummary
 from collectors.store import RunWriter
 from collectors.telemetry_records import TelemetrySummary
@@ -56,6 +57,40 @@ def with_figures(
     tokens = sum(int(e.output_tokens) for e in scenarios.values())
     whole = _over(samples, measured, tokens, sum(e.ok for e in scenarios.values()))
     return figured, telemetry.summary(len(samples), whole)
+
+
+def with_interference_figures(
+    telemetry: Telemetry,
+    interference: InterferenceSummary,
+    scenarios: dict[str, ScenarioSummary],
+    frame: pd.DataFrame,
+) -> tuple[InterferenceSummary, TelemetrySummary]:
+    """Each arm with its levels' figures, and the run's telemetry summary.
+
+    The quiet level's window and tokens are its scenario's, as in ``with_figures``; the
+    mixed level's are its two scenarios' together (decoders and long prompts run at the
+    same time: energy per token is over both's output tokens). No scenario gets figures
+    of its own.
+    """
+    samples = telemetry.samples()
+    measured = frame[frame["phase"] == "measure"] if len(frame) else frame
+
+    def level(names: tuple[str, ...]) -> AcceleratorFigures | None:
+        mine = measured[measured["scenario"].isin(names)] if len(measured) else measured
+        entries = [scenarios[n] for n in names if n in scenarios]
+        tokens = sum(int(e.output_tokens) for e in entries)
+        return _over(samples, mine, tokens, sum(e.ok for e in entries))
+
+    arms = tuple(
+        dataclasses.replace(
+            arm,
+            quiet_accelerator=level((arm.quiet_scenario,)),
+            mixed_accelerator=level((arm.decode_scenario, arm.prefill_scenario)),
+        )
+        for arm in interference.arms
+    )
+    whole = level(tuple(scenarios))
+    return dataclasses.replace(interference, arms=arms), telemetry.summary(len(samples), whole)
 
 
 def _over(

@@ -64,6 +64,27 @@ def test_chunking_the_prefill_trades_decode_stalls_for_prompt_ttft(tmp_path, cap
     assert chunked.prefill_ttft_p50_s is not None and whole.prefill_ttft_p50_s is not None
     assert chunked.prefill_ttft_p50_s.value > whole.prefill_ttft_p50_s.value
     assert "prefill interference" in printed
+    # [telemetry] per level: the process source followed each arm's restarted target, and
+    # the mixed level's figures are over both of its scenarios (they share every second).
+    requests = reader.requests()
+    measured = requests[requests["phase"] == "measure"]
+    pids = []
+    for arm in summary.interference.arms:
+        for level, names in (
+            (arm.quiet_accelerator, [arm.quiet_scenario]),
+            (arm.mixed_accelerator, [arm.decode_scenario, arm.prefill_scenario]),
+        ):
+            assert level is not None, names
+            mine = measured[measured["scenario"].isin(names)]
+            assert (level.start_ns, level.end_ns) == (mine["send_ns"].min(), mine["done_ns"].max())
+            assert level.tokens == sum(summary.scenarios[n].output_tokens for n in names)
+            assert level.requests == sum(summary.scenarios[n].ok for n in names)
+            (target,) = level.devices
+            assert target.source == "process" and target.rss_peak_bytes, target
+            pids.append(target.device)
+            assert all(summary.scenarios[n].accelerator is None for n in names)
+    assert pids[0] == pids[1] != pids[2] == pids[3], pids  # one process per arm
+    assert "chunk=64 mixed: target process pid:" in printed
     # Each arm's target was started with its own size; the run says so.
     assert reader.manifest.target["arms"] == {"chunked_prefill_size": [0, 64]}
     assert any(

@@ -166,6 +166,18 @@ def test_totals_sum_the_accelerators_and_leave_the_process_out() -> None:
     assert f.energy_j is None and f.energy_per_token_j is None and f.power_mean_w is None
 
 
+def test_a_restarted_process_is_the_one_that_ran_and_a_missing_gpu_stays() -> None:
+    # The target restarted at 10 s (a new pid); gpu1 was read only before 10 s.
+    old = [sample(t, source="process", device="pid:1", rss_bytes=1 << 30) for t in range(10)]
+    new = [sample(t, source="process", device="pid:2", rss_bytes=2 << 30) for t in range(10, 21)]
+    gpus = [sample(t, device="gpu0", energy_j=100.0 * t) for t in range(21)]
+    gone = [sample(t, device="gpu1", energy_j=100.0 * t) for t in range(10)]
+    f = figures(old + new + gpus + gone, 12, 20)
+    assert [d.device for d in f.devices] == ["gpu0", "gpu1", "pid:2"]
+    assert f.devices[1].samples == 0 and f.energy_j is None  # not a GPU that drew nothing
+    assert f.devices[2].rss_peak_bytes == 2 << 30
+
+
 def test_mixed_energy_sources_are_named_so() -> None:
     counter = [sample(t, device="gpu0", energy_j=300.0 * t) for t in range(11)]
     power = [sample(t, device="gpu1", power_w=200.0) for t in range(11)]

@@ -6,11 +6,15 @@ import numpy as np
 import pytest
 
 from collectors.accel_records import DeviceSample
+from collectors.interference_records import InterferenceArm, InterferenceSummary
 from collectors.records import RequestRecord
-from collectors.tables import records_frame
+from collectors.serving_records import ServingSummary
+from collectors.store import RunStore
+from collectors.tables import SCHEMAS, records_frame, table_to_frame
 from reports.energy_samples import MIN_SLICES, energy_per_token_slices
 from reports.gate import gate
-from reports.samples import energy_samples
+from reports.runs import RunData
+from reports.samples import energy_samples, run_samples
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -103,3 +107,33 @@ def test_the_gate_fails_more_energy_per_token_and_passes_the_same():
     # A candidate without an accelerator lacks the metric: optional, not a failure.
     (missing,) = gate([], baseline).verdicts
     assert missing.outcome == "optional, missing from candidate"
+
+
+def test_an_interference_run_has_no_energy_metric(tmp_path):
+    """Its mixed level's two scenarios share every second: a second's joules cannot be split
+    between them (the summary's figures are per level instead)."""
+    with RunStore(tmp_path).create("serving") as run:
+        manifest = run.manifest
+    arm = InterferenceArm(0, "chunk=0 quiet", "chunk=0 decode", "chunk=0 prefill")
+    interference = InterferenceSummary(4, 64, 128, 1536, 2.0, 8.0, 1540, (arm,))
+
+    def data(summary: ServingSummary) -> RunData:
+        return RunData(
+            manifest=manifest,
+            requests=requests(10, 1000),
+            steps=table_to_frame("steps", SCHEMAS["steps"].empty_table()),
+            summary=summary,
+            server_metrics=[],
+            samples=table_to_frame("samples", SCHEMAS["samples"].empty_table()),
+            accelerator=tuple(gpu(10, 500.0)),
+        )
+
+    def energy_keys(summary: ServingSummary) -> list[str]:
+        return [m.key for m in run_samples(data(summary)) if "energy" in m.key]
+
+    assert energy_keys(ServingSummary()) == ["c=4/energy_per_output_token_j median"]
+    assert energy_keys(ServingSummary(interference=interference)) == []
+    assert list(ServingSummary(interference=interference).accelerator_levels()) == [
+        "chunk=0 quiet",
+        "chunk=0 mixed",
+    ]
