@@ -206,21 +206,36 @@ class JobStep:
     model_flops: float
     records: list[StepRecord]
 
+    @property
+    def step_time_s(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9
+
+    @property
+    def peak_memory_bytes(self) -> int | None:
+        """The highest rank's peak."""
+        peaks = [r.peak_memory_bytes for r in self.records if r.peak_memory_bytes is not None]
+        return max(peaks) if peaks else None
+
+
+def job_step(records: list[StepRecord], pp: int) -> JobStep:
+    """One execution of a step, from every rank's record of it (a job of ``pp`` stages)."""
+    # The last stage's ranks hold every micro-batch once: their tokens are the step's.
+    last_stage = pp - 1
+    return JobStep(
+        step=records[0].step,
+        start_ns=min(r.start_ns for r in records),
+        end_ns=max(r.end_ns for r in records),
+        tokens=sum(r.tokens for r in records if (r.stage or 0) == last_stage),
+        model_flops=sum(r.model_flops or 0.0 for r in records),
+        records=records,
+    )
+
 
 def job_steps(outcome: DistOutcome) -> list[JobStep]:
     """The scenario's completed job steps (every rank reported the step), in step order."""
-    # The last stage's ranks hold every micro-batch once: their tokens are the step's.
-    last_stage = outcome.pp - 1
     return [
-        JobStep(
-            step=step,
-            start_ns=min(r.start_ns for r in rs),
-            end_ns=max(r.end_ns for r in rs),
-            tokens=sum(r.tokens for r in rs if (r.stage or 0) == last_stage),
-            model_flops=sum(r.model_flops or 0.0 for r in rs),
-            records=rs,
-        )
-        for step, rs in sorted(_last_runs(outcome.records).items())
+        job_step(rs, outcome.pp)
+        for _, rs in sorted(_last_runs(outcome.records).items())
         if len(rs) == outcome.world_size
     ]
 
@@ -276,7 +291,7 @@ def summarize_scenario(outcome: DistOutcome, peak_flops_per_s: float) -> DistSce
     records = outcome.records
     world = outcome.world_size
     steps = job_steps(outcome)
-    step_s = _p50([(j.end_ns - j.start_ns) / 1e9 for j in steps])
+    step_s = _p50([j.step_time_s for j in steps])
     step_tokens = [j.tokens for j in steps]
     step_flops = [j.model_flops for j in steps]
     wall_s = (

@@ -212,20 +212,40 @@ class LiveExporter:
 
     # --- training -----------------------------------------------------------------------
     def observe_step(self, record: StepRecord, policy: str) -> None:
-        labels = {"policy": policy}
-        self._get(names.STEP_TIME, **labels).observe(record.step_time_s)
-        self._get(names.TRAIN_TOKENS, **labels).inc(record.tokens)
-        if record.mfu is not None:
-            self._get(names.MFU, **labels).set(record.mfu)
-        if record.peak_memory_bytes is not None:
-            self._get(names.PEAK_MEMORY, **labels).set(record.peak_memory_bytes)
+        """One step of the one-process trainer, with the OOMs and restarts it records."""
+        self.observe_training_step(
+            record.step_time_s, record.tokens, record.mfu, record.peak_memory_bytes, policy
+        )
         for event in record.events:
             if event.get("kind") == "oom":
-                self._get(names.OOMS, **labels).inc()
+                self.observe_oom(policy)
             elif event.get("kind") == "restart":
-                self._get(names.RESTARTS, **labels).inc()
+                self.observe_restart(policy)
         if record.tokens_per_expert:
-            self._get(names.EXPERT_IMBALANCE, **labels).set(expert_imbalance(record))
+            self._get(names.EXPERT_IMBALANCE, policy=policy).set(expert_imbalance(record))
+
+    def observe_training_step(
+        self,
+        step_time_s: float,
+        tokens: int,
+        mfu: float | None,
+        peak_memory_bytes: int | None,
+        policy: str,
+    ) -> None:
+        """One step, of one process or of a whole job (suites/training/dist_export.py)."""
+        labels = {"policy": policy}
+        self._get(names.STEP_TIME, **labels).observe(step_time_s)
+        self._get(names.TRAIN_TOKENS, **labels).inc(tokens)
+        if mfu is not None:
+            self._get(names.MFU, **labels).set(mfu)
+        if peak_memory_bytes is not None:
+            self._get(names.PEAK_MEMORY, **labels).set(peak_memory_bytes)
+
+    def observe_oom(self, policy: str) -> None:
+        self._get(names.OOMS, policy=policy).inc()
+
+    def observe_restart(self, policy: str) -> None:
+        self._get(names.RESTARTS, policy=policy).inc()
 
     # --- end of run ---------------------------------------------------------------------
     def mark_success(self) -> None:

@@ -161,6 +161,7 @@ def _run_training_dist(
         loaded.given,
         store,
         lambda run: announce_run(run, console),
+        pushgateway_url=_pushgateway_url(args),
         say=plain_lines(console),
     )
     return _show_ended(store, run_id, console, warn_only=args.warn_only)

@@ -18,13 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from collectors.dist_training_summary import DistOutcome, RecoveryOutcome, summarize_dist
+from collectors.live_export import LiveExporter
 from collectors.records import StepRecord
 from collectors.store import RunStore, RunWriter, interrupts_end_runs
 from suites.errors import SpecError, TargetError
 from suites.telemetry import Telemetry
+from suites.training.dist_export import JobExport
 from suites.training.dist_spec import DistTrainingSpec, LayoutSpec
 from suites.training.plan import CONFIG_ERRORS
-from suites.training.runner import measure_peak, peak_summary
+from suites.training.runner import finish_export, measure_peak, peak_summary
 from suites.training.spec import model_config
 from suites.training.telemetry import training_telemetry, with_dist_figures
 from targets.training.distributed.launcher import (
@@ -75,6 +77,7 @@ def run_training_dist(
     store: RunStore,
     on_started: Callable[[RunWriter], None] = lambda _run: None,
     *,
+    pushgateway_url: str | None = None,
     say: Say = lambda _line: None,
 ) -> str:
     """Run every scenario of ``spec`` into one run; return the run id."""
@@ -100,21 +103,26 @@ def run_training_dist(
         target=target,
     )
     on_started(run)
-    with run, interrupts_end_runs():
-        run.add_note(
-            f"MFU = a step's model FLOPs / (job step time x {peak.flops_per_s / 1e9:.1f} "
-            f"GFLOP/s per rank ({peak.source}) x ranks). Ranks are processes on this host, "
-            f"gloo over loopback; {t.threads} thread(s) each."
-        )
-        telemetry = None
-        if spec.telemetry.enabled:
-            telemetry = training_telemetry(spec.telemetry, run, exporter=None)
-            telemetry.start()
-        try:
-            _run_all(spec, run, configs, peak, say, telemetry)
-        finally:
-            if telemetry is not None:
-                telemetry.finish()  # done already unless the run broke before its summary
+    wanted = spec.export.live_metrics or bool(pushgateway_url)
+    exporter = LiveExporter(spec.name, TARGET_NAME) if wanted else None
+    if exporter is not None and spec.export.live_metrics:
+        say(f"live metrics: http://127.0.0.1:{exporter.serve(spec.export.metrics_port)}/metrics")
+    telemetry = None
+    try:
+        with run, interrupts_end_runs():
+            run.add_note(
+                f"MFU = a step's model FLOPs / (job step time x {peak.flops_per_s / 1e9:.1f} "
+                f"GFLOP/s per rank ({peak.source}) x ranks). Ranks are processes on this "
+                f"host, gloo over loopback; {t.threads} thread(s) each."
+            )
+            if spec.telemetry.enabled:
+                telemetry = training_telemetry(spec.telemetry, run, exporter)
+                telemetry.start()
+            _run_all(spec, run, configs, peak, say, telemetry, exporter)
+    finally:
+        if telemetry is not None:
+            telemetry.finish()  # done already unless the run broke before its summary
+        finish_export(spec.name, TARGET_NAME, run, exporter, pushgateway_url, say)
     return run.run_id
 
 
@@ -125,6 +133,7 @@ def _run_all(
     peak: PeakFlops,
     say: Say,
     telemetry: Telemetry | None,
+    exporter: LiveExporter | None,
 ) -> None:
     root = run.directory / "dist"
     tokens = prepare_token_stream(
@@ -145,7 +154,7 @@ def _run_all(
                     telemetry.level_started(scenario_name(layout_spec, policy, skew))
                 try:
                     outcome = _scenario(
-                        spec, run, layout_spec, policy, skew, config, peak, link, say
+                        spec, run, layout_spec, policy, skew, config, peak, link, say, exporter
                     )
                 finally:
                     if telemetry is not None:
@@ -220,6 +229,7 @@ def _scenario(
     peak: PeakFlops,
     link: list[tuple[int, float]],
     say: Say,
+    exporter: LiveExporter | None,
 ) -> DistOutcome:
     layout = layout_spec.layout()
     name = scenario_name(layout_spec, policy, skew)
@@ -240,13 +250,22 @@ def _scenario(
         f = spec.faults
         fault = KillRank(f.kill_rank, f.after_step, f.delay_s)
 
+    live = None
+    if exporter is not None:
+        live = JobExport(exporter, name, layout.world_size, layout.pp, peak.flops_per_s)
+
     def keep(record: RankStep | RankEvent) -> None:
         if isinstance(record, RankStep):
             step = _step_record(record, name, anchor_ns, peak)
             outcome.records.append(step)
             run.append_step(step)
-        elif record.kind == "link":
+            if live is not None:
+                live.step(step)
+            return
+        if record.kind == "link":
             link.append((int(record.detail["bytes"]), float(record.detail["one_way_s"])))
+        if live is not None:
+            live.event(record)
 
     say(
         f"{name}: {layout.world_size} ranks"

@@ -9,7 +9,8 @@ summed); the world size is their product. ``budget_bytes`` applies to every rank
 ``budget_ratio`` is a ratio of the highest rank's peak, measured per layout first
 (keep-all, calm routing, no budget). ``[faults]`` is the training fault drill: SIGKILL one
 rank once it has reported a step, in the layouts listed (all when none are). ``[telemetry]``
-is the training suite's: the sampler beside every job.
+and ``[export]`` are the training suite's: the sampler beside every job, and the job's
+steps exported live.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from suites.training.spec import (
     PolicyName,
     SkewName,
     TrainerSpec,
+    TrainingExportSpec,
     _Strict,
     _unique,
     model_config,
@@ -79,6 +81,8 @@ class DistTrainingSpec(_Strict):
     trainer: TrainerSpec = TrainerSpec()
     matrix: DistMatrixSpec
     faults: FaultsSpec | None = None
+    # Live Prometheus export while the jobs train: the job's steps (suites/training/dist_export.py).
+    export: TrainingExportSpec = TrainingExportSpec()
     # The MFU denominator per rank; unset: measured on a CPU (one rank's threads), the
     # datasheet's on a GPU.
     peak_flops_per_s: Annotated[float, Field(gt=0)] | None = None

@@ -111,7 +111,7 @@ def run_training(
     finally:
         if telemetry is not None:
             telemetry.finish()  # done already unless the run broke before its summary
-        _finish_export(spec, run, exporter, pushgateway_url, say)
+        finish_export(spec.name, TARGET_NAME, run, exporter, pushgateway_url, say)
     return run.run_id
 
 
@@ -266,21 +266,24 @@ def _check_simulator(
     )
 
 
-def _finish_export(
-    spec: TrainingSpec,
+def finish_export(
+    name: str,
+    target: str,
     run: RunWriter,
     exporter: LiveExporter | None,
     pushgateway_url: str | None,
     say: Say,
 ) -> None:
+    """Push the run's metrics where a Pushgateway is given (a failure is a note, not an
+    error: the run is measured), then stop serving them."""
     if exporter is None:
         return
     if pushgateway_url:
         warning = push_run(
             pushgateway_url,
             exporter,
-            suite=spec.name,
-            target=TARGET_NAME,
+            suite=name,
+            target=target,
             success=run.manifest.status == "complete",
         )
         if warning:
