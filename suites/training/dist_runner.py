@@ -25,10 +25,11 @@ from suites.errors import SpecError, TargetError
 from suites.telemetry import Telemetry
 from suites.training.dist_export import JobExport
 from suites.training.dist_spec import DistTrainingSpec, LayoutSpec
+from suites.training.observe import observed
 from suites.training.plan import CONFIG_ERRORS
-from suites.training.runner import finish_export, measure_peak, peak_summary
+from suites.training.runner import measure_peak, peak_summary
 from suites.training.spec import model_config
-from suites.training.telemetry import training_telemetry, with_dist_figures
+from suites.training.telemetry import with_dist_figures
 from targets.training.distributed.launcher import (
     JobResult,
     KillRank,
@@ -103,26 +104,14 @@ def run_training_dist(
         target=target,
     )
     on_started(run)
-    wanted = spec.export.live_metrics or bool(pushgateway_url)
-    exporter = LiveExporter(spec.name, TARGET_NAME) if wanted else None
-    if exporter is not None and spec.export.live_metrics:
-        say(f"live metrics: http://127.0.0.1:{exporter.serve(spec.export.metrics_port)}/metrics")
-    telemetry = None
-    try:
-        with run, interrupts_end_runs():
-            run.add_note(
-                f"MFU = a step's model FLOPs / (job step time x {peak.flops_per_s / 1e9:.1f} "
-                f"GFLOP/s per rank ({peak.source}) x ranks). Ranks are processes on this "
-                f"host, gloo over loopback; {t.threads} thread(s) each."
-            )
-            if spec.telemetry.enabled:
-                telemetry = training_telemetry(spec.telemetry, run, exporter)
-                telemetry.start()
-            _run_all(spec, run, configs, peak, say, telemetry, exporter)
-    finally:
-        if telemetry is not None:
-            telemetry.finish()  # done already unless the run broke before its summary
-        finish_export(spec.name, TARGET_NAME, run, exporter, pushgateway_url, say)
+    run.add_note(
+        f"MFU = a step's model FLOPs / (job step time x {peak.flops_per_s / 1e9:.1f} "
+        f"GFLOP/s per rank ({peak.source}) x ranks). Ranks are processes on this host, "
+        f"gloo over loopback; {t.threads} thread(s) each."
+    )
+    watch = observed(spec.name, TARGET_NAME, run, spec.export, spec.telemetry, pushgateway_url, say)
+    with watch as (exporter, telemetry), run, interrupts_end_runs():
+        _run_all(spec, run, configs, peak, say, telemetry, exporter)
     return run.run_id
 
 

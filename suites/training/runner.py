@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 from collectors.live_export import LiveExporter
-from collectors.push import push_run
 from collectors.records import StepRecord
 from collectors.store import RunStore, RunWriter, interrupts_end_runs
 from collectors.training_summary import (
@@ -35,11 +34,12 @@ from suites.errors import SpecError
 from suites.telemetry import Telemetry
 from suites.training.budget import Budgets
 from suites.training.dist_spec import DistTrainingSpec
+from suites.training.observe import observed
 from suites.training.plan import Scenario, scenarios, sizes
 from suites.training.predict import ScenarioInputs, check_simulator
 from suites.training.scenario_run import ScenarioRun, run_in_turn
 from suites.training.spec import TrainingSpec
-from suites.training.telemetry import INTERLEAVED, training_telemetry
+from suites.training.telemetry import INTERLEAVED
 from suites.training.telemetry import with_figures as with_device_figures
 from targets.training.cost_model import host_copy_seconds_per_byte
 from targets.training.peak import CpuMatmulDetail, PeakFlops, PeakFlopsError, peak_flops
@@ -96,22 +96,10 @@ def run_training(
         target=target,
     )
     on_started(run)
-    wanted = spec.export.live_metrics or bool(pushgateway_url)
-    exporter = LiveExporter(spec.name, TARGET_NAME) if wanted else None
-    if exporter is not None and spec.export.live_metrics:
-        say(f"live metrics: http://127.0.0.1:{exporter.serve(spec.export.metrics_port)}/metrics")
-    telemetry: Telemetry | None = None
-    try:
-        with run, interrupts_end_runs():
-            _notes(spec, run, peak)
-            if spec.telemetry.enabled:
-                telemetry = training_telemetry(spec.telemetry, run, exporter)
-                telemetry.start()
-            _run_all(spec, run, plan, peak, exporter, say, telemetry)
-    finally:
-        if telemetry is not None:
-            telemetry.finish()  # done already unless the run broke before its summary
-        finish_export(spec.name, TARGET_NAME, run, exporter, pushgateway_url, say)
+    _notes(spec, run, peak)
+    watch = observed(spec.name, TARGET_NAME, run, spec.export, spec.telemetry, pushgateway_url, say)
+    with watch as (exporter, telemetry), run, interrupts_end_runs():
+        _run_all(spec, run, plan, peak, exporter, say, telemetry)
     return run.run_id
 
 
@@ -264,29 +252,3 @@ def _check_simulator(
         host_copy,
         paired=spec.matrix.order == "interleaved",
     )
-
-
-def finish_export(
-    name: str,
-    target: str,
-    run: RunWriter,
-    exporter: LiveExporter | None,
-    pushgateway_url: str | None,
-    say: Say,
-) -> None:
-    """Push the run's metrics where a Pushgateway is given (a failure is a note, not an
-    error: the run is measured), then stop serving them."""
-    if exporter is None:
-        return
-    if pushgateway_url:
-        warning = push_run(
-            pushgateway_url,
-            exporter,
-            suite=name,
-            target=target,
-            success=run.manifest.status == "complete",
-        )
-        if warning:
-            run.add_note(f"warning: {warning}")
-            say(f"warning: {warning}")
-    exporter.close()
