@@ -239,8 +239,10 @@ def run_interference(
                         try:
                             pool.wait_ready()
                             arm = _arm(chunk)
-                            for level in (arm.quiet_scenario, arm.mixed_level):
-                                mixed = level == arm.mixed_level
+                            for mixed, level in (
+                                (False, arm.quiet_scenario),
+                                (True, arm.mixed_level),
+                            ):
                                 plans = _plans(inter, spec, chunk, mixed, decode_pool, prefill_pool)
                                 if telemetry is not None:
                                     telemetry.level_started(level)
