@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from collectors.accel_records import (
+from moeperf.collectors.accel_records import (
     AcceleratorFigures,
     DeviceFigures,
     DeviceSample,

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from collectors.schema import SCHEMA_VERSION
+from moeperf.collectors.schema import SCHEMA_VERSION
 
 SourceName = Literal["nvml", "dcgm", "process"]
 EnergySource = Literal["counter", "power integral"]

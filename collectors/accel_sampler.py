@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from collectors.accel_records import DeviceSample, DeviceSource, SamplerCost, SourceErrors
+from moeperf.collectors.accel_records import DeviceSample, DeviceSource, SamplerCost, SourceErrors
 
 ClockNs = Callable[[], int]
 DEFAULT_PERIOD_S = 0.1

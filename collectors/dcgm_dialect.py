@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import Metric as Family
 
-from collectors.accel_records import DeviceSample
+from moeperf.collectors.accel_records import DeviceSample
 
 _MIB = 1 << 20
 # dcgm_structs.h: DCGM_INT32_BLANK = 0x7ffffff0, DCGM_FP64_BLANK = 140737488355328.0; values

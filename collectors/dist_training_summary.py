@@ -31,10 +31,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from collectors.accel_records import AcceleratorFigures
-from collectors.records import StepRecord
-from collectors.telemetry_records import TelemetrySummary
-from collectors.training_summary import PeakFlopsSummary
+from moeperf.collectors.accel_records import AcceleratorFigures
+from moeperf.collectors.records import StepRecord
+from moeperf.collectors.telemetry_records import TelemetrySummary
+from moeperf.collectors.training_summary import PeakFlopsSummary
 
 DEFINITIONS = {
     "job_step_s": "per step: last rank's end - first rank's start; median over steps",

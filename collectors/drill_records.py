@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collectors.request_audit import RequestAudit
+from moeperf.collectors.request_audit import RequestAudit
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,14 +8,14 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from collectors.drill_records import (
+from moeperf.collectors.drill_records import (
     DrillSummary,
     FaultEvent,
     FaultOutcome,
     LatencyWindow,
 )
-from collectors.latency import per_request
-from collectors.request_audit import audit_requests
+from moeperf.collectors.latency import per_request
+from moeperf.collectors.request_audit import audit_requests
 
 NS_PER_S = 1_000_000_000
 

@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from collectors.accel_records import AcceleratorFigures
-from collectors.quantiles import Described, QuantileEstimate
+from moeperf.collectors.accel_records import AcceleratorFigures
+from moeperf.collectors.quantiles import Described, QuantileEstimate
 
 if TYPE_CHECKING:  # serving_records holds the summary that holds these records
-    from collectors.serving_records import ScenarioSummary
+    from moeperf.collectors.serving_records import ScenarioSummary
 
 
 @dataclass(frozen=True, slots=True)

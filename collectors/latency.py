@@ -27,8 +27,8 @@ from typing import TypeGuard
 import numpy as np
 import pandas as pd
 
-from collectors.records import RequestRecord
-from collectors.tables import flatten_list_column, list_column_lengths
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.tables import flatten_list_column, list_column_lengths
 
 NS_PER_S = 1e9
 

@@ -14,13 +14,13 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
-from collectors import metric_names as names
-from collectors.accel_records import DeviceSample
-from collectors.bulk_histogram import BulkHistogram
-from collectors.latency import request_latencies
-from collectors.metric_names import Metric
-from collectors.records import RequestRecord, StepRecord
-from collectors.summary import NO_SLO, Slo, request_meets_slo
+from moeperf.collectors import metric_names as names
+from moeperf.collectors.accel_records import DeviceSample
+from moeperf.collectors.bulk_histogram import BulkHistogram
+from moeperf.collectors.latency import request_latencies
+from moeperf.collectors.metric_names import Metric
+from moeperf.collectors.records import RequestRecord, StepRecord
+from moeperf.collectors.summary import NO_SLO, Slo, request_meets_slo
 
 # `_created` series double the exposition and, pushed to a Pushgateway, pin stale
 # timestamps; nothing of ours reads them.

@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from collectors.request_settings import RequestSettings
-from collectors.schema import SCHEMA_VERSION, check_schema_version
+from moeperf.collectors.request_settings import RequestSettings
+from moeperf.collectors.schema import SCHEMA_VERSION, check_schema_version
 
 # complete: every level ok. failed: it ran to its end, but some level's requests mostly
 # failed for the target's reasons. invalid: some level was client-bound (and none failed).

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import pandas as pd
 
-from collectors.quantiles import CI_METHOD, ESTIMATOR, Described, describe
+from moeperf.collectors.quantiles import CI_METHOD, ESTIMATOR, Described, describe
 
 MICRO_QUANTILES = (0.5, 0.9, 0.99)
 

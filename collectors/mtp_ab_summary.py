@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from collectors.bootstrap import bootstrap_ratio_ci
-from collectors.latency import itl_samples_s, per_request
-from collectors.mtp_ab_records import (
+from moeperf.collectors.bootstrap import bootstrap_ratio_ci
+from moeperf.collectors.latency import itl_samples_s, per_request
+from moeperf.collectors.mtp_ab_records import (
     TESTED_METRICS,
     MtpAbArmLevel,
     MtpAbBlock,
@@ -20,7 +20,7 @@ from collectors.mtp_ab_records import (
     MtpAbEffect,
     MtpAbSummary,
 )
-from collectors.serving_records import ScenarioSummary
+from moeperf.collectors.serving_records import ScenarioSummary
 
 _CONFIDENCE = 0.95
 _N_BOOT = 2000

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.accel_records import DeviceSample, Unavailable
+from moeperf.collectors.accel_records import DeviceSample, Unavailable
 
 # NVML's clock event (throttle) reason constants, by the suffix after
 # nvmlClocksEventReason / nvmlClocksThrottleReason. UserDefinedClocks is an alias of

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collectors.serving_records import ScenarioSummary
+from moeperf.collectors.serving_records import ScenarioSummary
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from collectors.accel_records import DeviceSample
+from moeperf.collectors.accel_records import DeviceSample
 
 ClockNs = Callable[[], int]
 

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from collectors.schema import SCHEMA_VERSION
+from moeperf.collectors.schema import SCHEMA_VERSION
 
 RequestStatus = Literal["ok", "error", "cancelled"]
 # Requests sent during warm-up or cool-down are kept but excluded from summaries.

@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from collectors.errors import CollectorError
+from moeperf.collectors.errors import CollectorError
 
 if TYPE_CHECKING:
-    from collectors.manifest import RunManifest
+    from moeperf.collectors.manifest import RunManifest
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 from collections.abc import Collection
 
-from collectors.errors import SchemaVersionError
+from moeperf.collectors.errors import SchemaVersionError
 
 # Bump when a field is removed or changes meaning; adding an optional field does not need it.
 SCHEMA_VERSION = 1

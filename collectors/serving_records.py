@@ -9,18 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from collectors.accel_records import AcceleratorFigures
-from collectors.capacity_records import CapacitySummary
-from collectors.drill_records import DrillSummary
-from collectors.interference_records import InterferenceSummary
-from collectors.mtp_ab_records import MtpAbSummary
-from collectors.quantiles import CI_METHOD, EMPTY, ESTIMATOR, Described
-from collectors.request_audit import RequestAudit
-from collectors.soak_records import SoakSummary
-from collectors.sweep_records import SweepSummary
-from collectors.target_counters import TargetCounters
-from collectors.telemetry_records import TelemetrySummary
-from collectors.workload_records import RepeatLevel, TraceReplay, TurnSummary
+from moeperf.collectors.accel_records import AcceleratorFigures
+from moeperf.collectors.capacity_records import CapacitySummary
+from moeperf.collectors.drill_records import DrillSummary
+from moeperf.collectors.interference_records import InterferenceSummary
+from moeperf.collectors.mtp_ab_records import MtpAbSummary
+from moeperf.collectors.quantiles import CI_METHOD, EMPTY, ESTIMATOR, Described
+from moeperf.collectors.request_audit import RequestAudit
+from moeperf.collectors.soak_records import SoakSummary
+from moeperf.collectors.sweep_records import SweepSummary
+from moeperf.collectors.target_counters import TargetCounters
+from moeperf.collectors.telemetry_records import TelemetrySummary
+from moeperf.collectors.workload_records import RepeatLevel, TraceReplay, TurnSummary
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from collectors.schema import SCHEMA_VERSION
+from moeperf.collectors.schema import SCHEMA_VERSION
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
-from collectors.soak_records import Slope
+from moeperf.collectors.soak_records import Slope
 
 S_PER_HOUR = 3600.0
 CONFIDENCE = 0.95

@@ -13,14 +13,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collectors import metric_names as mn
-from collectors import target_metrics as tm
-from collectors.latency import per_request
-from collectors.soak_records import MemorySample, Slope, SoakSummary, SoakThresholds, SoakWindow
-from collectors.soak_slope import fit_slope
-from collectors.soak_target_series import TargetSeries
-from collectors.soak_verdicts import drift_verdict, expert_verdict, kv_verdict, leak_verdict
-from collectors.tables import flatten_list_column, list_column_lengths
+from moeperf.collectors import metric_names as mn
+from moeperf.collectors import target_metrics as tm
+from moeperf.collectors.latency import per_request
+from moeperf.collectors.soak_records import (
+    MemorySample,
+    Slope,
+    SoakSummary,
+    SoakThresholds,
+    SoakWindow,
+)
+from moeperf.collectors.soak_slope import fit_slope
+from moeperf.collectors.soak_target_series import TargetSeries
+from moeperf.collectors.soak_verdicts import drift_verdict, expert_verdict, kv_verdict, leak_verdict
+from moeperf.collectors.tables import flatten_list_column, list_column_lengths
 
 NS_PER_S = 1_000_000_000
 

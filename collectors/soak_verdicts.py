@@ -29,8 +29,8 @@ large its noise. Rules:
 
 from __future__ import annotations
 
-from collectors.soak_records import Slope, SoakThresholds, SoakVerdict, VerdictName
-from collectors.soak_slope import S_PER_HOUR
+from moeperf.collectors.soak_records import Slope, SoakThresholds, SoakVerdict, VerdictName
+from moeperf.collectors.soak_slope import S_PER_HOUR
 
 
 def _interval(slope: Slope, unit: str, scale: float = 1.0, digits: int = 3) -> str:

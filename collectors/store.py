@@ -28,22 +28,22 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collectors.accel_records import DeviceSample
-from collectors.errors import (
+from moeperf.collectors.accel_records import DeviceSample
+from moeperf.collectors.errors import (
     CollectorError,
     CorruptRunFileError,
     RunNotFoundError,
     RunsDirError,
     SchemaVersionError,
 )
-from collectors.fingerprint import host_fingerprint
-from collectors.manifest import RunManifest, RunStatus
-from collectors.records import RequestRecord, SampleRecord, StepRecord
-from collectors.request_settings import RequestSettings
-from collectors.schema import SCHEMA_VERSION, check_schema_version
-from collectors.soak_records import MemorySample
-from collectors.summary_json import RunSummary, summary_from_json, summary_to_json
-from collectors.tables import (
+from moeperf.collectors.fingerprint import host_fingerprint
+from moeperf.collectors.manifest import RunManifest, RunStatus
+from moeperf.collectors.records import RequestRecord, SampleRecord, StepRecord
+from moeperf.collectors.request_settings import RequestSettings
+from moeperf.collectors.schema import SCHEMA_VERSION, check_schema_version
+from moeperf.collectors.soak_records import MemorySample
+from moeperf.collectors.summary_json import RunSummary, summary_from_json, summary_to_json
+from moeperf.collectors.tables import (
     ACCELERATOR_SCHEMA,
     REQUEST_SCHEMA,
     SCHEMAS,

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from collectors.latency import (
+from moeperf.collectors.latency import (
     NS_PER_S,
     RequestLatencies,
     icl_samples_s,
     itl_samples_s,
     per_request,
 )
-from collectors.quantiles import Described, describe
-from collectors.serving_records import (
+from moeperf.collectors.quantiles import Described, describe
+from moeperf.collectors.serving_records import (
     NO_SLO,
     LatencySummary,
     ScenarioSummary,

@@ -23,18 +23,18 @@ import numpy as np
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
-from collectors.accuracy_records import AccuracySummary
-from collectors.dist_training_summary import DistTrainingSummary
-from collectors.errors import CollectorError
-from collectors.micro_summary import BenchmarkSummary, MicroSummary
-from collectors.schema import (
+from moeperf.collectors.accuracy_records import AccuracySummary
+from moeperf.collectors.dist_training_summary import DistTrainingSummary
+from moeperf.collectors.errors import CollectorError
+from moeperf.collectors.micro_summary import BenchmarkSummary, MicroSummary
+from moeperf.collectors.schema import (
     SUMMARY_SCHEMA_VERSION,
     SUPPORTED_SUMMARY_SCHEMA_VERSIONS,
     check_schema_version,
 )
-from collectors.serving_records import ServingSummary, empty_scenario
-from collectors.simulation_summary import SimulationSummary
-from collectors.training_summary import TrainingSummary
+from moeperf.collectors.serving_records import ServingSummary, empty_scenario
+from moeperf.collectors.simulation_summary import SimulationSummary
+from moeperf.collectors.training_summary import TrainingSummary
 
 RunSummary = (
     ServingSummary | TrainingSummary | DistTrainingSummary | MicroSummary | AccuracySummary

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from collectors.serving_records import ScenarioSummary
-from collectors.sweep_records import SweepSummary
+from moeperf.collectors.serving_records import ScenarioSummary
+from moeperf.collectors.sweep_records import SweepSummary
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collectors.capacity_records import CapacitySummary
+from moeperf.collectors.capacity_records import CapacitySummary
 
 
 @dataclass(frozen=True, slots=True)

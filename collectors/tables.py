@@ -248,7 +248,7 @@ def records_frame(records: list) -> pd.DataFrame:
 
 def request_records(frame: pd.DataFrame) -> list:
     """RequestRecords back from a requests DataFrame (the inverse of ``records_frame``)."""
-    from collectors.records import RequestRecord
+    from moeperf.collectors.records import RequestRecord
 
     table = pa.Table.from_pandas(frame, schema=REQUEST_SCHEMA, preserve_index=False)
     return [RequestRecord(**row) for row in table.to_pylist()]

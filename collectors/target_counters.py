@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from collectors import metric_names as mn
-from collectors import target_metrics as tm
+from moeperf.collectors import metric_names as mn
+from moeperf.collectors import target_metrics as tm
 
 NOT_AVAILABLE = "not available from this target"
 

@@ -39,9 +39,9 @@ from typing import Any, Literal
 from prometheus_client.metrics_core import Metric as Family
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors import metric_names as mn
-from collectors.errors import CollectorError
-from collectors.metric_names import Metric
+from moeperf.collectors import metric_names as mn
+from moeperf.collectors.errors import CollectorError
+from moeperf.collectors.metric_names import Metric
 
 DialectName = Literal["vllm", "sglang", "tgi", "reference", "synthetic", "unknown"]
 SampleKind = Literal["gauge", "counter"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collectors.accel_records import AcceleratorFigures, SamplerCost, SourceName
+from moeperf.collectors.accel_records import AcceleratorFigures, SamplerCost, SourceName
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,10 +23,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from collectors.accel_records import AcceleratorFigures
-from collectors.quantiles import ESTIMATOR
-from collectors.records import StepRecord
-from collectors.telemetry_records import TelemetrySummary
+from moeperf.collectors.accel_records import AcceleratorFigures
+from moeperf.collectors.quantiles import ESTIMATOR
+from moeperf.collectors.records import StepRecord
+from moeperf.collectors.telemetry_records import TelemetrySummary
 
 # Written into every training summary, so that the file explains itself.
 DEFINITIONS = {

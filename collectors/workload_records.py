@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collectors.quantiles import Described
+from moeperf.collectors.quantiles import Described
 
 # A prefix workload's no-reuse control level is named after its level: "c=4 unique".
 UNIQUE_SUFFIX = " unique"

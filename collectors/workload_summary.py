@@ -19,10 +19,10 @@ from collections.abc import Mapping
 import pandas as pd
 from scipy import stats
 
-from collectors.latency import NS_PER_S, per_request
-from collectors.quantiles import Described, describe
-from collectors.serving_records import ScenarioSummary
-from collectors.workload_records import RepeatLevel, RepeatMetric, TraceReplay, TurnSummary
+from moeperf.collectors.latency import NS_PER_S, per_request
+from moeperf.collectors.quantiles import Described, describe
+from moeperf.collectors.serving_records import ScenarioSummary
+from moeperf.collectors.workload_records import RepeatLevel, RepeatMetric, TraceReplay, TurnSummary
 
 ON_TIME_S = 0.005
 _REPEAT = re.compile(r"^(?P<level>.+) #(?P<repeat>\d+)$")

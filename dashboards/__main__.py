@@ -1,4 +1,4 @@
-"""`python -m dashboards generate | check`: write or verify the committed dashboard JSON."""
+"""`python -m moeperf.dashboards generate | check`: write or verify the committed dashboard JSON."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def check(directory: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dashboards", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m moeperf.dashboards", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (
         ("generate", "write the dashboards' JSON"),
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dashboards in {args.dir} are up to date")
         return 0
     print("\n\n".join(problems), file=sys.stderr)
-    print("\nrun `python -m dashboards generate` and commit the result", file=sys.stderr)
+    print("\nrun `python -m moeperf.dashboards generate` and commit the result", file=sys.stderr)
     return 1
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as dashboard_b
 
-from collectors import metric_names as m
+from moeperf.collectors import metric_names as m
 
 from .panels import Query, row, timeseries_panel, unit_of
 from .promql import gauge, rate, ratio

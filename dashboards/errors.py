@@ -1,6 +1,6 @@
 """The dashboards package's one error root."""
 
-from collectors.errors import MoeperfError, MoeperfUsageError
+from moeperf.collectors.errors import MoeperfError, MoeperfUsageError
 
 
 class DashboardsError(MoeperfError):

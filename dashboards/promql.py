@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from collectors.metric_names import Metric
+from moeperf.collectors.metric_names import Metric
 
 RATE_INTERVAL = "$__rate_interval"
 # Every template variable a query may filter on; each dashboard defines the ones it uses.

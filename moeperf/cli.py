@@ -10,22 +10,22 @@ from typing import TYPE_CHECKING, Literal
 
 from rich.console import Console
 
-from collectors.accuracy_records import AccuracySummary
-from collectors.dist_training_summary import DistTrainingSummary
-from collectors.errors import MoeperfError
-from collectors.request_audit import audit_text
-from collectors.serving_records import ServingSummary
-from collectors.simulation_summary import SimulationSummary
-from collectors.store import RunInterrupted, RunStore
-from collectors.target_counters import metrics_unavailable
-from collectors.training_summary import TrainingSummary
 from moeperf import report_commands, target_commands
+from moeperf.collectors.accuracy_records import AccuracySummary
+from moeperf.collectors.dist_training_summary import DistTrainingSummary
+from moeperf.collectors.errors import MoeperfError
+from moeperf.collectors.request_audit import audit_text
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.simulation_summary import SimulationSummary
+from moeperf.collectors.store import RunInterrupted, RunStore
+from moeperf.collectors.target_counters import metrics_unavailable
+from moeperf.collectors.training_summary import TrainingSummary
 from moeperf.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_code
 from moeperf.plan_command import add_plan_commands
 from moeperf.probe_command import add_probe_command
-from reports.request_view import request_facts
-from suites.errors import UsageError
-from suites.present import (
+from moeperf.reports.request_view import request_facts
+from moeperf.suites.errors import UsageError
+from moeperf.suites.present import (
     ProgressBar,
     announce_run,
     latency_table,
@@ -34,10 +34,10 @@ from suites.present import (
     target_counters_line,
     throughput_line,
 )
-from suites.spec import LoadedSpec, load_spec
+from moeperf.suites.spec import LoadedSpec, load_spec
 
 if TYPE_CHECKING:
-    from suites.serving.calibrate import CalibrationOptions
+    from moeperf.suites.serving.calibrate import CalibrationOptions
 
 PUSHGATEWAY_ENV = "MOEPERF_PUSHGATEWAY_URL"
 
@@ -79,7 +79,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         return _run_accuracy(args, console, store, loaded)
     if loaded.spec.suite == "simulation":
         return _run_simulation(args, console, store, loaded)
-    from suites.serving.runner import run_serving
+    from moeperf.suites.serving.runner import run_serving
 
     bar = ProgressBar(console)
     try:
@@ -130,7 +130,7 @@ def _locust_worker(args: argparse.Namespace) -> int:
         raise UsageError("--worker needs --master-host (the address of the run's master)")
     import subprocess
 
-    command = [sys.executable, "-m", "suites.serving.locust_engine.worker"]
+    command = [sys.executable, "-m", "moeperf.suites.serving.locust_engine.worker"]
     command += ["--master-host", args.master_host, "--master-port", str(args.master_port or 5557)]
     return subprocess.call(command)
 
@@ -138,7 +138,7 @@ def _locust_worker(args: argparse.Namespace) -> int:
 def _run_training(
     args: argparse.Namespace, console: Console, store: RunStore, loaded: LoadedSpec
 ) -> int:
-    from suites.training.runner import run_training
+    from moeperf.suites.training.runner import run_training
 
     run_id = run_training(
         loaded.training,
@@ -154,7 +154,7 @@ def _run_training(
 def _run_training_dist(
     args: argparse.Namespace, console: Console, store: RunStore, loaded: LoadedSpec
 ) -> int:
-    from suites.training.dist_runner import run_training_dist
+    from moeperf.suites.training.dist_runner import run_training_dist
 
     run_id = run_training_dist(
         loaded.training_dist,
@@ -170,7 +170,7 @@ def _run_training_dist(
 def _run_accuracy(
     args: argparse.Namespace, console: Console, store: RunStore, loaded: LoadedSpec
 ) -> int:
-    from suites.accuracy.run import run_accuracy
+    from moeperf.suites.accuracy.run import run_accuracy
 
     run_id = run_accuracy(
         loaded.accuracy,
@@ -185,7 +185,7 @@ def _run_accuracy(
 def _run_simulation(
     args: argparse.Namespace, console: Console, store: RunStore, loaded: LoadedSpec
 ) -> int:
-    from suites.simulation.run import run_simulation
+    from moeperf.suites.simulation.run import run_simulation
 
     run_id = run_simulation(
         loaded.simulation,
@@ -243,12 +243,12 @@ def _show(store: RunStore, run: str, console: Console) -> None:
         console.print("no summary (the run ended before one was written)")
         return
     if isinstance(summary, TrainingSummary):
-        from suites.training.tables import training_tables
+        from moeperf.suites.training.tables import training_tables
 
         for table in training_tables(summary):
             console.print(table)
         if summary.telemetry is not None:
-            from suites.telemetry_tables import telemetry_lines
+            from moeperf.suites.telemetry_tables import telemetry_lines
 
             figures = {name: entry.accelerator for name, entry in summary.scenarios.items()}
             for item in telemetry_lines(summary.telemetry, figures, training=True):
@@ -256,12 +256,12 @@ def _show(store: RunStore, run: str, console: Console) -> None:
         console.print(f"results: {reader.directory}")
         return
     if isinstance(summary, DistTrainingSummary):
-        from suites.training.dist_tables import dist_training_tables
+        from moeperf.suites.training.dist_tables import dist_training_tables
 
         for table in dist_training_tables(summary):
             console.print(table)
         if summary.telemetry is not None:
-            from suites.telemetry_tables import telemetry_lines
+            from moeperf.suites.telemetry_tables import telemetry_lines
 
             figures = {name: entry.accelerator for name, entry in summary.scenarios.items()}
             lines = telemetry_lines(
@@ -272,7 +272,7 @@ def _show(store: RunStore, run: str, console: Console) -> None:
         console.print(f"results: {reader.directory}")
         return
     if isinstance(summary, SimulationSummary):
-        from suites.simulation.tables import simulation_tables
+        from moeperf.suites.simulation.tables import simulation_tables
 
         for table in simulation_tables(summary):
             console.print(table)
@@ -281,7 +281,7 @@ def _show(store: RunStore, run: str, console: Console) -> None:
         console.print(f"results: {reader.directory}")
         return
     if isinstance(summary, AccuracySummary):
-        from suites.accuracy.tables import accuracy_tables
+        from moeperf.suites.accuracy.tables import accuracy_tables
 
         for item in accuracy_tables(summary):
             console.print(item, markup=False, highlight=False)
@@ -295,44 +295,44 @@ def _show(store: RunStore, run: str, console: Console) -> None:
             line = target_counters_line(scenario, entry, unavailable)
             console.print(line, markup=False, highlight=False)
         if summary.capacity is not None:
-            from suites.serving.capacity.present import capacity_table
+            from moeperf.suites.serving.capacity.present import capacity_table
 
             console.print(capacity_table(summary.capacity))
         if summary.sweep is not None:
-            from suites.serving.sweep_table import fit_table, plan_table, sweep_table
+            from moeperf.suites.serving.sweep_table import fit_table, plan_table, sweep_table
 
             console.print(sweep_table(summary.sweep, summary.scenarios))
             for extra in (fit_table(summary.sweep), plan_table(summary.sweep, summary.scenarios)):
                 if extra is not None:
                     console.print(extra)
         if summary.interference is not None:
-            from suites.serving.interference_table import interference_table
+            from moeperf.suites.serving.interference_table import interference_table
 
             console.print(interference_table(summary.interference, summary.scenarios))
         if summary.request_audit is not None:
             console.print(audit_text(summary.request_audit), markup=False, highlight=False)
         if summary.drill is not None:
-            from suites.serving.faults.tables import drill_table
+            from moeperf.suites.serving.faults.tables import drill_table
 
             console.print(drill_table(summary.drill))
             console.print(audit_text(summary.drill.audit), markup=False, highlight=False)
         if summary.soak is not None:
-            from suites.serving.soak.tables import verdicts_table, windows_table
+            from moeperf.suites.serving.soak.tables import verdicts_table, windows_table
 
             console.print(windows_table(summary.soak))
             console.print(verdicts_table(summary.soak))
         if summary.telemetry is not None:
-            from suites.telemetry_tables import telemetry_lines
+            from moeperf.suites.telemetry_tables import telemetry_lines
 
             figures = summary.accelerator_levels()
             for item in telemetry_lines(summary.telemetry, figures):
                 console.print(item, markup=False, highlight=False)
         if summary.mtp_ab is not None:
-            from suites.serving.mtp_ab.tables import mtp_ab_tables
+            from moeperf.suites.serving.mtp_ab.tables import mtp_ab_tables
 
             for item in mtp_ab_tables(summary.mtp_ab):
                 console.print(item, markup=False, highlight=False)
-        from suites.serving.workload_tables import workload_tables
+        from moeperf.suites.serving.workload_tables import workload_tables
 
         scenarios = summary.scenarios.values()
         cache_known = any(
@@ -361,7 +361,7 @@ def _runs_show(args: argparse.Namespace, console: Console) -> int:
 
 
 def _calibration_options(args: argparse.Namespace) -> CalibrationOptions:
-    from suites.serving.calibrate import CalibrationOptions
+    from moeperf.suites.serving.calibrate import CalibrationOptions
 
     try:
         levels = tuple(int(x) for x in str(args.levels).split(",") if x.strip())
@@ -384,13 +384,13 @@ def _calibration_options(args: argparse.Namespace) -> CalibrationOptions:
 
 
 def _calibrate(args: argparse.Namespace, console: Console) -> int:
-    from suites.serving.calibrate import run_calibration
+    from moeperf.suites.serving.calibrate import run_calibration
 
     return run_calibration(_calibration_options(args), RunStore(args.runs_dir), console)
 
 
 def _ingest_benchmark(args: argparse.Namespace, console: Console) -> int:
-    from suites.ingest import ingest_command
+    from moeperf.suites.ingest import ingest_command
 
     return ingest_command(
         args.json,
@@ -402,7 +402,7 @@ def _ingest_benchmark(args: argparse.Namespace, console: Console) -> int:
 
 def _dashboards_publish(args: argparse.Namespace, console: Console) -> int:
     # The CLI is the one place that composes packages: it may reach into dashboards.
-    from dashboards.publish import publish_command
+    from moeperf.dashboards.publish import publish_command
 
     return publish_command(args.url)
 

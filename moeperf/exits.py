@@ -7,7 +7,7 @@ turn what reaches them into a code with ``exit_code``.
 
 from __future__ import annotations
 
-from collectors.errors import MoeperfError, MoeperfUsageError
+from moeperf.collectors.errors import MoeperfError, MoeperfUsageError
 
 EXIT_OK = 0
 # A run that did not complete, a gate that found a regression, a target or service that

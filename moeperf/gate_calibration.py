@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collectors.store import RunStore
+from moeperf.collectors.store import RunStore
 from moeperf.gate_runs import (
     Say,
     gates_dir,
@@ -24,12 +24,12 @@ from moeperf.gate_runs import (
     run_notes,
     started,
 )
-from reports.gate import gate
-from reports.gate_output import text_table
-from reports.runs import load_run
-from reports.samples import run_samples
-from reports.verdicts import GateResult
-from suites.errors import UsageError
+from moeperf.reports.gate import gate
+from moeperf.reports.gate_output import text_table
+from moeperf.reports.runs import load_run
+from moeperf.reports.samples import run_samples
+from moeperf.reports.verdicts import GateResult
+from moeperf.suites.errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -34,19 +34,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collectors.store import RunStore
-from reports.comparability import check_fingerprints
-from reports.gate import gate
-from reports.gate_output import format_gate, write_gate
-from reports.runs import load_run
-from reports.samples import MetricSamples, pool_samples, run_samples
-from reports.verdicts import GateResult
-from suites.errors import SpecError, UsageError
-from suites.serving.embedded.process import running_target
-from suites.serving.runner import run_serving
-from suites.spec import LoadedSpec, ServingSpec, load_spec
-from suites.spec_errors import synthetic_problems
-from targets.synthetic.config import SyntheticConfig, SyntheticConfigError
+from moeperf.collectors.store import RunStore
+from moeperf.reports.comparability import check_fingerprints
+from moeperf.reports.gate import gate
+from moeperf.reports.gate_output import format_gate, write_gate
+from moeperf.reports.runs import load_run
+from moeperf.reports.samples import MetricSamples, pool_samples, run_samples
+from moeperf.reports.verdicts import GateResult
+from moeperf.suites.errors import SpecError, UsageError
+from moeperf.suites.serving.embedded.process import running_target
+from moeperf.suites.serving.runner import run_serving
+from moeperf.suites.spec import LoadedSpec, ServingSpec, load_spec
+from moeperf.suites.spec_errors import synthetic_problems
+from moeperf.targets.synthetic.config import SyntheticConfig, SyntheticConfigError
 
 ORDERS = ("abba", "abab")
 Say = Callable[[str], Any]
@@ -125,7 +125,9 @@ def started(choices: Sequence[TargetChoice]) -> Iterator[list[str]]:
                 urls.append(choice.url)
             else:
                 config = (choice.synthetic or SyntheticConfig()).to_dict()
-                urls.append(stack.enter_context(running_target("targets.synthetic", config)))
+                urls.append(
+                    stack.enter_context(running_target("moeperf.targets.synthetic", config))
+                )
         yield urls
 
 

@@ -14,10 +14,10 @@ from typing import Any
 from rich.console import Console
 
 from moeperf.exits import EXIT_FAILED, EXIT_OK
-from suites.plan.deploy import load_deploy
-from suites.plan.model_config import load_model_config
-from suites.plan.plan import plan_memory
-from suites.plan.present import plan_json, plan_lines, plan_table
+from moeperf.suites.plan.deploy import load_deploy
+from moeperf.suites.plan.model_config import load_model_config
+from moeperf.suites.plan.plan import plan_memory
+from moeperf.suites.plan.present import plan_json, plan_lines, plan_table
 
 
 def _plan_memory(args: argparse.Namespace, console: Console) -> int:

@@ -22,7 +22,7 @@ from typing import Any
 from rich.console import Console
 
 from moeperf.exits import EXIT_OK
-from suites.errors import UsageError
+from moeperf.suites.errors import UsageError
 
 
 def add_probe_command(commands: Any) -> None:
@@ -84,12 +84,12 @@ def _default_path(runs_dir: str, url: str) -> Path:
 def probe_command(args: argparse.Namespace, console: Console) -> int:
     from pydantic import ValidationError
 
-    from suites.serving.load.auth import request_headers
-    from suites.serving.preflight import check_target, http_get, served_model
-    from suites.serving.probe.present import probe_table, target_toml
-    from suites.serving.probe.probe import probe_target
-    from suites.spec import TargetSpec
-    from suites.spec_errors import problems_of, spec_error
+    from moeperf.suites.serving.load.auth import request_headers
+    from moeperf.suites.serving.preflight import check_target, http_get, served_model
+    from moeperf.suites.serving.probe.present import probe_table, target_toml
+    from moeperf.suites.serving.probe.probe import probe_target
+    from moeperf.suites.spec import TargetSpec
+    from moeperf.suites.spec_errors import problems_of, spec_error
 
     url = args.url.rstrip("/")
     try:

@@ -10,15 +10,15 @@ import argparse
 
 from rich.console import Console
 
-from suites.errors import UsageError
-from suites.present import plain_lines
+from moeperf.suites.errors import UsageError
+from moeperf.suites.present import plain_lines
 
 # Pages never replace a file at their default path unless asked (reports/page_path.py).
 FORCE_HELP = "replace an existing page at the default path (--out FILE always replaces FILE)"
 
 
 def baseline_promote(args: argparse.Namespace, console: Console) -> int:
-    from reports.baseline_commands import promote_command
+    from moeperf.reports.baseline_commands import promote_command
 
     return promote_command(
         args.run, args.name, args.version, args.runs_dir, args.baselines_dir, args.force,
@@ -27,19 +27,19 @@ def baseline_promote(args: argparse.Namespace, console: Console) -> int:
 
 
 def baseline_list(args: argparse.Namespace, console: Console) -> int:
-    from reports.baseline_commands import list_command
+    from moeperf.reports.baseline_commands import list_command
 
     return list_command(args.baselines_dir, out=plain_lines(console))
 
 
 def baseline_show(args: argparse.Namespace, console: Console) -> int:
-    from reports.baseline_commands import show_command
+    from moeperf.reports.baseline_commands import show_command
 
     return show_command(args.ref, args.baselines_dir, out=plain_lines(console))
 
 
 def baseline_report(args: argparse.Namespace, console: Console) -> int:
-    from reports.baseline_report import baseline_report_command
+    from moeperf.reports.baseline_report import baseline_report_command
 
     return baseline_report_command(
         args.ref, args.baselines_dir, args.out, print_fn=plain_lines(console),
@@ -101,8 +101,8 @@ def gate(args: argparse.Namespace, console: Console) -> int:
             "usage: moeperf gate RUN --baseline NAME[@V] | gate --paired SPEC --a A --b B "
             "| gate calibrate [SPEC]"
         )
-    from reports.baselines import BaselineStore, parse_ref
-    from reports.gate_output import gate_command, parse_min_effects
+    from moeperf.reports.baselines import BaselineStore, parse_ref
+    from moeperf.reports.gate_output import gate_command, parse_min_effects
 
     min_effects = parse_min_effects(args.min_effect or [])
     name, version = parse_ref(args.baseline)
@@ -114,7 +114,7 @@ def gate(args: argparse.Namespace, console: Console) -> int:
 
 
 def report(args: argparse.Namespace, console: Console) -> int:
-    from reports.report import report_command
+    from moeperf.reports.report import report_command
 
     return report_command(
         args.runs, args.runs_dir, args.out, print_fn=plain_lines(console), force=args.force
@@ -122,7 +122,7 @@ def report(args: argparse.Namespace, console: Console) -> int:
 
 
 def compare(args: argparse.Namespace, console: Console) -> int:
-    from reports.compare import compare_command
+    from moeperf.reports.compare import compare_command
 
     return compare_command(
         args.a, args.b, args.runs_dir, out=plain_lines(console), force=args.force

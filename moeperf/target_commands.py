@@ -1,8 +1,8 @@
 """``moeperf target``: the reference targets themselves, to serve the tiny MoE or train it.
 
 ``moeperf target serve [--model DIR] [--host H] [--port N] [knob flags...]`` runs
-``python -m targets.serving`` in this process, and ``moeperf target train --out DIR
-[--steps N ...]`` runs ``python -m targets.model.train``. Their flags belong to them, so
+``python -m moeperf.targets.serving`` in this process, and ``moeperf target train --out DIR
+[--steps N ...]`` runs ``python -m moeperf.targets.model.train``. Their flags belong to them, so
 every argument after ``serve`` or ``train`` is handed over unchanged, and
 ``moeperf target serve --help`` prints the server's own help, under the name
 ``moeperf target serve`` (the server's ``main`` takes the name to show). The targets are
@@ -19,8 +19,8 @@ from typing import Any
 from rich.console import Console
 
 from moeperf.exits import EXIT_INTERRUPTED
-from suites import spec
-from suites.errors import UsageError
+from moeperf.suites import spec
+from moeperf.suites.errors import UsageError
 
 _INSTALL = spec.REFERENCE_INSTALL
 SERVE_PROG = "moeperf target serve"
@@ -49,11 +49,11 @@ def _delegate(module: str, argv: list[str], **named: Any) -> int:
 
 
 def serve_command(args: argparse.Namespace, _console: Console) -> int:
-    return _delegate("targets.serving.__main__", list(args.target_args), prog=SERVE_PROG)
+    return _delegate("moeperf.targets.serving.__main__", list(args.target_args), prog=SERVE_PROG)
 
 
 def train_command(args: argparse.Namespace, _console: Console) -> int:
-    return _delegate("targets.model.train", list(args.target_args), prog=TRAIN_PROG)
+    return _delegate("moeperf.targets.model.train", list(args.target_args), prog=TRAIN_PROG)
 
 
 def _passthrough(
@@ -84,13 +84,13 @@ def add_target_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         sub,
         "serve",
         "serve the reference MoE (OpenAI-compatible API, /metrics) until Ctrl-C or SIGTERM",
-        "python -m targets.serving",
+        "python -m moeperf.targets.serving",
     )
     serve.set_defaults(handler=serve_command)
     train = _passthrough(
         sub,
         "train",
         "train the reference MoE into a model directory (--out DIR)",
-        "python -m targets.model.train",
+        "python -m moeperf.targets.model.train",
     )
     train.set_defaults(handler=train_command)

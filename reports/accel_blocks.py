@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from collectors.accel_records import AcceleratorFigures, DeviceSample
-from collectors.telemetry_records import TelemetrySummary
-from reports.figures.accelerators import accelerator_chart
-from reports.render import Chart, Table
+from moeperf.collectors.accel_records import AcceleratorFigures, DeviceSample
+from moeperf.collectors.telemetry_records import TelemetrySummary
+from moeperf.reports.figures.accelerators import accelerator_chart
+from moeperf.reports.render import Chart, Table
 
 GIB = 2**30
 MIB = 2**20

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from collectors.accuracy_records import PROMPT_TABLE_FILE, AccuracySummary, prompt_frame
-from reports.render import Table
+from moeperf.collectors.accuracy_records import PROMPT_TABLE_FILE, AccuracySummary, prompt_frame
+from moeperf.reports.render import Table
 
 _PROMPT_COLUMNS = {
     "prompt_id": "prompt",

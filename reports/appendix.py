@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Sequence
 from types import ModuleType
 
-from collectors import (
+from moeperf.collectors import (
     accel_figures,
     drill_records,
     latency,
@@ -29,8 +29,8 @@ from collectors import (
     summary,
     workload_summary,
 )
-from collectors import prefill as prefill_rates
-from reports.figures import (
+from moeperf.collectors import prefill as prefill_rates
+from moeperf.reports.figures import (
     accelerators,
     baseline_trend,
     capacity,
@@ -58,7 +58,7 @@ from reports.figures import (
     training_throughput,
     turns,
 )
-from reports.render import Chart, Section
+from moeperf.reports.render import Chart, Section
 
 DEFINITIONS: tuple[ModuleType, ...] = (
     latency,

@@ -11,13 +11,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from collectors.errors import CollectorError
-from collectors.quantiles import Described
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
-from reports.baselines import BaselineStore, _run_data, parse_ref
-from reports.errors import ReportUsageError
-from reports.promotion import promotion_problems
+from moeperf.collectors.errors import CollectorError
+from moeperf.collectors.quantiles import Described
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
+from moeperf.reports.baselines import BaselineStore, _run_data, parse_ref
+from moeperf.reports.errors import ReportUsageError
+from moeperf.reports.promotion import promotion_problems
 
 
 def _render(table: Table) -> str:

@@ -35,7 +35,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from reports.errors import BaselineCorruptError, ReportUsageError
+from moeperf.reports.errors import BaselineCorruptError, ReportUsageError
 
 BASELINE_SCHEMA_VERSION = 1
 

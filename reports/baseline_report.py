@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports.appendix import appendix_html
-from reports.baselines import BaselineStore, parse_ref
-from reports.changepoint import trend_warnings
-from reports.errors import ReportUsageError
-from reports.figures.baseline_trend import baseline_trend
-from reports.page_path import baseline_page_name, choose_page_path
-from reports.render import Chart, Section, Table, render_page, write_page
-from reports.report import run_section
+from moeperf.reports.appendix import appendix_html
+from moeperf.reports.baselines import BaselineStore, parse_ref
+from moeperf.reports.changepoint import trend_warnings
+from moeperf.reports.errors import ReportUsageError
+from moeperf.reports.figures.baseline_trend import baseline_trend
+from moeperf.reports.page_path import baseline_page_name, choose_page_path
+from moeperf.reports.render import Chart, Section, Table, render_page, write_page
+from moeperf.reports.report import run_section
 
 # What a trend chart shows per scenario, and which way is better.
 TREND_METRICS = {

@@ -28,15 +28,15 @@ from typing import Any
 
 import pandas as pd
 
-from collectors.errors import CollectorError
-from collectors.serving_records import ServingSummary
-from collectors.store import RunReader
-from collectors.summary_json import RunSummary
-from reports.baseline_migrations import BASELINE_SCHEMA_VERSION, content_hash, migrate
-from reports.errors import BaselineCorruptError, ReportUsageError
-from reports.promotion import promotion_problems
-from reports.runs import RunData
-from reports.summary_rows import metric_rows
+from moeperf.collectors.errors import CollectorError
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunReader
+from moeperf.collectors.summary_json import RunSummary
+from moeperf.reports.baseline_migrations import BASELINE_SCHEMA_VERSION, content_hash, migrate
+from moeperf.reports.errors import BaselineCorruptError, ReportUsageError
+from moeperf.reports.promotion import promotion_problems
+from moeperf.reports.runs import RunData
+from moeperf.reports.summary_rows import metric_rows
 
 DEFAULT_ROOT = "reports/baselines"
 BASELINE_FILE = "baseline.json"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reports.samples import MetricSamples
+from moeperf.reports.samples import MetricSamples
 
 DEFAULT_PERMUTATIONS = 199
 DEFAULT_MIN_SIZE = 2

@@ -24,10 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.fingerprint import fingerprint_key
-from collectors.manifest import RunManifest
-from collectors.request_settings import run_request_settings, unset_meaning
-from reports.errors import ReportUsageError, SpecMismatchError
+from moeperf.collectors.fingerprint import fingerprint_key
+from moeperf.collectors.manifest import RunManifest
+from moeperf.collectors.request_settings import run_request_settings, unset_meaning
+from moeperf.reports.errors import ReportUsageError, SpecMismatchError
 
 # The resolved spec's fields (dotted paths into manifest.spec_resolved) that must match,
 # per suite. "target.model" is the model the target reported where the manifest has it.

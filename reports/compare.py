@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collectors.fingerprint import fingerprint_key
-from collectors.store import RunStore
-from reports.comparability import check_requests, check_specs
-from reports.gate_output import format_value, text_table
-from reports.runs import RunData, load_run
-from reports.samples import run_samples
-from reports.stats import bootstrap_ratio_ci, min_samples, rank_test
+from moeperf.collectors.fingerprint import fingerprint_key
+from moeperf.collectors.store import RunStore
+from moeperf.reports.comparability import check_requests, check_specs
+from moeperf.reports.gate_output import format_value, text_table
+from moeperf.reports.runs import RunData, load_run
+from moeperf.reports.samples import run_samples
+from moeperf.reports.stats import bootstrap_ratio_ci, min_samples, rank_test
 
 COLUMNS = (
     "metric",

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from collectors.drill_records import DrillSummary
-from reports.figures.drill import drill_chart
-from reports.render import Chart, Table
+from moeperf.collectors.drill_records import DrillSummary
+from moeperf.reports.figures.drill import drill_chart
+from moeperf.reports.render import Chart, Table
 
 
 def _ms(value_s: float | None) -> float | None:

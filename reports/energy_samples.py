@@ -21,9 +21,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from collectors.accel_figures import accelerator_figures
-from collectors.accel_records import AcceleratorFigures, DeviceSample
-from collectors.tables import flatten_list_column
+from moeperf.collectors.accel_figures import accelerator_figures
+from moeperf.collectors.accel_records import AcceleratorFigures, DeviceSample
+from moeperf.collectors.tables import flatten_list_column
 
 SLICE_S = 1.0
 MIN_SLICES = 3

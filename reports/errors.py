@@ -4,7 +4,7 @@ A ``ReportUsageError`` is the user's to fix (a bad run id, a baseline name that 
 exist, a file of an unknown schema version): the CLI reports it with exit code 2.
 """
 
-from collectors.errors import MoeperfError, MoeperfUsageError
+from moeperf.collectors.errors import MoeperfError, MoeperfUsageError
 
 
 class ReportError(MoeperfError):

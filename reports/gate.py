@@ -79,18 +79,18 @@ from typing import Any
 
 import numpy as np
 
-from collectors.capacity_records import CapacitySummary
-from reports.comparability import FingerprintCheck, SpecCheck
-from reports.errors import ReportUsageError
-from reports.samples import MetricSamples
-from reports.stats import (
+from moeperf.collectors.capacity_records import CapacitySummary
+from moeperf.reports.comparability import FingerprintCheck, SpecCheck
+from moeperf.reports.errors import ReportUsageError
+from moeperf.reports.samples import MetricSamples
+from moeperf.reports.stats import (
     benjamini_hochberg,
     bootstrap_ratio_ci,
     min_effect_for,
     min_samples,
     rank_test,
 )
-from reports.verdicts import GateResult, Verdict
+from moeperf.reports.verdicts import GateResult, Verdict
 
 # The capacity verdict's name and metric class ("capacity streams": name and unit).
 CAPACITY = "capacity"

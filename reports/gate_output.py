@@ -11,18 +11,26 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from collectors.capacity_records import CapacitySummary
-from collectors.serving_records import ServingSummary
-from collectors.soak_records import SoakSummary
-from collectors.store import RunStore
-from reports.comparability import check_fingerprints, check_specs
-from reports.errors import ReportUsageError
-from reports.gate import CAPACITY, gate
-from reports.runs import RunData, load_run
-from reports.samples import MetricSamples, run_samples
-from reports.soak_gate import SOAK, soak_verdicts
-from reports.stats import MIN_EFFECT_KEYS
-from reports.verdicts import COVERAGE_RULE, FAILING, OUTCOMES, RULE, GateResult, Verdict, jsonable
+from moeperf.collectors.capacity_records import CapacitySummary
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.soak_records import SoakSummary
+from moeperf.collectors.store import RunStore
+from moeperf.reports.comparability import check_fingerprints, check_specs
+from moeperf.reports.errors import ReportUsageError
+from moeperf.reports.gate import CAPACITY, gate
+from moeperf.reports.runs import RunData, load_run
+from moeperf.reports.samples import MetricSamples, run_samples
+from moeperf.reports.soak_gate import SOAK, soak_verdicts
+from moeperf.reports.stats import MIN_EFFECT_KEYS
+from moeperf.reports.verdicts import (
+    COVERAGE_RULE,
+    FAILING,
+    OUTCOMES,
+    RULE,
+    GateResult,
+    Verdict,
+    jsonable,
+)
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from collectors.mtp_ab_records import MtpAbSummary, arm_name
-from reports.figures.forest import forest_plot
-from reports.render import Chart, Table
+from moeperf.collectors.mtp_ab_records import MtpAbSummary, arm_name
+from moeperf.reports.figures.forest import forest_plot
+from moeperf.reports.render import Chart, Table
 
 
 def _ms(value_s: float | None) -> float | None:

@@ -18,7 +18,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from reports.errors import ReportUsageError
+from moeperf.reports.errors import ReportUsageError
 
 # Run ids are ~40 characters; past this many runs the name says how many and hashes the
 # ids, so it stays far below the 255-byte file-name limit of common file systems.

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-from collectors.errors import CollectorError
-from collectors.serving_records import ServingSummary
-from collectors.store import RunReader
-from reports.verdicts import FAILING
+from moeperf.collectors.errors import CollectorError
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunReader
+from moeperf.reports.verdicts import FAILING
 
 # The gate's verdict, written into the candidate run's directory (reports/gate_output.py).
 GATE_FILE = "gate.json"

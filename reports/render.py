@@ -23,8 +23,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from reports.errors import ReportUsageError
-from reports.page_path import existing_message
+from moeperf.reports.errors import ReportUsageError
+from moeperf.reports.page_path import existing_message
 
 # Plotly's modebar without the "Produced with Plotly" link (an external URL).
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}

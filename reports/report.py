@@ -14,30 +14,30 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collectors.accuracy_records import AccuracySummary
-from collectors.capacity_records import CapacitySummary
-from collectors.dist_training_summary import DEFINITIONS as DIST_DEFINITIONS
-from collectors.dist_training_summary import DistTrainingSummary
-from collectors.errors import CollectorError
-from collectors.interference_records import InterferenceSummary, interference_rows
-from collectors.latency import itl_samples_s, per_request
-from collectors.quantiles import QuantileEstimate
-from collectors.serving_records import NO_SLO, ScenarioSummary, ServingSummary, Slo
-from collectors.simulation_summary import SimulationSummary
-from collectors.store import RunStore
-from collectors.summary import summarize_requests
-from collectors.sweep_plan_compare import plan_comparison
-from collectors.sweep_records import SweepSummary, fit_answer
-from collectors.target_counters import metrics_unavailable
-from collectors.training_summary import SimulatorCheck, TrainingSummary
-from reports.accel_blocks import accelerator_blocks
-from reports.accuracy_blocks import accuracy_blocks
-from reports.appendix import appendix_html
-from reports.drill_blocks import drill_blocks
-from reports.errors import ReportUsageError
-from reports.figures.capacity import capacity_probes
-from reports.figures.cdf import CURVE_COLUMNS, cdf_curves, curve_frame, latency_cdf
-from reports.figures.cluster_sim import (
+from moeperf.collectors.accuracy_records import AccuracySummary
+from moeperf.collectors.capacity_records import CapacitySummary
+from moeperf.collectors.dist_training_summary import DEFINITIONS as DIST_DEFINITIONS
+from moeperf.collectors.dist_training_summary import DistTrainingSummary
+from moeperf.collectors.errors import CollectorError
+from moeperf.collectors.interference_records import InterferenceSummary, interference_rows
+from moeperf.collectors.latency import itl_samples_s, per_request
+from moeperf.collectors.quantiles import QuantileEstimate
+from moeperf.collectors.serving_records import NO_SLO, ScenarioSummary, ServingSummary, Slo
+from moeperf.collectors.simulation_summary import SimulationSummary
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.summary import summarize_requests
+from moeperf.collectors.sweep_plan_compare import plan_comparison
+from moeperf.collectors.sweep_records import SweepSummary, fit_answer
+from moeperf.collectors.target_counters import metrics_unavailable
+from moeperf.collectors.training_summary import SimulatorCheck, TrainingSummary
+from moeperf.reports.accel_blocks import accelerator_blocks
+from moeperf.reports.accuracy_blocks import accuracy_blocks
+from moeperf.reports.appendix import appendix_html
+from moeperf.reports.drill_blocks import drill_blocks
+from moeperf.reports.errors import ReportUsageError
+from moeperf.reports.figures.capacity import capacity_probes
+from moeperf.reports.figures.cdf import CURVE_COLUMNS, cdf_curves, curve_frame, latency_cdf
+from moeperf.reports.figures.cluster_sim import (
     ablation_frame,
     memory_chart,
     oom_rate_chart,
@@ -45,36 +45,48 @@ from reports.figures.cluster_sim import (
     reproduction_frame,
     scenario_frame,
 )
-from reports.figures.concurrency import concurrency_curve, levels_frame
-from reports.figures.dist_training import (
+from moeperf.reports.figures.concurrency import concurrency_curve, levels_frame
+from moeperf.reports.figures.dist_training import (
     layout_frame,
     link_frame,
     rank_frame,
     recovery_frame,
     time_split_chart,
 )
-from reports.figures.errors import error_bars, error_counts
-from reports.figures.expert_load import expert_load_heatmap, policy_matrices
-from reports.figures.interactivity import has_numbers, interactivity_chart, interactivity_frame
-from reports.figures.interference import chunk_label, interference_chart
-from reports.figures.memory import peak_memory
-from reports.figures.micro import micro_distributions, micro_summary
-from reports.figures.percentiles import percentile_frame, percentile_table
-from reports.figures.prefill import prefill_frame, prefill_throughput, prompt_tokens
-from reports.figures.simulator_check import simulator_chart, simulator_frame
-from reports.figures.steps import event_table, policies, step_table
-from reports.figures.sweep import sweep_chart, sweep_frame, sweep_table_frame
-from reports.figures.timeline import scenario_starts, timeline, timeline_frame
-from reports.figures.training_events import training_timeline
-from reports.figures.training_throughput import policy_throughput, policy_throughput_frame
-from reports.mtp_ab_blocks import mtp_ab_blocks
-from reports.page_path import choose_page_path, several_runs_name
-from reports.render import Chart, Details, Section, Table, pretty_json, render_page, write_page
-from reports.request_view import request_facts
-from reports.runs import RunData, load_run
-from reports.soak_blocks import soak_blocks
-from reports.target_counters import target_counters_table
-from reports.workload_blocks import workload_blocks
+from moeperf.reports.figures.errors import error_bars, error_counts
+from moeperf.reports.figures.expert_load import expert_load_heatmap, policy_matrices
+from moeperf.reports.figures.interactivity import (
+    has_numbers,
+    interactivity_chart,
+    interactivity_frame,
+)
+from moeperf.reports.figures.interference import chunk_label, interference_chart
+from moeperf.reports.figures.memory import peak_memory
+from moeperf.reports.figures.micro import micro_distributions, micro_summary
+from moeperf.reports.figures.percentiles import percentile_frame, percentile_table
+from moeperf.reports.figures.prefill import prefill_frame, prefill_throughput, prompt_tokens
+from moeperf.reports.figures.simulator_check import simulator_chart, simulator_frame
+from moeperf.reports.figures.steps import event_table, policies, step_table
+from moeperf.reports.figures.sweep import sweep_chart, sweep_frame, sweep_table_frame
+from moeperf.reports.figures.timeline import scenario_starts, timeline, timeline_frame
+from moeperf.reports.figures.training_events import training_timeline
+from moeperf.reports.figures.training_throughput import policy_throughput, policy_throughput_frame
+from moeperf.reports.mtp_ab_blocks import mtp_ab_blocks
+from moeperf.reports.page_path import choose_page_path, several_runs_name
+from moeperf.reports.render import (
+    Chart,
+    Details,
+    Section,
+    Table,
+    pretty_json,
+    render_page,
+    write_page,
+)
+from moeperf.reports.request_view import request_facts
+from moeperf.reports.runs import RunData, load_run
+from moeperf.reports.soak_blocks import soak_blocks
+from moeperf.reports.target_counters import target_counters_table
+from moeperf.reports.workload_blocks import workload_blocks
 
 # Points per CDF curve in the page: 4 metrics x 8 levels x 1,000 points keeps the data
 # well under the size of plotly.js itself.

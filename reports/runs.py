@@ -7,12 +7,12 @@ from typing import Any
 
 import pandas as pd
 
-from collectors.accel_records import DeviceSample
-from collectors.errors import CollectorError
-from collectors.manifest import RunManifest
-from collectors.store import RunStore
-from collectors.summary_json import RunSummary
-from reports.errors import ReportUsageError
+from moeperf.collectors.accel_records import DeviceSample
+from moeperf.collectors.errors import CollectorError
+from moeperf.collectors.manifest import RunManifest
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.summary_json import RunSummary
+from moeperf.reports.errors import ReportUsageError
 
 
 @dataclass(frozen=True)

@@ -54,12 +54,12 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from collectors.accel_records import DeviceSample
-from collectors.latency import NS_PER_S, itl_samples_s, per_request
-from collectors.serving_records import ServingSummary
-from reports.energy_samples import energy_per_token_slices
-from reports.runs import RunData
-from reports.stats import RATE_STATISTIC, point_value, rate_of_totals
+from moeperf.collectors.accel_records import DeviceSample
+from moeperf.collectors.latency import NS_PER_S, itl_samples_s, per_request
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.reports.energy_samples import energy_per_token_slices
+from moeperf.reports.runs import RunData
+from moeperf.reports.stats import RATE_STATISTIC, point_value, rate_of_totals
 
 MetricKind = Literal["required", "optional", "reported"]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from collectors.soak_records import SoakSummary
-from reports.figures.soak import soak_chart
-from reports.render import Chart, Table
+from moeperf.collectors.soak_records import SoakSummary
+from moeperf.reports.figures.soak import soak_chart
+from moeperf.reports.render import Chart, Table
 
 MIB = 2**20
 

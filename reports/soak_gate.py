@@ -23,8 +23,8 @@ Both figures are shown; the reason is the candidate's own, then the baseline's o
 
 from __future__ import annotations
 
-from collectors.soak_records import Slope, SoakSummary, SoakVerdict
-from reports.verdicts import Verdict
+from moeperf.collectors.soak_records import Slope, SoakSummary, SoakVerdict
+from moeperf.reports.verdicts import Verdict
 
 SOAK = "soak"
 STATISTIC = "slope per hour"

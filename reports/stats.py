@@ -45,15 +45,15 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats as sps
 
-from collectors.bootstrap import MEAN_RESAMPLE_CAP as MEAN_RESAMPLE_CAP
-from collectors.bootstrap import RATE_STATISTIC as RATE_STATISTIC
-from collectors.bootstrap import bootstrap_ratio_ci as bootstrap_ratio_ci
-from collectors.bootstrap import bootstrap_statistic as bootstrap_statistic
-from collectors.bootstrap import quantile_of as quantile_of
-from collectors.min_effects import DEFAULT_MIN_EFFECTS as DEFAULT_MIN_EFFECTS
-from collectors.min_effects import METRIC_CLASSES as METRIC_CLASSES
-from collectors.min_effects import MIN_EFFECT_KEYS as MIN_EFFECT_KEYS
-from collectors.quantiles import quantile_ci
+from moeperf.collectors.bootstrap import MEAN_RESAMPLE_CAP as MEAN_RESAMPLE_CAP
+from moeperf.collectors.bootstrap import RATE_STATISTIC as RATE_STATISTIC
+from moeperf.collectors.bootstrap import bootstrap_ratio_ci as bootstrap_ratio_ci
+from moeperf.collectors.bootstrap import bootstrap_statistic as bootstrap_statistic
+from moeperf.collectors.bootstrap import quantile_of as quantile_of
+from moeperf.collectors.min_effects import DEFAULT_MIN_EFFECTS as DEFAULT_MIN_EFFECTS
+from moeperf.collectors.min_effects import METRIC_CLASSES as METRIC_CLASSES
+from moeperf.collectors.min_effects import MIN_EFFECT_KEYS as MIN_EFFECT_KEYS
+from moeperf.collectors.quantiles import quantile_ci
 
 # A change smaller than a minimum effect is not material, whatever its significance. The
 # defaults per metric class, with their reasons, are in collectors/min_effects.py (imported

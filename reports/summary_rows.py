@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from collectors.serving_records import ScenarioSummary
+from moeperf.collectors.serving_records import ScenarioSummary
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from collectors.serving_records import ScenarioSummary
-from collectors.target_counters import NOT_AVAILABLE, TargetCounters
-from reports.render import Table
+from moeperf.collectors.serving_records import ScenarioSummary
+from moeperf.collectors.target_counters import NOT_AVAILABLE, TargetCounters
+from moeperf.reports.render import Table
 
 NOT_SCRAPED = "not scraped"
 CAPTION = (

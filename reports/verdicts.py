@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from reports.comparability import FingerprintCheck, SpecCheck
+from moeperf.reports.comparability import FingerprintCheck, SpecCheck
 
 # Half: below it the gate has not looked at most of what the baseline measures, and a green
 # check would vouch for numbers nobody compared. The shipped nightly spec judges about 70%.

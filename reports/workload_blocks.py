@@ -17,15 +17,15 @@ from typing import Any
 
 import pandas as pd
 
-from collectors.quantiles import QuantileEstimate
-from collectors.serving_records import ScenarioSummary, ServingSummary
-from collectors.target_counters import NOT_AVAILABLE
-from collectors.workload_records import REPEAT_METRIC_LABELS, UNIQUE_SUFFIX, RepeatLevel
-from collectors.workload_summary import ON_TIME_S
-from reports.figures.trace_replay import arrival_series, trace_replay_chart
-from reports.figures.turns import turns_chart
-from reports.render import Chart, Table
-from reports.target_counters import NOT_SCRAPED
+from moeperf.collectors.quantiles import QuantileEstimate
+from moeperf.collectors.serving_records import ScenarioSummary, ServingSummary
+from moeperf.collectors.target_counters import NOT_AVAILABLE
+from moeperf.collectors.workload_records import REPEAT_METRIC_LABELS, UNIQUE_SUFFIX, RepeatLevel
+from moeperf.collectors.workload_summary import ON_TIME_S
+from moeperf.reports.figures.trace_replay import arrival_series, trace_replay_chart
+from moeperf.reports.figures.turns import turns_chart
+from moeperf.reports.render import Chart, Table
+from moeperf.reports.target_counters import NOT_SCRAPED
 
 NOT_ASKED = "not asked (workload.cache = 'reuse')"
 

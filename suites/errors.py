@@ -1,6 +1,6 @@
 """The error root of the suites package. A ``UsageError`` is the user's to fix: exit 2."""
 
-from collectors.errors import MoeperfError, MoeperfUsageError
+from moeperf.collectors.errors import MoeperfError, MoeperfUsageError
 
 
 class SuiteError(MoeperfError):

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collectors.micro_summary import MicroSummary, summarize_rounds
-from collectors.records import SampleRecord
-from collectors.store import RunStore
-from suites.errors import UsageError
+from moeperf.collectors.micro_summary import MicroSummary, summarize_rounds
+from moeperf.collectors.records import SampleRecord
+from moeperf.collectors.store import RunStore
+from moeperf.suites.errors import UsageError
 
 SUITE = "micro"
 DEFAULT_NAME = "micro"

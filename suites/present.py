@@ -12,12 +12,12 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 from rich.text import Text
 
-from collectors.manifest import RunManifest
-from collectors.serving_records import ScenarioSummary, ServingSummary, TokenDiscrepancy
-from collectors.store import RunWriter
-from collectors.target_counters import NOT_AVAILABLE
-from suites.serving.runner import LevelOutcome
-from suites.serving.runner import Progress as RunProgress
+from moeperf.collectors.manifest import RunManifest
+from moeperf.collectors.serving_records import ScenarioSummary, ServingSummary, TokenDiscrepancy
+from moeperf.collectors.store import RunWriter
+from moeperf.collectors.target_counters import NOT_AVAILABLE
+from moeperf.suites.serving.runner import LevelOutcome
+from moeperf.suites.serving.runner import Progress as RunProgress
 
 
 def plain_lines(console: Console) -> Callable[[str], None]:

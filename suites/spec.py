@@ -37,26 +37,26 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from collectors.min_effects import MIN_EFFECT_KEYS
-from collectors.request_settings import SAMPLING_FIELDS, Sampling
-from suites.errors import SpecError
-from suites.serving.faults.spec import DrillSpec
-from suites.serving.load.openai_api import MaxTokensField
-from suites.serving.locust_spec import LocustSpec
-from suites.serving.soak.spec import SoakSpec
-from suites.spec_base import STRICT, NonNegative, Positive
-from suites.spec_errors import NO_ECHO, problems_of, spec_error, unknown_field
-from suites.spec_overrides import apply_overrides, blame
-from suites.telemetry_spec import TelemetrySpec
-from suites.workload_spec import LengthSpec, WorkloadSpec
-from targets.synthetic.config import SyntheticConfig
+from moeperf.collectors.min_effects import MIN_EFFECT_KEYS
+from moeperf.collectors.request_settings import SAMPLING_FIELDS, Sampling
+from moeperf.suites.errors import SpecError
+from moeperf.suites.serving.faults.spec import DrillSpec
+from moeperf.suites.serving.load.openai_api import MaxTokensField
+from moeperf.suites.serving.locust_spec import LocustSpec
+from moeperf.suites.serving.soak.spec import SoakSpec
+from moeperf.suites.spec_base import STRICT, NonNegative, Positive
+from moeperf.suites.spec_errors import NO_ECHO, problems_of, spec_error, unknown_field
+from moeperf.suites.spec_overrides import apply_overrides, blame
+from moeperf.suites.telemetry_spec import TelemetrySpec
+from moeperf.suites.workload_spec import LengthSpec, WorkloadSpec
+from moeperf.targets.synthetic.config import SyntheticConfig
 
 if TYPE_CHECKING:
-    from suites.accuracy.spec import AccuracySpec
-    from suites.simulation.spec import SimulationSpec
-    from suites.training.dist_spec import DistTrainingSpec
-    from suites.training.spec import TrainingSpec
-    from targets.serving.config import ReferenceTargetConfig
+    from moeperf.suites.accuracy.spec import AccuracySpec
+    from moeperf.suites.simulation.spec import SimulationSpec
+    from moeperf.suites.training.dist_spec import DistTrainingSpec
+    from moeperf.suites.training.spec import TrainingSpec
+    from moeperf.targets.serving.config import ReferenceTargetConfig
 
 SPEC_DIR = Path(__file__).parent / "specs"
 
@@ -997,11 +997,11 @@ def validate_spec(
     if suite == "training-dist":
         return LoadedSpec(given, _training_spec(given, source, overrides, dist=True), source)
     if suite == "accuracy":
-        from suites.accuracy.spec import validate_accuracy
+        from moeperf.suites.accuracy.spec import validate_accuracy
 
         return LoadedSpec(given, validate_accuracy(given, source, overrides), source)
     if suite == "simulation":
-        from suites.simulation.spec import validate_simulation
+        from moeperf.suites.simulation.spec import validate_simulation
 
         return LoadedSpec(given, validate_simulation(given, source, overrides), source)
     if suite != "serving":
@@ -1018,7 +1018,7 @@ def validate_spec(
     if spec.target.kind == "reference":
         reference_config(spec.target.reference, source, overrides)
     if spec.plan is not None:
-        from suites.serving.sweep_plan import resolve_plan  # needs the planner: only here
+        from moeperf.suites.serving.sweep_plan import resolve_plan  # needs the planner: only here
 
         resolve_plan(spec, source)  # a config or deployment it cannot use: exit 2 now
     return LoadedSpec(given, spec, source)
@@ -1054,10 +1054,10 @@ def _training_spec(
             f"PyTorch and the reference extra; install them with: {REFERENCE_INSTALL}"
         )
     if dist:
-        from suites.training.dist_spec import validate_training_dist
+        from moeperf.suites.training.dist_spec import validate_training_dist
 
         return validate_training_dist(data, source, overrides)
-    from suites.training.spec import validate_training
+    from moeperf.suites.training.spec import validate_training
 
     return validate_training(data, source, overrides)
 
@@ -1080,7 +1080,7 @@ def reference_config(
     if not torch_installed():
         raise SpecError(f"{needs}; install them with: {REFERENCE_INSTALL}")
     try:
-        from targets.serving.config import ReferenceTargetConfig
+        from moeperf.targets.serving.config import ReferenceTargetConfig
     except ImportError as exc:
         raise SpecError(f"{needs} ({exc}); install them with: {REFERENCE_INSTALL}") from None
     table = ("target", "reference")

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ValidationError
 
-from suites.errors import SpecError
-from suites.spec_overrides import SpecKey, blame
-from targets.synthetic.config import SyntheticConfig, SyntheticConfigError
+from moeperf.suites.errors import SpecError
+from moeperf.suites.spec_overrides import SpecKey, blame
+from moeperf.targets.synthetic.config import SyntheticConfig, SyntheticConfigError
 
 # The error type of a validator whose input may be a secret (an API key written where its
 # variable's name belongs, a header value): its message is shown without the input.

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from suites.errors import SpecError
+from moeperf.suites.errors import SpecError
 
 SpecKey = tuple[str, ...]  # a dotted spec key, split: ("load", "duration_s")
 

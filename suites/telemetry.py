@@ -14,20 +14,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from collectors.accel_records import (
+from moeperf.collectors.accel_records import (
     AcceleratorFigures,
     DeviceSample,
     DeviceSource,
     SamplerCost,
     Unavailable,
 )
-from collectors.accel_sampler import DeviceSampler
-from collectors.dcgm_source import open_dcgm
-from collectors.nvml_source import open_nvml
-from collectors.process_source import ProcessSource
-from collectors.store import RunReader, RunWriter
-from collectors.telemetry_records import SourceStatus, TelemetrySummary
-from suites.telemetry_spec import TelemetrySourceName, TelemetrySpec
+from moeperf.collectors.accel_sampler import DeviceSampler
+from moeperf.collectors.dcgm_source import open_dcgm
+from moeperf.collectors.nvml_source import open_nvml
+from moeperf.collectors.process_source import ProcessSource
+from moeperf.collectors.store import RunReader, RunWriter
+from moeperf.collectors.telemetry_records import SourceStatus, TelemetrySummary
+from moeperf.suites.telemetry_spec import TelemetrySourceName, TelemetrySpec
 
 NOT_STARTED_BY_US = "the target is not a process this harness started"
 

@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from suites.spec_base import Strict
+from moeperf.suites.spec_base import Strict
 
 TelemetrySourceName = Literal["nvml", "dcgm", "process"]
 

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 from rich.table import Table
 
-from collectors.accel_records import AcceleratorFigures, SamplerCost
-from collectors.telemetry_records import TelemetrySummary
+from moeperf.collectors.accel_records import AcceleratorFigures, SamplerCost
+from moeperf.collectors.telemetry_records import TelemetrySummary
 
 GIB = 2**30
 MIB = 2**20

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from suites.spec_base import NonNegative, Strict
+from moeperf.suites.spec_base import NonNegative, Strict
 
 
 class LengthSpec(Strict):

@@ -54,13 +54,13 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.table import Table
 
-from collectors.fingerprint import host_fingerprint
-from collectors.quantiles import Described
-from collectors.serving_records import ScenarioSummary, ServingSummary
-from collectors.store import RunStore
-from suites.errors import SuiteError, UsageError
-from suites.serving.runner import run_serving
-from suites.spec import LoadedSpec, validate_spec
+from moeperf.collectors.fingerprint import host_fingerprint
+from moeperf.collectors.quantiles import Described
+from moeperf.collectors.serving_records import ScenarioSummary, ServingSummary
+from moeperf.collectors.store import RunStore
+from moeperf.suites.errors import SuiteError, UsageError
+from moeperf.suites.serving.runner import run_serving
+from moeperf.suites.spec import LoadedSpec, validate_spec
 
 Engine = Literal["asyncio", "locust"]
 ENGINES: tuple[Engine, Engine] = ("asyncio", "locust")

@@ -18,10 +18,10 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
-from suites.serving.runner import run_serving
-from suites.spec import validate_spec
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
+from moeperf.suites.serving.runner import run_serving
+from moeperf.suites.spec import validate_spec
 
 
 def _spec(live: bool, streams: int, duration_s: float) -> dict:

@@ -43,15 +43,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from collectors.errors import MoeperfError
-from collectors.store import RunInterrupted, RunStore
+from moeperf.collectors.errors import MoeperfError
+from moeperf.collectors.store import RunInterrupted, RunStore
 from moeperf.exits import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, exit_code
-from reports.gate_output import judge_runs, parse_min_effects
-from reports.runs import RunData, load_run
-from reports.samples import MetricSamples, pool_samples, run_samples
-from reports.verdicts import GateResult
-from suites.serving.runner import run_serving
-from suites.spec import load_spec
+from moeperf.reports.gate_output import judge_runs, parse_min_effects
+from moeperf.reports.runs import RunData, load_run
+from moeperf.reports.samples import MetricSamples, pool_samples, run_samples
+from moeperf.reports.verdicts import GateResult
+from moeperf.suites.serving.runner import run_serving
+from moeperf.suites.spec import load_spec
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,10 @@ from rich.console import Console
 from rich.table import Table
 from torch import Tensor
 
-from targets.model.checkpoint import default_model_dir, load_model_dir
-from targets.serving.engine import paged_attention
-from targets.serving.engine.api import EngineConfig, SamplingParams
-from targets.serving.engine.engine import Engine
+from moeperf.targets.model.checkpoint import default_model_dir, load_model_dir
+from moeperf.targets.serving.engine import paged_attention
+from moeperf.targets.serving.engine.api import EngineConfig, SamplingParams
+from moeperf.targets.serving.engine.engine import Engine
 
 QUESTIONS = (
     "How do I sort a list of tuples by the second item?",

@@ -45,11 +45,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore, RunWriter
-from suites.serving.load.validity import client_bottlenecks
-from suites.serving.runner import LevelOutcome, Progress, run_serving
-from suites.spec import validate_spec
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore, RunWriter
+from moeperf.suites.serving.load.validity import client_bottlenecks
+from moeperf.suites.serving.runner import LevelOutcome, Progress, run_serving
+from moeperf.suites.spec import validate_spec
 
 NORMAL_RATE = 40.0  # requests/s (module doc: about the nightly's top level on this host)
 FACTOR = 10
@@ -84,7 +84,7 @@ def classify_process(cmdline: Sequence[str]) -> ProcessKind:
     text = " ".join(cmdline)
     if "spawn_main" in text:
         return "worker"
-    if "targets.synthetic" in text or "targets.serving" in text:
+    if "moeperf.targets.synthetic" in text or "moeperf.targets.serving" in text:
         return "target"
     return "other"
 

@@ -24,13 +24,13 @@ from rich.console import Console
 from rich.table import Table
 
 from moeperf.bench.live_tensors import LiveTensorBytes
-from suites.plan.deploy import parse_deploy
-from suites.plan.model_config import ModelShape, load_model_config
-from suites.plan.plan import Plan, plan_memory
-from targets.model.checkpoint import default_model_dir, load_mixtral_dir
-from targets.model.model import MoETransformer
-from targets.serving.engine.api import EngineConfig, SamplingParams
-from targets.serving.engine.engine import Engine
+from moeperf.suites.plan.deploy import parse_deploy
+from moeperf.suites.plan.model_config import ModelShape, load_model_config
+from moeperf.suites.plan.plan import Plan, plan_memory
+from moeperf.targets.model.checkpoint import default_model_dir, load_mixtral_dir
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.serving.engine.api import EngineConfig, SamplingParams
+from moeperf.targets.serving.engine.engine import Engine
 
 ACTIVATION_TOLERANCE = 0.15
 Dtype = Literal["fp32", "bf16"]

@@ -31,14 +31,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from collectors.errors import MoeperfError
-from collectors.serving_records import ServingSummary
-from collectors.store import RunInterrupted, RunStore, RunWriter
-from collectors.target_counters import TargetCounters
 from moeperf.bench.reference_tables import concurrency_table, mtp_table, prefix_table
+from moeperf.collectors.errors import MoeperfError
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunInterrupted, RunStore, RunWriter
+from moeperf.collectors.target_counters import TargetCounters
 from moeperf.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_code
-from suites.serving.runner import run_serving
-from suites.spec import load_spec
+from moeperf.suites.serving.runner import run_serving
+from moeperf.suites.spec import load_spec
 
 PARTS = ("concurrency", "mtp", "prefix")
 WARMUP_REQUESTS = 3

@@ -22,9 +22,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
 from moeperf.cli import main as moeperf_main
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
 
 MODELS = ("default", "hybrid")
 RELAXED = ("harness.max_loop_lag_p99_s=1.0", "harness.max_cpu_fraction=1.0")

@@ -32,10 +32,10 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collectors.schema import SCHEMA_VERSION
-from collectors.store import RunStore
-from collectors.summary import summarize_requests
-from collectors.tables import REQUEST_SCHEMA, table_to_frame
+from moeperf.collectors.schema import SCHEMA_VERSION
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.summary import summarize_requests
+from moeperf.collectors.tables import REQUEST_SCHEMA, table_to_frame
 
 MS = 1_000_000
 LEVELS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -219,8 +219,8 @@ def _vm_hwm_kib() -> float:
 
 def measure(runs_dir: str, run_id: str, out: str) -> dict[str, float]:
     """Load the run, build its report and write it; runs in a fresh process."""
-    from reports.report import build_report
-    from reports.runs import load_run
+    from moeperf.reports.report import build_report
+    from moeperf.reports.runs import load_run
 
     started = time.perf_counter()
     run = load_run(RunStore(runs_dir), run_id)

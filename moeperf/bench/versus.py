@@ -28,13 +28,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
 from moeperf.bench.transformers_serve import TransformersServe, running
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
 from moeperf.exits import EXIT_OK
-from suites.serving.embedded.reference import default_model_dir, host_threads, usable_cores
-from suites.serving.runner import run_serving
-from suites.spec import validate_spec
+from moeperf.suites.serving.embedded.reference import default_model_dir, host_threads, usable_cores
+from moeperf.suites.serving.runner import run_serving
+from moeperf.suites.spec import validate_spec
 
 LEVELS = (1, 4, 16)
 

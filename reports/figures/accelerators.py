@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from collectors.accel_records import DeviceSample
-from reports.figures.text import color, empty, plotly_text, styled
+from moeperf.collectors.accel_records import DeviceSample
+from moeperf.reports.figures.text import color, empty, plotly_text, styled
 
 GIB = 2**30
 MIB = 2**20

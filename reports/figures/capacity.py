@@ -17,10 +17,10 @@ from collections.abc import Mapping
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from collectors.capacity_records import CapacitySummary
-from collectors.quantiles import Described
-from collectors.serving_records import ScenarioSummary
-from reports.figures.text import empty, plotly_text, styled
+from moeperf.collectors.capacity_records import CapacitySummary
+from moeperf.collectors.quantiles import Described
+from moeperf.collectors.serving_records import ScenarioSummary
+from moeperf.reports.figures.text import empty, plotly_text, styled
 
 _COLOR = {True: "#2ca02c", False: "#d62728", None: "#7f7f7f"}
 _VERDICT = {True: "held", False: "failed", None: "not judged"}

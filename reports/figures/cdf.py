@@ -15,8 +15,8 @@ import numpy.typing as npt
 import pandas as pd
 import plotly.graph_objects as go
 
-from reports.figures.log_axis import log_ticks
-from reports.figures.text import color, empty, plotly_text, styled
+from moeperf.reports.figures.log_axis import log_ticks
+from moeperf.reports.figures.text import color, empty, plotly_text, styled
 
 MAX_POINTS = 2000
 CURVE_COLUMNS = ("scenario", "value", "p", "samples")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from collectors.simulation_summary import SimulationSummary
-from reports.figures.text import plotly_text, styled
+from moeperf.collectors.simulation_summary import SimulationSummary
+from moeperf.reports.figures.text import plotly_text, styled
 
 GB = 1e9
 

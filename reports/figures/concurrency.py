@@ -16,9 +16,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from collectors.quantiles import Described
-from collectors.serving_records import ScenarioSummary
-from reports.figures.text import color, empty, plotly_text, styled
+from moeperf.collectors.quantiles import Described
+from moeperf.collectors.serving_records import ScenarioSummary
+from moeperf.reports.figures.text import color, empty, plotly_text, styled
 
 SERIES = (
     ("ttft_p50_s", "TTFT p50", 1),

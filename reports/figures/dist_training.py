@@ -25,8 +25,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from collectors.dist_training_summary import DistTrainingSummary, TimeShares
-from reports.figures.text import color, empty, plotly_text, styled
+from moeperf.collectors.dist_training_summary import DistTrainingSummary, TimeShares
+from moeperf.reports.figures.text import color, empty, plotly_text, styled
 
 MIB = 2**20
 TITLE = "Time per step by rank (measured)"

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from collectors.drill_records import DrillSummary
-from reports.figures.text import plotly_text, styled
+from moeperf.collectors.drill_records import DrillSummary
+from moeperf.reports.figures.text import plotly_text, styled
 
 MAX_BINS = 400
 _BIN_S = 0.25

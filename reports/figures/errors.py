@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from reports.figures.text import color, empty, plotly_text, styled
+from moeperf.reports.figures.text import color, empty, plotly_text, styled
 
 COLUMNS = ("scenario", "status", "error_type", "requests", "http_status", "example_message")
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from reports.figures.text import empty, styled
+from moeperf.reports.figures.text import empty, styled
 
 
 def expert_load_matrix(tokens_per_expert: pd.Series) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from reports.figures.text import empty, plotly_text, styled
+from moeperf.reports.figures.text import empty, plotly_text, styled
 
 REQUIRED = ("metric", "effect", "ci_low", "ci_high")
 

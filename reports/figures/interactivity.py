@@ -29,9 +29,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from collectors.serving_records import ScenarioSummary
-from reports.figures.concurrency import pareto_front
-from reports.figures.text import color, empty, plotly_text, styled
+from moeperf.collectors.serving_records import ScenarioSummary
+from moeperf.reports.figures.concurrency import pareto_front
+from moeperf.reports.figures.text import color, empty, plotly_text, styled
 
 TITLE = "Interactivity: per-user against total output tokens/s"
 COLUMNS = [

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from collectors.interference_records import InterferenceRow
-from collectors.quantiles import QuantileEstimate
-from reports.figures.text import color, empty, styled
+from moeperf.collectors.interference_records import InterferenceRow
+from moeperf.collectors.quantiles import QuantileEstimate
+from moeperf.reports.figures.text import color, empty, styled
 
 TITLE = "Prefill interference by chunked-prefill size"
 

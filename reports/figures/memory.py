@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from reports.figures.steps import policies
-from reports.figures.text import color, empty, plotly_text, styled
+from moeperf.reports.figures.steps import policies
+from moeperf.reports.figures.text import color, empty, plotly_text, styled
 
 GIB = 2**30
 

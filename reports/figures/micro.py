@@ -12,8 +12,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from collectors.micro_summary import summarize_samples
-from reports.figures.text import color, empty, plotly_text, styled
+from moeperf.collectors.micro_summary import summarize_samples
+from moeperf.reports.figures.text import color, empty, plotly_text, styled
 
 MAX_POINTS = 2000
 

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from collectors.quantiles import Described
-from reports.figures.text import plotly_text, styled
+from moeperf.collectors.quantiles import Described
+from moeperf.reports.figures.text import plotly_text, styled
 
 QUANTILES = {0.5: "p50", 0.9: "p90", 0.99: "p99"}
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from reports.figures.text import color, empty, plotly_text, styled
+from moeperf.reports.figures.text import color, empty, plotly_text, styled
 
 BINS = 12
 COLUMNS = ("scenario", "prompt_low", "prompt_high", "requests", "p10", "p50", "p90")

@@ -13,8 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from collectors.training_summary import SimulatorCheck
-from reports.figures.text import plotly_text, styled
+from moeperf.collectors.training_summary import SimulatorCheck
+from moeperf.reports.figures.text import plotly_text, styled
 
 MIB = 2**20
 

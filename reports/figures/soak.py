@@ -18,8 +18,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from collectors.soak_records import Slope, SoakSummary, SoakWindow
-from reports.figures.text import color, empty, styled
+from moeperf.collectors.soak_records import Slope, SoakSummary, SoakWindow
+from moeperf.reports.figures.text import color, empty, styled
 
 S_PER_HOUR = 3600.0
 MIB = 2**20

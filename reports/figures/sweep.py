@@ -46,13 +46,13 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from collectors.prefill import prefill_rates
-from collectors.quantiles import QuantileEstimate
-from collectors.serving_records import ScenarioSummary
-from collectors.sweep_records import SweepPlan, SweepPointSummary, SweepSummary
-from collectors.target_counters import NOT_AVAILABLE
-from reports.figures.log_axis import log_ticks
-from reports.figures.text import color, empty, plotly_text, styled
+from moeperf.collectors.prefill import prefill_rates
+from moeperf.collectors.quantiles import QuantileEstimate
+from moeperf.collectors.serving_records import ScenarioSummary
+from moeperf.collectors.sweep_records import SweepPlan, SweepPointSummary, SweepSummary
+from moeperf.collectors.target_counters import NOT_AVAILABLE
+from moeperf.reports.figures.log_axis import log_ticks
+from moeperf.reports.figures.text import color, empty, plotly_text, styled
 
 TITLE = "Sweep over prompt lengths"
 COLUMNS = [

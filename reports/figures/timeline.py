@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from reports.figures.text import empty, plotly_text, styled
+from moeperf.reports.figures.text import empty, plotly_text, styled
 
 MAX_BINS = 600
 NS_PER_S = 1e9

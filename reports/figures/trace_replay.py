@@ -23,8 +23,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from collectors.latency import NS_PER_S
-from reports.figures.text import color, empty, plotly_text, styled
+from moeperf.collectors.latency import NS_PER_S
+from moeperf.reports.figures.text import color, empty, plotly_text, styled
 
 TITLE = "Trace replay: the trace's sends against the achieved ones"
 BIN_S = 0.5

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from reports.figures.text import color, empty, plotly_text, styled
+from moeperf.reports.figures.text import color, empty, plotly_text, styled
 
 SYMBOLS = {"oom": "x", "restart": "diamond"}
 

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from collectors.serving_records import ScenarioSummary
-from collectors.workload_records import TurnSummary
-from reports.figures.text import color, empty, plotly_text, styled
+from moeperf.collectors.serving_records import ScenarioSummary
+from moeperf.collectors.workload_records import TurnSummary
+from moeperf.reports.figures.text import color, empty, plotly_text, styled
 
 TITLE = "TTFT by conversation turn"
 NO_CACHED = "the server's usage did not say how many prompt tokens were cached"

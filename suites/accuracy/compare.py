@@ -9,8 +9,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from suites.accuracy.reference_side import ReferencePosition
-from suites.accuracy.target_side import Position, TargetOutput
+from moeperf.suites.accuracy.reference_side import ReferencePosition
+from moeperf.suites.accuracy.target_side import Position, TargetOutput
 
 
 def top_k_kl(target_top: Sequence[tuple[int, float]], ref: ReferencePosition) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from collectors.accuracy_records import (
+from moeperf.collectors.accuracy_records import (
     NOT_AVAILABLE,
     AccuracySummary,
     Figure,
@@ -16,7 +16,7 @@ from collectors.accuracy_records import (
     PromptRow,
     ReferenceSide,
 )
-from suites.accuracy.compare import (
+from moeperf.suites.accuracy.compare import (
     LoadComparison,
     PromptFigures,
     compare_under_load,
@@ -24,10 +24,10 @@ from suites.accuracy.compare import (
     prompt_figures,
     within_ratio,
 )
-from suites.accuracy.prompts import Prompt, PromptSet
-from suites.accuracy.reference_side import ReferencePosition
-from suites.accuracy.spec import ThresholdsSpec
-from suites.accuracy.target_side import HeldoutLogprobs, TargetOutput
+from moeperf.suites.accuracy.prompts import Prompt, PromptSet
+from moeperf.suites.accuracy.reference_side import ReferencePosition
+from moeperf.suites.accuracy.spec import ThresholdsSpec
+from moeperf.suites.accuracy.target_side import HeldoutLogprobs, TargetOutput
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from suites.accuracy.spec import PromptsSpec, spec_file
-from suites.errors import UsageError
+from moeperf.suites.accuracy.spec import PromptsSpec, spec_file
+from moeperf.suites.errors import UsageError
 
 Tokenize = Callable[[str], list[int]]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from collectors.accuracy_records import ReferenceSide
-from suites.errors import UsageError
+from moeperf.collectors.accuracy_records import ReferenceSide
+from moeperf.suites.errors import UsageError
 
 DTYPE = "float32"
 DEVICE = "cpu"

@@ -23,21 +23,21 @@ from typing import Any
 import aiohttp
 import torch
 
-from collectors import metric_names as mn
-from collectors.accuracy_records import AccuracySummary, Figure, write_prompt_table
-from collectors.store import RunStore, RunWriter, interrupts_end_runs
-from collectors.target_metrics import TARGET_PREEMPTIONS, combine_copies, read_exposition
-from suites.accuracy.judge import Measured, summarize
-from suites.accuracy.prompts import PromptSet, load_prompt_set
-from suites.accuracy.reference_side import ReferenceModel
-from suites.accuracy.spec import AccuracySpec
-from suites.accuracy.target_side import TargetClient, TargetOutput
-from suites.errors import UsageError
-from suites.serving.embedded import reference as embedded
-from suites.serving.embedded.process import running_target
-from suites.serving.load.auth import RequestHeaders, request_headers, without_header_values
-from suites.serving.preflight import check_target, http_get, served_model
-from suites.spec import reference_config
+from moeperf.collectors import metric_names as mn
+from moeperf.collectors.accuracy_records import AccuracySummary, Figure, write_prompt_table
+from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
+from moeperf.collectors.target_metrics import TARGET_PREEMPTIONS, combine_copies, read_exposition
+from moeperf.suites.accuracy.judge import Measured, summarize
+from moeperf.suites.accuracy.prompts import PromptSet, load_prompt_set
+from moeperf.suites.accuracy.reference_side import ReferenceModel
+from moeperf.suites.accuracy.spec import AccuracySpec
+from moeperf.suites.accuracy.target_side import TargetClient, TargetOutput
+from moeperf.suites.errors import UsageError
+from moeperf.suites.serving.embedded import reference as embedded
+from moeperf.suites.serving.embedded.process import running_target
+from moeperf.suites.serving.load.auth import RequestHeaders, request_headers, without_header_values
+from moeperf.suites.serving.preflight import check_target, http_get, served_model
+from moeperf.suites.spec import reference_config
 
 Say = Callable[[str], None]
 _METRICS_TIMEOUT_S = 5.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from collectors.accuracy_records import AccuracySummary, Figure
+from moeperf.collectors.accuracy_records import AccuracySummary, Figure
 
 _STYLES = {"pass": "green", "fail": "bold red", "not available": "yellow"}
 

@@ -25,10 +25,10 @@ from typing import Any
 
 import aiohttp
 
-from suites.accuracy.prompts import Prompt
-from suites.accuracy.spec import AccuracySpec
-from suites.errors import SuiteError, UsageError
-from suites.serving.load.auth import RequestHeaders
+from moeperf.suites.accuracy.prompts import Prompt
+from moeperf.suites.accuracy.spec import AccuracySpec
+from moeperf.suites.errors import SuiteError, UsageError
+from moeperf.suites.serving.load.auth import RequestHeaders
 
 _TOKEN_ID = re.compile(r"token_id:(\d+)")
 # Fields the suite can run without, in the order they are given up when refused.

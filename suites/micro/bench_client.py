@@ -19,10 +19,10 @@ import aiohttp
 import pytest
 from micro_inputs import RESPONSE_TOKENS
 
-from collectors.records import RequestRecord
-from suites.serving.load.client import stream_request
-from suites.serving.load.openai_api import parse_chunk
-from suites.serving.load.sse import SSEParser
+from moeperf.collectors.records import RequestRecord
+from moeperf.suites.serving.load.client import stream_request
+from moeperf.suites.serving.load.openai_api import parse_chunk
+from moeperf.suites.serving.load.sse import SSEParser
 
 # Role chunk, one chunk per token, the usage-only chunk, [DONE].
 PAYLOADS = RESPONSE_TOKENS + 3

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from micro_inputs import finished_record
 
-from collectors.live_export import LiveExporter
-from collectors.store import RunStore
-from collectors.summary import Slo
+from moeperf.collectors.live_export import LiveExporter
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.summary import Slo
 
 
 @pytest.mark.benchmark(group="parent")

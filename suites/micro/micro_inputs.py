@@ -8,9 +8,9 @@ token, the usage-only chunk and ``data: [DONE]``.
 
 from __future__ import annotations
 
-from collectors.records import RequestRecord
-from targets.openai_wire import DONE_EVENT, WireVariant
-from targets.synthetic.openai_format import ChunkEncoder
+from moeperf.collectors.records import RequestRecord
+from moeperf.targets.openai_wire import DONE_EVENT, WireVariant
+from moeperf.targets.synthetic.openai_format import ChunkEncoder
 
 RESPONSE_TOKENS = 256
 PROMPT_TOKENS = 512

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from suites.plan.deploy import GIB, DeployConfig
-from suites.plan.dtypes import PLAIN_BYTES
-from suites.plan.model_config import ModelShape
+from moeperf.suites.plan.deploy import GIB, DeployConfig
+from moeperf.suites.plan.dtypes import PLAIN_BYTES
+from moeperf.suites.plan.model_config import ModelShape
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from suites.plan.errors import PlanError
-from suites.plan.model_config import ModelShape
+from moeperf.suites.plan.errors import PlanError
+from moeperf.suites.plan.model_config import ModelShape
 
 GIB = 1024**3
 WeightDtype = Literal["fp32", "bf16", "fp8", "int4"]

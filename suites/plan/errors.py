@@ -1,6 +1,6 @@
 """The planner's error: a model or deployment it cannot plan, the user's to fix (exit 2)."""
 
-from suites.errors import UsageError
+from moeperf.suites.errors import UsageError
 
 
 class PlanError(UsageError):

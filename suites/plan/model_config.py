@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from suites.plan.errors import PlanError
+from moeperf.suites.plan.errors import PlanError
 
 AttentionKind = Literal["gqa", "mla"]
 LinearKind = Literal["none", "gated_deltanet", "kda"]

@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from suites.plan.activations import ActivationPlan, plan_activations
-from suites.plan.buffers import BufferPlan, plan_buffers
-from suites.plan.deploy import DeployConfig, check_fits_model, parse_deploy
-from suites.plan.errors import PlanError
-from suites.plan.kv import CachePlan, plan_cache
-from suites.plan.model_config import ModelShape
-from suites.plan.weights import WeightPlan, plan_weights
+from moeperf.suites.plan.activations import ActivationPlan, plan_activations
+from moeperf.suites.plan.buffers import BufferPlan, plan_buffers
+from moeperf.suites.plan.deploy import DeployConfig, check_fits_model, parse_deploy
+from moeperf.suites.plan.errors import PlanError
+from moeperf.suites.plan.kv import CachePlan, plan_cache
+from moeperf.suites.plan.model_config import ModelShape
+from moeperf.suites.plan.weights import WeightPlan, plan_weights
 
 
 @dataclass(frozen=True)

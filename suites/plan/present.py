@@ -7,8 +7,8 @@ from typing import Any
 
 from rich.table import Table
 
-from suites.plan.deploy import GIB
-from suites.plan.plan import Plan
+from moeperf.suites.plan.deploy import GIB
+from moeperf.suites.plan.plan import Plan
 
 
 def _gib(n: int) -> str:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from suites.plan.deploy import DeployConfig
-from suites.plan.dtypes import WEIGHT_BYTES, high_precision_bytes
-from suites.plan.model_config import ModelShape
+from moeperf.suites.plan.deploy import DeployConfig
+from moeperf.suites.plan.dtypes import WEIGHT_BYTES, high_precision_bytes
+from moeperf.suites.plan.model_config import ModelShape
 
 COMPONENTS = (
     "embeddings",

@@ -12,17 +12,17 @@ from typing import Any, Literal
 
 from rich.console import Console
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
-from suites.present import (
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
+from moeperf.suites.present import (
     ErrorBudget,
     ProgressBar,
     announce_run,
     calibration_verdict,
     harness_error_table,
 )
-from suites.serving.runner import run_serving
-from suites.spec import validate_spec
+from moeperf.suites.serving.runner import run_serving
+from moeperf.suites.spec import validate_spec
 
 # The goals of issue 2 at 64 streams: |p50 error| <= 1 ms (TTFT) and <= 0.5 ms (ITL).
 ERROR_BUDGET = ErrorBudget(ttft_p50_s=0.001, itl_p50_s=0.0005)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collectors.quantiles import QuantileEstimate
+from moeperf.collectors.quantiles import QuantileEstimate
 
 DASH = "-"
 

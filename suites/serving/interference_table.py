@@ -6,9 +6,9 @@ from collections.abc import Mapping
 
 from rich.table import Table
 
-from collectors.interference_records import InterferenceSummary, interference_rows
-from collectors.serving_records import ScenarioSummary
-from suites.serving.cells import ms_cell as _ms
+from moeperf.collectors.interference_records import InterferenceSummary, interference_rows
+from moeperf.collectors.serving_records import ScenarioSummary
+from moeperf.suites.serving.cells import ms_cell as _ms
 
 
 def interference_table(

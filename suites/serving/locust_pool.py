@@ -22,18 +22,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
-from collectors.records import RequestRecord
-from collectors.serving_records import WorkerSummary
-from suites.errors import SuiteError
-from suites.serving.load.plan import LevelPlan, WorkerConfig
-from suites.serving.load.pool import WorkerHealth
-from suites.serving.locust_engine import messages
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.serving_records import WorkerSummary
+from moeperf.suites.errors import SuiteError
+from moeperf.suites.serving.load.plan import LevelPlan, WorkerConfig
+from moeperf.suites.serving.load.pool import WorkerHealth
+from moeperf.suites.serving.locust_engine import messages
 
 _POLL_S = 0.1
 _READY_TIMEOUT_S = 180.0
 _STOP_TIMEOUT_S = 10.0
-_MASTER = "suites.serving.locust_engine.master"
-_WORKER = "suites.serving.locust_engine.worker"
+_MASTER = "moeperf.suites.serving.locust_engine.master"
+_WORKER = "moeperf.suites.serving.locust_engine.worker"
 
 
 class LocustFailed(SuiteError):

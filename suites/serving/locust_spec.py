@@ -14,7 +14,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from suites.spec_base import Positive, Strict
+from moeperf.suites.spec_base import Positive, Strict
 
 
 class LocustSpec(Strict):

@@ -16,8 +16,8 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from suites.errors import UsageError
-from suites.serving.load.auth import NO_HEADERS, RequestHeaders
+from moeperf.suites.errors import UsageError
+from moeperf.suites.serving.load.auth import NO_HEADERS, RequestHeaders
 
 PREFLIGHT_TIMEOUT_S = 5.0
 

@@ -20,43 +20,43 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collectors.capacity_records import CapacitySummary
-from collectors.drill_records import DrillSummary, FaultEvent
-from collectors.drill_summary import summarize_drill
-from collectors.interference_records import InterferenceSummary
-from collectors.mtp_ab_records import MtpAbSummary
-from collectors.mtp_ab_summary import with_figures
-from collectors.records import RequestRecord
-from collectors.request_audit import RequestAudit, audit_requests, audit_text
-from collectors.serving_records import (
+from moeperf.collectors.capacity_records import CapacitySummary
+from moeperf.collectors.drill_records import DrillSummary, FaultEvent
+from moeperf.collectors.drill_summary import summarize_drill
+from moeperf.collectors.interference_records import InterferenceSummary
+from moeperf.collectors.mtp_ab_records import MtpAbSummary
+from moeperf.collectors.mtp_ab_summary import with_figures
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.request_audit import RequestAudit, audit_requests, audit_text
+from moeperf.collectors.serving_records import (
     ServingSummary,
     Slo,
     WorkerSummary,
     empty_scenario,
 )
-from collectors.soak_records import SoakSummary
-from collectors.store import RunStore, RunWriter, interrupts_end_runs
-from collectors.summary import summarize_requests
-from collectors.sweep_records import SweepPlan, SweepPointSummary, SweepSummary, fit_answer
-from collectors.workload_summary import repeat_levels, trace_replay, turn_summaries
-from suites.errors import UsageError
-from suites.serving.capacity.run import capacity_note, capacity_verdict, search_capacity
-from suites.serving.capacity.search import Verdict as FitVerdict
-from suites.serving.embedded.process import EmbeddedTarget, embedded_target
-from suites.serving.embedded.reference import embedded_reference, with_reference_defaults
-from suites.serving.faults.inject import Drill
-from suites.serving.faults.verdict import drill_verdict
-from suites.serving.load.arrivals import arrival_offsets_s, split_evenly, split_round_robin
-from suites.serving.load.auth import (
+from moeperf.collectors.soak_records import SoakSummary
+from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
+from moeperf.collectors.summary import summarize_requests
+from moeperf.collectors.sweep_records import SweepPlan, SweepPointSummary, SweepSummary, fit_answer
+from moeperf.collectors.workload_summary import repeat_levels, trace_replay, turn_summaries
+from moeperf.suites.errors import UsageError
+from moeperf.suites.serving.capacity.run import capacity_note, capacity_verdict, search_capacity
+from moeperf.suites.serving.capacity.search import Verdict as FitVerdict
+from moeperf.suites.serving.embedded.process import EmbeddedTarget, embedded_target
+from moeperf.suites.serving.embedded.reference import embedded_reference, with_reference_defaults
+from moeperf.suites.serving.faults.inject import Drill
+from moeperf.suites.serving.faults.verdict import drill_verdict
+from moeperf.suites.serving.load.arrivals import arrival_offsets_s, split_evenly, split_round_robin
+from moeperf.suites.serving.load.auth import (
     NO_HEADERS,
     RequestHeaders,
     request_headers,
     without_header_values,
 )
-from suites.serving.load.plan import LevelPlan, WorkerConfig
-from suites.serving.load.pool import WorkerPool
-from suites.serving.load.request_settings import request_settings
-from suites.serving.load.validity import (
+from moeperf.suites.serving.load.plan import LevelPlan, WorkerConfig
+from moeperf.suites.serving.load.pool import WorkerPool
+from moeperf.suites.serving.load.request_settings import request_settings
+from moeperf.suites.serving.load.validity import (
     LevelVerdict,
     MeasuredTally,
     client_bottlenecks,
@@ -64,18 +64,18 @@ from suites.serving.load.validity import (
     judge_level,
     run_verdict,
 )
-from suites.serving.locust_pool import LocustPool, locust_note
-from suites.serving.observe.ground_truth import (
+from moeperf.suites.serving.locust_pool import LocustPool, locust_note
+from moeperf.suites.serving.observe.ground_truth import (
     fetch_ground_truth,
     measurement_errors,
     summarize_errors,
 )
-from suites.serving.observe.level_counters import with_target_counters
-from suites.serving.observe.live import LiveObservers
-from suites.serving.preflight import TargetCheck, check_target, http_get, served_model
-from suites.serving.probe.adapt import adapt_target
-from suites.serving.probe.probe import probe_target
-from suites.serving.schedule import (
+from moeperf.suites.serving.observe.level_counters import with_target_counters
+from moeperf.suites.serving.observe.live import LiveObservers
+from moeperf.suites.serving.preflight import TargetCheck, check_target, http_get, served_model
+from moeperf.suites.serving.probe.adapt import adapt_target
+from moeperf.suites.serving.probe.probe import probe_target
+from moeperf.suites.serving.schedule import (
     ALL_PROMPTS,
     PROBE_DRAW,
     PlannedLevel,
@@ -84,18 +84,23 @@ from suites.serving.schedule import (
     pool_keys,
     scenario_name,
 )
-from suites.serving.soak.run import Soak, soak_verdict
-from suites.serving.sweep_fit import fit_scenario, fit_verdict, search_fit
-from suites.serving.sweep_plan import resolve_plan, sweep_plan
-from suites.serving.telemetry import serving_telemetry, with_interference_figures
-from suites.serving.telemetry import with_figures as with_device_figures
-from suites.serving.workload.cache_reset import CacheReset, CacheResetter
-from suites.serving.workload.prompts import PoolKey, build_prompt_pools, read_spec_trace
-from suites.serving.workload.sources import Prompt
-from suites.serving.workload.sweep import ContextLimit, SweepPoint, context_limit, sweep_points
-from suites.serving.workload.trace import Trace
-from suites.spec import FitSpec, LoadSpec, ServingSpec
-from suites.telemetry import Telemetry
+from moeperf.suites.serving.soak.run import Soak, soak_verdict
+from moeperf.suites.serving.sweep_fit import fit_scenario, fit_verdict, search_fit
+from moeperf.suites.serving.sweep_plan import resolve_plan, sweep_plan
+from moeperf.suites.serving.telemetry import serving_telemetry, with_interference_figures
+from moeperf.suites.serving.telemetry import with_figures as with_device_figures
+from moeperf.suites.serving.workload.cache_reset import CacheReset, CacheResetter
+from moeperf.suites.serving.workload.prompts import PoolKey, build_prompt_pools, read_spec_trace
+from moeperf.suites.serving.workload.sources import Prompt
+from moeperf.suites.serving.workload.sweep import (
+    ContextLimit,
+    SweepPoint,
+    context_limit,
+    sweep_points,
+)
+from moeperf.suites.serving.workload.trace import Trace
+from moeperf.suites.spec import FitSpec, LoadSpec, ServingSpec
+from moeperf.suites.telemetry import Telemetry
 
 # One worker process per this many streams (or requests/s open loop), up to the cores.
 _STREAMS_PER_WORKER = 128
@@ -166,7 +171,7 @@ def running(spec: ServingSpec) -> Iterator[RunningTarget]:
     config = spec.target.synthetic.to_dict()
     if spec.drill is not None:
         config["drill_control"] = True  # its fault windows: for this run's drill only
-    with embedded_target("targets.synthetic", config) as process:
+    with embedded_target("moeperf.targets.synthetic", config) as process:
         described = {"kind": "synthetic", "url": process.url, "config": config, "simulated": True}
         yield RunningTarget(process.url, described, process)
 
@@ -268,13 +273,13 @@ def run_serving(
     progress = progress or Progress()
     spec = with_reference_defaults(spec)
     if spec.interference is not None:
-        from suites.serving.interference import run_interference
+        from moeperf.suites.serving.interference import run_interference
 
         return run_interference(
             spec, spec_given, store, progress, on_started, pushgateway_url, say, warn_only
         )
     if spec.mtp_ab is not None:
-        from suites.serving.mtp_ab.run import run_mtp_ab
+        from moeperf.suites.serving.mtp_ab.run import run_mtp_ab
 
         return run_mtp_ab(
             spec, spec_given, store, progress, on_started, pushgateway_url, say, warn_only

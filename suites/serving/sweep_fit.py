@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from collectors.capacity_records import CapacityProbe, CapacitySummary
-from collectors.target_counters import NOT_AVAILABLE, TargetCounters
-from suites.serving.capacity.search import SearchSettings, Verdict, capacity_search
-from suites.spec import FitSpec
+from moeperf.collectors.capacity_records import CapacityProbe, CapacitySummary
+from moeperf.collectors.target_counters import NOT_AVAILABLE, TargetCounters
+from moeperf.suites.serving.capacity.search import SearchSettings, Verdict, capacity_search
+from moeperf.suites.spec import FitSpec
 
 CRITERIA = "every stream's request running at once, none preempted"
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collectors.sweep_records import SweepPlan, SweepPlanPoint
-from suites.errors import SpecError
-from suites.plan.deploy import DeployConfig, load_deploy, parse_deploy
-from suites.plan.errors import PlanError
-from suites.plan.model_config import ModelShape, load_model_config
-from suites.plan.plan import Plan, plan_memory
-from suites.spec import ServingSpec, reference_config, spec_data_path
+from moeperf.collectors.sweep_records import SweepPlan, SweepPlanPoint
+from moeperf.suites.errors import SpecError
+from moeperf.suites.plan.deploy import DeployConfig, load_deploy, parse_deploy
+from moeperf.suites.plan.errors import PlanError
+from moeperf.suites.plan.model_config import ModelShape, load_model_config
+from moeperf.suites.plan.plan import Plan, plan_memory
+from moeperf.suites.spec import ServingSpec, reference_config, spec_data_path
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def resolve_plan(spec: ServingSpec, source: str = "spec") -> ResolvedPlan:
             model_path = spec_data_path(given.model)
         else:
             assert reference is not None  # the spec's validator requires a model otherwise
-            from suites.serving.embedded.reference import model_dir  # torch: only here
+            from moeperf.suites.serving.embedded.reference import model_dir  # torch: only here
 
             model_path = model_dir(reference)
         if model_path.is_dir():

@@ -7,12 +7,12 @@ from collections.abc import Mapping
 
 from rich.table import Table
 
-from collectors.prefill import prefill_rates
-from collectors.quantiles import QuantileEstimate
-from collectors.serving_records import ScenarioSummary
-from collectors.sweep_plan_compare import plan_comparison
-from collectors.sweep_records import SweepSummary, fit_answer
-from collectors.target_counters import NOT_AVAILABLE
+from moeperf.collectors.prefill import prefill_rates
+from moeperf.collectors.quantiles import QuantileEstimate
+from moeperf.collectors.serving_records import ScenarioSummary
+from moeperf.collectors.sweep_plan_compare import plan_comparison
+from moeperf.collectors.sweep_records import SweepSummary, fit_answer
+from moeperf.collectors.target_counters import NOT_AVAILABLE
 
 _DASH = "-"
 

@@ -11,15 +11,15 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from collectors.accel_figures import accelerator_figures
-from collectors.accel_records import AcceleratorFigures, DeviceSample, Unavailable
-from collectors.interference_records import InterferenceSummary
-from collectors.serving_records import ScenarioSummary
-from collectors.store import RunWriter
-from collectors.telemetry_records import TelemetrySummary
-from suites.serving.embedded.process import EmbeddedTarget
-from suites.telemetry import Telemetry
-from suites.telemetry_spec import TelemetrySpec
+from moeperf.collectors.accel_figures import accelerator_figures
+from moeperf.collectors.accel_records import AcceleratorFigures, DeviceSample, Unavailable
+from moeperf.collectors.interference_records import InterferenceSummary
+from moeperf.collectors.serving_records import ScenarioSummary
+from moeperf.collectors.store import RunWriter
+from moeperf.collectors.telemetry_records import TelemetrySummary
+from moeperf.suites.serving.embedded.process import EmbeddedTarget
+from moeperf.suites.telemetry import Telemetry
+from moeperf.suites.telemetry_spec import TelemetrySpec
 
 
 def serving_telemetry(

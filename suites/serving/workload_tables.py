@@ -7,11 +7,11 @@ from collections.abc import Mapping
 
 from rich.table import Table
 
-from collectors.serving_records import ScenarioSummary
-from collectors.target_counters import NOT_AVAILABLE
-from collectors.workload_records import REPEAT_METRIC_LABELS, UNIQUE_SUFFIX, RepeatLevel
-from collectors.workload_summary import ON_TIME_S
-from suites.serving.cells import DASH, ms_cell
+from moeperf.collectors.serving_records import ScenarioSummary
+from moeperf.collectors.target_counters import NOT_AVAILABLE
+from moeperf.collectors.workload_records import REPEAT_METRIC_LABELS, UNIQUE_SUFFIX, RepeatLevel
+from moeperf.collectors.workload_summary import ON_TIME_S
+from moeperf.suites.serving.cells import DASH, ms_cell
 
 
 def hit_rate_cell(entry: ScenarioSummary) -> str:

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from collectors.simulation_summary import AblationRow, Reproduction, SimScenario
-from suites.simulation.spec import ReproduceSpec
-from targets.cluster_sim.config import SimConfig
-from targets.cluster_sim.pipeline import bubble_fraction, interleaved_bubble_fraction
-from targets.cluster_sim.simulate import JobResult
+from moeperf.collectors.simulation_summary import AblationRow, Reproduction, SimScenario
+from moeperf.suites.simulation.spec import ReproduceSpec
+from moeperf.targets.cluster_sim.config import SimConfig
+from moeperf.targets.cluster_sim.pipeline import bubble_fraction, interleaved_bubble_fraction
+from moeperf.targets.cluster_sim.simulate import JobResult
 
 # Seed 000's ablation, each step's speedup over its baseline, as the paper reports it.
 PAPER_ABLATION = (

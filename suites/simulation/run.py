@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from collectors.records import StepRecord
-from collectors.simulation_summary import SimulationSummary
-from collectors.store import RunStore, RunWriter, interrupts_end_runs
-from suites.simulation.compute import ablation, reproduction, scenario_of
-from suites.simulation.spec import JobSpec, SimulationSpec
-from targets.cluster_sim.simulate import JobResult, simulate
-from targets.cluster_sim.simulate import JobSpec as SimJob
+from moeperf.collectors.records import StepRecord
+from moeperf.collectors.simulation_summary import SimulationSummary
+from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
+from moeperf.suites.simulation.compute import ablation, reproduction, scenario_of
+from moeperf.suites.simulation.spec import JobSpec, SimulationSpec
+from moeperf.targets.cluster_sim.simulate import JobResult, simulate
+from moeperf.targets.cluster_sim.simulate import JobSpec as SimJob
 
 Say = Callable[[str], None]
 

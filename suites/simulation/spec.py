@@ -21,18 +21,18 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
-from collectors.dist_training_summary import DistTrainingSummary
-from collectors.errors import CollectorError
-from collectors.summary_json import summary_from_json
-from suites.errors import SpecError
-from suites.spec import spec_data_path
-from suites.spec_base import NonNegative, Positive, Strict
-from suites.spec_errors import problems_of, spec_error
-from targets.cluster_sim import presets
-from targets.cluster_sim.config import ClusterSimConfigError, Parallel, SimConfig
-from targets.cluster_sim.routing import SkewName
-from targets.cluster_sim.simulate import SIM_POLICIES, SimPolicy
-from targets.training.skew import SkewProfileError, read_replay_file
+from moeperf.collectors.dist_training_summary import DistTrainingSummary
+from moeperf.collectors.errors import CollectorError
+from moeperf.collectors.summary_json import summary_from_json
+from moeperf.suites.errors import SpecError
+from moeperf.suites.spec import spec_data_path
+from moeperf.suites.spec_base import NonNegative, Positive, Strict
+from moeperf.suites.spec_errors import problems_of, spec_error
+from moeperf.targets.cluster_sim import presets
+from moeperf.targets.cluster_sim.config import ClusterSimConfigError, Parallel, SimConfig
+from moeperf.targets.cluster_sim.routing import SkewName
+from moeperf.targets.cluster_sim.simulate import SIM_POLICIES, SimPolicy
+from moeperf.targets.training.skew import SkewProfileError, read_replay_file
 
 _SKEWS: tuple[SkewName, ...] = ("calm", "spiky")
 Count = Annotated[int, Field(ge=1)]

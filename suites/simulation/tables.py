@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from collectors.simulation_summary import SimulationSummary
-from suites.present import cell, headed_table
+from moeperf.collectors.simulation_summary import SimulationSummary
+from moeperf.suites.present import cell, headed_table
 
 GB = 1e9
 

@@ -11,11 +11,11 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from collectors.training_summary import BudgetCalibration
-from suites.errors import SpecError
-from suites.training.plan import Scenario, build_trainer
-from suites.training.spec import TrainingSpec
-from targets.training.trainer import StepResult
+from moeperf.collectors.training_summary import BudgetCalibration
+from moeperf.suites.errors import SpecError
+from moeperf.suites.training.plan import Scenario, build_trainer
+from moeperf.suites.training.spec import TrainingSpec
+from moeperf.targets.training.trainer import StepResult
 
 MIB = 2**20
 

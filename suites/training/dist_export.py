@@ -12,10 +12,10 @@ routing of its own tokens in its own layers, and no merge of them is the job's.
 
 from __future__ import annotations
 
-from collectors.dist_training_summary import job_step
-from collectors.live_export import LiveExporter
-from collectors.records import StepRecord
-from targets.training.distributed.rank_step import RankEvent
+from moeperf.collectors.dist_training_summary import job_step
+from moeperf.collectors.live_export import LiveExporter
+from moeperf.collectors.records import StepRecord
+from moeperf.targets.training.distributed.rank_step import RankEvent
 
 
 class JobExport:

@@ -17,20 +17,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from collectors.dist_training_summary import DistOutcome, RecoveryOutcome, summarize_dist
-from collectors.live_export import LiveExporter
-from collectors.records import StepRecord
-from collectors.store import RunStore, RunWriter, interrupts_end_runs
-from suites.errors import SpecError, TargetError
-from suites.telemetry import Telemetry
-from suites.training.dist_export import JobExport
-from suites.training.dist_spec import DistTrainingSpec, LayoutSpec
-from suites.training.observe import observed
-from suites.training.plan import CONFIG_ERRORS
-from suites.training.runner import measure_peak, peak_summary
-from suites.training.spec import model_config
-from suites.training.telemetry import with_dist_figures
-from targets.training.distributed.launcher import (
+from moeperf.collectors.dist_training_summary import DistOutcome, RecoveryOutcome, summarize_dist
+from moeperf.collectors.live_export import LiveExporter
+from moeperf.collectors.records import StepRecord
+from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
+from moeperf.suites.errors import SpecError, TargetError
+from moeperf.suites.telemetry import Telemetry
+from moeperf.suites.training.dist_export import JobExport
+from moeperf.suites.training.dist_spec import DistTrainingSpec, LayoutSpec
+from moeperf.suites.training.observe import observed
+from moeperf.suites.training.plan import CONFIG_ERRORS
+from moeperf.suites.training.runner import measure_peak, peak_summary
+from moeperf.suites.training.spec import model_config
+from moeperf.suites.training.telemetry import with_dist_figures
+from moeperf.targets.training.distributed.launcher import (
     JobResult,
     KillRank,
     LaunchConfigError,
@@ -38,10 +38,10 @@ from targets.training.distributed.launcher import (
     launch,
     prepare_token_stream,
 )
-from targets.training.distributed.rank_step import RankEvent, RankStep
-from targets.training.distributed.rank_trainer import DistConfig
-from targets.training.peak import PeakFlops, mfu
-from targets.training.setup import TrainerConfig
+from moeperf.targets.training.distributed.rank_step import RankEvent, RankStep
+from moeperf.targets.training.distributed.rank_trainer import DistConfig
+from moeperf.targets.training.peak import PeakFlops, mfu
+from moeperf.targets.training.setup import TrainerConfig
 
 MIB = 2**20
 TARGET_NAME = "reference-trainer-distributed"

@@ -20,10 +20,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from suites.errors import SpecError
-from suites.spec_errors import problems_of, spec_error
-from suites.telemetry_spec import TelemetrySpec
-from suites.training.spec import (
+from moeperf.suites.errors import SpecError
+from moeperf.suites.spec_errors import problems_of, spec_error
+from moeperf.suites.telemetry_spec import TelemetrySpec
+from moeperf.suites.training.spec import (
     PolicyName,
     SkewName,
     TrainerSpec,
@@ -32,7 +32,7 @@ from suites.training.spec import (
     _unique,
     model_config,
 )
-from targets.training.distributed.layout import Layout, LayoutError
+from moeperf.targets.training.distributed.layout import Layout, LayoutError
 
 # TrainerSpec fields a layout decides; set in a training-dist spec, they are refused.
 _SET_BY_LAYOUT = ("pipeline_stages", "stage", "expert_parallel")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from collectors.dist_training_summary import DistTrainingSummary
-from suites.present import cell, headed_table
+from moeperf.collectors.dist_training_summary import DistTrainingSummary
+from moeperf.suites.present import cell, headed_table
 
 MIB = 2**20
 

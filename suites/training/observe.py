@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from collectors.live_export import LiveExporter
-from collectors.push import push_run
-from collectors.store import RunWriter
-from suites.telemetry import Telemetry
-from suites.telemetry_spec import TelemetrySpec
-from suites.training.spec import TrainingExportSpec
-from suites.training.telemetry import training_telemetry
+from moeperf.collectors.live_export import LiveExporter
+from moeperf.collectors.push import push_run
+from moeperf.collectors.store import RunWriter
+from moeperf.suites.telemetry import Telemetry
+from moeperf.suites.telemetry_spec import TelemetrySpec
+from moeperf.suites.training.spec import TrainingExportSpec
+from moeperf.suites.training.telemetry import training_telemetry
 
 Say = Callable[[str], None]
 

@@ -12,15 +12,15 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from suites.errors import SpecError
-from suites.training.spec import TrainingSpec, model_config
-from targets.model.checkpoint import ModelDirError
-from targets.model.config import MoEConfig
-from targets.model.model import MoETransformer
-from targets.training.memory import training_static_bytes
-from targets.training.setup import TrainerConfig, TrainingConfigError, build
-from targets.training.skew import SkewProfileError, profile_by_name
-from targets.training.trainer import Trainer
+from moeperf.suites.errors import SpecError
+from moeperf.suites.training.spec import TrainingSpec, model_config
+from moeperf.targets.model.checkpoint import ModelDirError
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.training.memory import training_static_bytes
+from moeperf.targets.training.setup import TrainerConfig, TrainingConfigError, build
+from moeperf.targets.training.skew import SkewProfileError, profile_by_name
+from moeperf.targets.training.trainer import Trainer
 
 DEFAULT_CHECKPOINT_DIR = "checkpoints"  # placeholder until the runner puts it in the run
 # A setup the spec got wrong may show only when it is built: still the user's to fix.

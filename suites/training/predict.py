@@ -15,17 +15,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collectors.bootstrap import bootstrap_statistic
-from collectors.training_summary import (
+from moeperf.collectors.bootstrap import bootstrap_statistic
+from moeperf.collectors.training_summary import (
     BudgetCalibration,
     PredictedScenario,
     ScenarioOutcome,
     SimulatorCheck,
     TrainingScenarioSummary,
 )
-from targets.cluster_sim import reference
-from targets.training.setup import TrainerConfig
-from targets.training.skew import profile_by_name
+from moeperf.targets.cluster_sim import reference
+from moeperf.targets.training.setup import TrainerConfig
+from moeperf.targets.training.skew import profile_by_name
 
 # Issue 18: step time within 10%, peak memory within 5%, per policy and skew profile.
 STEP_TOLERANCE = 0.10

@@ -20,30 +20,30 @@ from typing import Any
 
 import torch
 
-from collectors.live_export import LiveExporter
-from collectors.records import StepRecord
-from collectors.store import RunStore, RunWriter, interrupts_end_runs
-from collectors.training_summary import (
+from moeperf.collectors.live_export import LiveExporter
+from moeperf.collectors.records import StepRecord
+from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
+from moeperf.collectors.training_summary import (
     PeakFlopsSummary,
     ScenarioOutcome,
     SimulatorCheck,
     TrainingSummary,
     summarize_training,
 )
-from suites.errors import SpecError
-from suites.telemetry import Telemetry
-from suites.training.budget import Budgets
-from suites.training.dist_spec import DistTrainingSpec
-from suites.training.observe import observed
-from suites.training.plan import Scenario, scenarios, sizes
-from suites.training.predict import ScenarioInputs, check_simulator
-from suites.training.scenario_run import ScenarioRun, run_in_turn
-from suites.training.spec import TrainingSpec
-from suites.training.telemetry import INTERLEAVED
-from suites.training.telemetry import with_figures as with_device_figures
-from targets.training.cost_model import host_copy_seconds_per_byte
-from targets.training.peak import CpuMatmulDetail, PeakFlops, PeakFlopsError, peak_flops
-from targets.training.setup import DTYPES
+from moeperf.suites.errors import SpecError
+from moeperf.suites.telemetry import Telemetry
+from moeperf.suites.training.budget import Budgets
+from moeperf.suites.training.dist_spec import DistTrainingSpec
+from moeperf.suites.training.observe import observed
+from moeperf.suites.training.plan import Scenario, scenarios, sizes
+from moeperf.suites.training.predict import ScenarioInputs, check_simulator
+from moeperf.suites.training.scenario_run import ScenarioRun, run_in_turn
+from moeperf.suites.training.spec import TrainingSpec
+from moeperf.suites.training.telemetry import INTERLEAVED
+from moeperf.suites.training.telemetry import with_figures as with_device_figures
+from moeperf.targets.training.cost_model import host_copy_seconds_per_byte
+from moeperf.targets.training.peak import CpuMatmulDetail, PeakFlops, PeakFlopsError, peak_flops
+from moeperf.targets.training.setup import DTYPES
 
 MIB = 2**20
 TARGET_NAME = "reference-trainer"

@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from collectors.records import StepRecord
-from collectors.training_summary import ScenarioOutcome
-from suites.training.plan import Scenario, build_trainer
-from suites.training.predict import ScenarioInputs
-from targets.training.peak import PeakFlops, mfu
-from targets.training.trainer import StepResult, Trainer, TrainingAbortedError
+from moeperf.collectors.records import StepRecord
+from moeperf.collectors.training_summary import ScenarioOutcome
+from moeperf.suites.training.plan import Scenario, build_trainer
+from moeperf.suites.training.predict import ScenarioInputs
+from moeperf.targets.training.peak import PeakFlops, mfu
+from moeperf.targets.training.trainer import StepResult, Trainer, TrainingAbortedError
 
 MIB = 2**20
 Say = Callable[[str], None]

@@ -25,15 +25,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
 
-from suites.errors import SpecError
-from suites.spec_base import STRICT
-from suites.spec_errors import problems_of, spec_error
-from suites.telemetry_spec import TelemetrySpec
-from targets.model.checkpoint import default_model_dir
-from targets.model.config import MoEConfig
-from targets.training.policies import POLICY_NAMES
-from targets.training.setup import TrainerConfig
-from targets.training.skew import PROFILE_NAMES
+from moeperf.suites.errors import SpecError
+from moeperf.suites.spec_base import STRICT
+from moeperf.suites.spec_errors import problems_of, spec_error
+from moeperf.suites.telemetry_spec import TelemetrySpec
+from moeperf.targets.model.checkpoint import default_model_dir
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.training.policies import POLICY_NAMES
+from moeperf.targets.training.setup import TrainerConfig
+from moeperf.targets.training.skew import PROFILE_NAMES
 
 # TrainerConfig fields the spec sets another way: policy and skew per scenario from the
 # matrix, the model as its own table, the checkpoint directory inside the run by default,
@@ -249,7 +249,7 @@ def validate_training(
 ) -> TrainingSpec:
     """The spec in ``data`` validated (pydantic, then every scenario by the trainer's own
     checks); a ``SpecError`` naming the field (or the ``overrides`` entry) otherwise."""
-    from suites.training.plan import check_runnable
+    from moeperf.suites.training.plan import check_runnable
 
     try:
         spec = TrainingSpec.model_validate(data)

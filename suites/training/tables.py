@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from rich.table import Table
 
-from collectors.training_summary import (
+from moeperf.collectors.training_summary import (
     BudgetCalibration,
     SimulatorCheck,
     TrainingScenarioSummary,

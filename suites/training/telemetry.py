@@ -22,14 +22,14 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from collectors.accel_figures import training_figures
-from collectors.accel_records import Unavailable
-from collectors.dist_training_summary import DistOutcome, DistTrainingSummary, job_steps
-from collectors.live_export import LiveExporter
-from collectors.store import RunWriter
-from collectors.training_summary import ScenarioOutcome, TrainingSummary, is_replay
-from suites.telemetry import Telemetry
-from suites.telemetry_spec import TelemetrySpec
+from moeperf.collectors.accel_figures import training_figures
+from moeperf.collectors.accel_records import Unavailable
+from moeperf.collectors.dist_training_summary import DistOutcome, DistTrainingSummary, job_steps
+from moeperf.collectors.live_export import LiveExporter
+from moeperf.collectors.store import RunWriter
+from moeperf.collectors.training_summary import ScenarioOutcome, TrainingSummary, is_replay
+from moeperf.suites.telemetry import Telemetry
+from moeperf.suites.telemetry_spec import TelemetrySpec
 
 INTERLEAVED = (
     "Telemetry: the scenarios ran interleaved, one step each in turn, so no scenario's "

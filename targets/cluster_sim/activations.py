@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from targets.cluster_sim.config import SimModel
+from moeperf.targets.cluster_sim.config import SimModel
 
 PolicyName = Literal["keep-all", "full-recompute", "selective"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from targets.model.config import MoEConfig
-from targets.training.flops import TRAINED_MTP_MODULES
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.training.flops import TRAINED_MTP_MODULES
 
 
 class ClusterSimConfigError(ValueError):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from targets.cluster_sim.pipeline import IterationTimeline
+from moeperf.targets.cluster_sim.pipeline import IterationTimeline
 
 # A bubble serves the pending micro-batches whose backwards come next, at most this many:
 # the "dual" of dual-batch (the next backward's work, then its neighbour's).

@@ -21,8 +21,8 @@ QK^T costs H x (Dnope + Drope) MACs per key, the weighted sum of values H x Dv (
 
 from __future__ import annotations
 
-from targets.cluster_sim.config import SimModel
-from targets.training.flops import MEGATRON_CAUSAL_FACTOR, TRAIN_FLOPS_PER_MAC
+from moeperf.targets.cluster_sim.config import SimModel
+from moeperf.targets.training.flops import MEGATRON_CAUSAL_FACTOR, TRAIN_FLOPS_PER_MAC
 
 
 def attention_macs_per_token(m: SimModel, causal_factor: float = MEGATRON_CAUSAL_FACTOR) -> float:

@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from targets.cluster_sim.config import ClusterSimConfigError, SimModel
+from moeperf.targets.cluster_sim.config import ClusterSimConfigError, SimModel
 
 DEFAULT_SEQ_LEN = 4096
 CONFIGS_DIR = Path(__file__).parent / "configs"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from targets.training.pipeline import one_f_one_b
+from moeperf.targets.training.pipeline import one_f_one_b
 
 
 def bubble_fraction(stages: int, microbatches: int) -> float:

@@ -27,8 +27,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from targets.cluster_sim.config import Cluster, ClusterSimConfigError, SimModel
-from targets.cluster_sim.hf_config import CONFIGS_DIR, sim_model_from_hf
+from moeperf.targets.cluster_sim.config import Cluster, ClusterSimConfigError, SimModel
+from moeperf.targets.cluster_sim.hf_config import CONFIGS_DIR, sim_model_from_hf
 
 SEED_PEAK_FLOPS_PER_S = 2.012e18 / 0.329 / 12_288  # seed 000: total / MFU / devices
 

@@ -31,18 +31,18 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from targets.cluster_sim.activations import PolicyName, reference_layout
-from targets.cluster_sim.config import SimModel
-from targets.cluster_sim.flops import (
+from moeperf.targets.cluster_sim.activations import PolicyName, reference_layout
+from moeperf.targets.cluster_sim.config import SimModel
+from moeperf.targets.cluster_sim.flops import (
     attention_macs_per_token,
     routed_expert_macs_per_slot,
     training_flops_per_token,
 )
-from targets.cluster_sim.pipeline import peak_saved_bytes, stage_orders
-from targets.cluster_sim.simulate import ADAPTIVE_MARGIN, adaptive_plan
-from targets.training.flops import FLOPS_PER_MAC
-from targets.training.setup import TrainerConfig
-from targets.training.skew import RoutingShape, SkewProfile
+from moeperf.targets.cluster_sim.pipeline import peak_saved_bytes, stage_orders
+from moeperf.targets.cluster_sim.simulate import ADAPTIVE_MARGIN, adaptive_plan
+from moeperf.targets.training.flops import FLOPS_PER_MAC
+from moeperf.targets.training.setup import TrainerConfig
+from moeperf.targets.training.skew import RoutingShape, SkewProfile
 
 _STATIC: dict[str, PolicyName] = {
     "keep-all": "keep-all", "full-recompute": "full-recompute", "selective": "selective"

@@ -21,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from targets.training.skew import (
+from moeperf.targets.training.skew import (
     CALM_MEDIAN_EXCESS,
     CALM_SIGMA,
     SPIKE_PROBABILITY,

@@ -37,18 +37,18 @@ from typing import Literal
 
 import numpy as np
 
-from targets.cluster_sim import routing
-from targets.cluster_sim.activations import ActivationLayout, PolicyName, megatron_layout
-from targets.cluster_sim.config import ClusterSimConfigError, SimConfig
-from targets.cluster_sim.dual_batch import DualBatchPlan, plan_dual_batch
-from targets.cluster_sim.flops import (
+from moeperf.targets.cluster_sim import routing
+from moeperf.targets.cluster_sim.activations import ActivationLayout, PolicyName, megatron_layout
+from moeperf.targets.cluster_sim.config import ClusterSimConfigError, SimConfig
+from moeperf.targets.cluster_sim.dual_batch import DualBatchPlan, plan_dual_batch
+from moeperf.targets.cluster_sim.flops import (
     attention_macs_per_token,
     dense_macs_per_token,
     head_macs_per_token,
     routed_expert_macs_per_slot,
     training_flops_per_token,
 )
-from targets.cluster_sim.pipeline import (
+from moeperf.targets.cluster_sim.pipeline import (
     IterationTimeline,
     interleaved_orders,
     peak_saved_bytes,

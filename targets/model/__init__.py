@@ -1,6 +1,6 @@
 """The tiny Mixture-of-Experts decoder shared by the reference serving engine and trainer."""
 
-from targets.model.config import MoEConfig
-from targets.model.model import ModelOutput, MoETransformer
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.model.model import ModelOutput, MoETransformer
 
 __all__ = ["MoEConfig", "MoETransformer", "ModelOutput"]

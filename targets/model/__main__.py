@@ -1,9 +1,9 @@
 """Look at what a model directory says: greedy continuation of a prompt.
 
-    python -m targets.model [--dir DIR] [--max-tokens N] [--chat] PROMPT
+    python -m moeperf.targets.model [--dir DIR] [--max-tokens N] [--chat] PROMPT
 
 No KV cache: each token reruns the whole sequence, which is fine at this size (the serving
-engine is the fast path). Training is ``python -m targets.model.train``.
+engine is the fast path). Training is ``python -m moeperf.targets.model.train``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from targets.model.checkpoint import (
+from moeperf.targets.model.checkpoint import (
     ModelDirError,
     ReferenceModel,
     default_model_dir,
@@ -41,7 +41,7 @@ def greedy_generate(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m targets.model", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m moeperf.targets.model", description=__doc__)
     parser.add_argument("prompt")
     parser.add_argument("--dir", type=Path, default=default_model_dir(), help="model directory")
     parser.add_argument("--max-tokens", type=int, default=64)

@@ -31,11 +31,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from targets.model.config import MoEConfig
-from targets.model.hybrid import HybridMoETransformer
-from targets.model.hybrid_config import HybridConfig
-from targets.model.model import MoETransformer
-from targets.model.tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, ChatTokenizer
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.model.hybrid import HybridMoETransformer
+from moeperf.targets.model.hybrid_config import HybridConfig
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.model.tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, ChatTokenizer
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

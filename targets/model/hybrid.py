@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from targets.model.hybrid_config import HybridConfig
-from targets.model.model import (
+from moeperf.targets.model.hybrid_config import HybridConfig
+from moeperf.targets.model.model import (
     AttentionFn,
     ModelOutput,
     MoE,

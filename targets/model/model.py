@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from targets.model.config import MoEConfig
+from moeperf.targets.model.config import MoEConfig
 
 # (layer slot, q [N, H, D], k [N, Hkv, D], v [N, Hkv, D]) -> [N, H, D]. Slots 0..L-1 are
 # the main layers, L + d the MTP module d: a KV cache keeps one entry per slot.

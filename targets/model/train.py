@@ -26,13 +26,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from targets.model.checkpoint import ARCHITECTURES, ReferenceModel, save_model_dir
-from targets.model.config import MoEConfig
-from targets.model.corpus import Corpus, load_corpus
-from targets.model.hybrid import HybridMoETransformer
-from targets.model.hybrid_config import HybridConfig
-from targets.model.model import MoETransformer, causal_attention
-from targets.model.tokenizer import ChatTokenizer, train_tokenizer
+from moeperf.targets.model.checkpoint import ARCHITECTURES, ReferenceModel, save_model_dir
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.model.corpus import Corpus, load_corpus
+from moeperf.targets.model.hybrid import HybridMoETransformer
+from moeperf.targets.model.hybrid_config import HybridConfig
+from moeperf.targets.model.model import MoETransformer, causal_attention
+from moeperf.targets.model.tokenizer import ChatTokenizer, train_tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -385,7 +385,7 @@ CLI_OVERRIDES = ("steps", "batch_size", "seq_len", "lr", "warmup_steps", "eval_e
                  "seed")  # fmt: skip
 
 
-PROG = "python -m targets.model.train"
+PROG = "python -m moeperf.targets.model.train"
 
 
 def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespace:
@@ -423,7 +423,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    command = shlex.join(["python", "-m", "targets.model.train", *args_list])
+    command = shlex.join(["python", "-m", "moeperf.targets.model.train", *args_list])
     train_model(recipe, args.out, command=command)
     return 0
 

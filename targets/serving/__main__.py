@@ -1,4 +1,4 @@
-"""``python -m targets.serving``: serve the reference engine until SIGTERM or SIGINT.
+"""``python -m moeperf.targets.serving``: serve the reference engine until SIGTERM or SIGINT.
 
 Prints exactly one line to stdout, ``READY http://HOST:PORT``, once listening, so a parent
 process can start it with ``--port 0`` and read the port it got. A bad config or model
@@ -24,16 +24,16 @@ from typing import Any
 
 import uvicorn
 
-from targets import child_process
-from targets.openai_wire import USAGE_MODES
-from targets.ready_line import announce_ready, base_url
-from targets.serving import auth
-from targets.serving.config import ReferenceTargetConfig
-from targets.serving.errors import ReferenceConfigError
+from moeperf.targets import child_process
+from moeperf.targets.openai_wire import USAGE_MODES
+from moeperf.targets.ready_line import announce_ready, base_url
+from moeperf.targets.serving import auth
+from moeperf.targets.serving.config import ReferenceTargetConfig
+from moeperf.targets.serving.errors import ReferenceConfigError
 
 EXIT_USAGE = 2
 EXIT_LISTEN = 1
-PROG = "python -m targets.serving"
+PROG = "python -m moeperf.targets.serving"
 # Streams still open at shutdown get this long to finish before the engine aborts them.
 _GRACEFUL_S = 2
 
@@ -249,7 +249,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         if (bad_port := child_process.port_error(args.port)) is not None:
             raise ReferenceConfigError(bad_port)
         # After the config: a typo in a knob is reported before the model loads.
-        from targets.serving.factory import create_app
+        from moeperf.targets.serving.factory import create_app
 
         app = create_app(config, api_key=key)
     except ReferenceConfigError as exc:

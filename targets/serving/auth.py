@@ -16,8 +16,8 @@ import hmac
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
-from targets.openai_wire import error_body
-from targets.serving.errors import ReferenceConfigError
+from moeperf.targets.openai_wire import error_body
+from moeperf.targets.serving.errors import ReferenceConfigError
 
 ENV_VAR = "MOEPERF_API_KEY"
 _GUARDED_PREFIX = "/v1"

@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from targets.openai_wire import UsageMode, WireVariant
-from targets.serving.engine.api import EngineConfig
-from targets.serving.errors import ReferenceConfigError
-from targets.serving.http_limits import HttpLimits
+from moeperf.targets.openai_wire import UsageMode, WireVariant
+from moeperf.targets.serving.engine.api import EngineConfig
+from moeperf.targets.serving.errors import ReferenceConfigError
+from moeperf.targets.serving.http_limits import HttpLimits
 
 _DEFAULTS = EngineConfig()
 _HTTP = HttpLimits()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from targets.openai_wire import ApiError, error_body
+from moeperf.targets.openai_wire import ApiError, error_body
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request

@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from targets.serving.config import ReferenceTargetConfig
-from targets.serving.errors import ReferenceConfigError
-from targets.serving.openai_request import ServedModel
-from targets.serving.server import build_app
+from moeperf.targets.serving.config import ReferenceTargetConfig
+from moeperf.targets.serving.errors import ReferenceConfigError
+from moeperf.targets.serving.openai_request import ServedModel
+from moeperf.targets.serving.server import build_app
 
 if TYPE_CHECKING:  # imported where used: torch loads only when a target is built
     import torch
 
-    from targets.model.tokenizer import ChatTokenizer
-    from targets.serving.engine.engine import Engine
+    from moeperf.targets.model.tokenizer import ChatTokenizer
+    from moeperf.targets.serving.engine.engine import Engine
 
 
 def create_app(
@@ -33,9 +33,9 @@ def create_app(
     ``ReferenceConfigError``.
     """
     # Imported here: torch and the model load only when a target is really built.
-    from targets.model.checkpoint import ModelDirError, default_model_dir, load_model_dir
-    from targets.serving.engine.engine import Engine
-    from targets.serving.engine.loop import EngineLoop
+    from moeperf.targets.model.checkpoint import ModelDirError, default_model_dir, load_model_dir
+    from moeperf.targets.serving.engine.engine import Engine
+    from moeperf.targets.serving.engine.loop import EngineLoop
 
     model_dir = config.model_dir if config.model_dir is not None else default_model_dir()
     try:
@@ -87,7 +87,7 @@ def _warm_up(throwaway: Engine) -> None:
     """A few requests through a throwaway engine on the same model, before serving: the
     first forwards pay torch's one-time setup (about 0.1 s here), which would otherwise
     land on the first client's TTFT. The served engine's counters stay untouched."""
-    from targets.serving.engine.api import InvalidRequestError, SamplingParams
+    from moeperf.targets.serving.engine.api import InvalidRequestError, SamplingParams
 
     params = SamplingParams(max_tokens=8, ignore_eos=True)
     for length in (5, 40, 300):  # one at a time: the waiting queue may hold only one

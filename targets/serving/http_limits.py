@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from targets.openai_wire import ApiError
+from moeperf.targets.openai_wire import ApiError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from targets.serving.engine.api import EngineStats
+from moeperf.targets.serving.engine.api import EngineStats
 
 # Outcome of a generation request (reference_requests_total{status}):
 # ok: finished by a stop condition or max_tokens; abort: the client went away first;

@@ -20,10 +20,10 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from targets import openai_wire
-from targets.openai_wire import BadRequest
-from targets.serving.engine.api import SamplingParams
-from targets.serving.engine.validation import MIN_TEMPERATURE
+from moeperf.targets import openai_wire
+from moeperf.targets.openai_wire import BadRequest
+from moeperf.targets.serving.engine.api import SamplingParams
+from moeperf.targets.serving.engine.validation import MIN_TEMPERATURE
 
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs, and OpenAI's top_logprobs limit
 # Every generated token is checked against every stop string (on the event loop) and

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from targets.openai_wire import sse_event, usage_json
-from targets.serving.engine.api import TokenLogprob
-from targets.serving.openai_request import Tokenizer
+from moeperf.targets.openai_wire import sse_event, usage_json
+from moeperf.targets.serving.engine.api import TokenLogprob
+from moeperf.targets.serving.openai_request import Tokenizer
 
 _REPLACEMENT = "\ufffd"  # what a token ending inside a UTF-8 character decodes to
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from targets.serving.openai_request import (
+from moeperf.targets.serving.openai_request import (
     ChatRequest,
     CompletionRequest,
     DetokenizeRequest,

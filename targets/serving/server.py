@@ -31,12 +31,12 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.background import BackgroundTask
 
-from targets.openai_wire import ApiError, BadRequest, WireVariant, json_or_none, models_list
-from targets.serving.auth import ApiKeyMiddleware
-from targets.serving.errors import install_error_handlers
-from targets.serving.http_limits import Asgi, HttpGuard, HttpLimits
-from targets.serving.metrics import ReferenceMetrics
-from targets.serving.openai_request import (
+from moeperf.targets.openai_wire import ApiError, BadRequest, WireVariant, json_or_none, models_list
+from moeperf.targets.serving.auth import ApiKeyMiddleware
+from moeperf.targets.serving.errors import install_error_handlers
+from moeperf.targets.serving.http_limits import Asgi, HttpGuard, HttpLimits
+from moeperf.targets.serving.metrics import ReferenceMetrics
+from moeperf.targets.serving.openai_request import (
     DetokenizeRequest,
     GenerationJob,
     ServedModel,
@@ -47,9 +47,9 @@ from targets.serving.openai_request import (
     completion_job,
     parse_body,
 )
-from targets.serving.openai_response import ResponseWriter
-from targets.serving.openapi import document
-from targets.serving.streaming import (
+from moeperf.targets.serving.openai_response import ResponseWriter
+from moeperf.targets.serving.openapi import document
+from moeperf.targets.serving.streaming import (
     EngineStream,
     Outcome,
     ServingState,
@@ -60,7 +60,7 @@ from targets.serving.streaming import (
 )
 
 if TYPE_CHECKING:
-    from targets.serving.engine.loop import EngineLoop
+    from moeperf.targets.serving.engine.loop import EngineLoop
 
 _VLLM_WIRE = WireVariant()
 _LIMITS = HttpLimits()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from fastapi import Request
 from fastapi.responses import Response
 
-from targets.openai_wire import (
+from moeperf.targets.openai_wire import (
     DONE_EVENT,
     BadRequest,
     StreamShape,
@@ -28,14 +28,14 @@ from targets.openai_wire import (
     error_body,
     sse_event,
 )
-from targets.serving.engine.api import InvalidRequestError, QueueFullError, RequestOutput
-from targets.serving.errors import Overloaded, error_response
-from targets.serving.metrics import ReferenceMetrics
-from targets.serving.openai_request import GenerationJob, ServedModel
-from targets.serving.openai_response import Delta, ResponseWriter, TextAssembler
+from moeperf.targets.serving.engine.api import InvalidRequestError, QueueFullError, RequestOutput
+from moeperf.targets.serving.errors import Overloaded, error_response
+from moeperf.targets.serving.metrics import ReferenceMetrics
+from moeperf.targets.serving.openai_request import GenerationJob, ServedModel
+from moeperf.targets.serving.openai_response import Delta, ResponseWriter, TextAssembler
 
 if TYPE_CHECKING:
-    from targets.serving.engine.loop import EngineLoop
+    from moeperf.targets.serving.engine.loop import EngineLoop
 
 
 @dataclass

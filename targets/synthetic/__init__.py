@@ -4,9 +4,9 @@ Used to measure a benchmark client's own measurement error: the server records w
 wrote each chunk (``GET /ground_truth/{id}``), on the host's monotonic clock.
 """
 
-from targets.synthetic.config import SyntheticConfig, SyntheticConfigError
-from targets.synthetic.running import RunningServer, serve, start
-from targets.synthetic.server import build_app
+from moeperf.targets.synthetic.config import SyntheticConfig, SyntheticConfigError
+from moeperf.targets.synthetic.running import RunningServer, serve, start
+from moeperf.targets.synthetic.server import build_app
 
 __all__ = [
     "RunningServer",

@@ -1,4 +1,4 @@
-"""``python -m targets.synthetic``: run the synthetic server until SIGTERM or SIGINT.
+"""``python -m moeperf.targets.synthetic``: run the synthetic server until SIGTERM or SIGINT.
 
 Prints exactly one line to stdout, ``READY http://127.0.0.1:<port>``, once listening, so
 a parent process can start it with ``--port 0`` and read the port it got. A bad config
@@ -15,17 +15,17 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from targets import child_process
-from targets.ready_line import announce_ready
-from targets.synthetic.config import SyntheticConfig
-from targets.synthetic.running import RunningServer, require_loopback, serve
+from moeperf.targets import child_process
+from moeperf.targets.ready_line import announce_ready
+from moeperf.targets.synthetic.config import SyntheticConfig
+from moeperf.targets.synthetic.running import RunningServer, require_loopback, serve
 
 EXIT_USAGE = 2
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m targets.synthetic",
+        prog="python -m moeperf.targets.synthetic",
         description="OpenAI-compatible streaming server with known latencies (ground truth).",
     )
     child_process.add_listen_flags(

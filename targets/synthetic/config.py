@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from targets.openai_wire import USAGE_MODES, UsageMode, WireVariant
+from moeperf.targets.openai_wire import USAGE_MODES, UsageMode, WireVariant
 
 JITTER_KINDS = ("none", "uniform", "normal", "lognormal", "exponential")
 FAULT_RATE_FIELDS = ("error_rate", "stall_rate", "malformed_rate", "truncate_rate")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from targets.synthetic.plan import FAULTS
-from targets.synthetic.slots import StreamSlots
+from moeperf.targets.synthetic.plan import FAULTS
+from moeperf.targets.synthetic.slots import StreamSlots
 
 # Outcome of a generation request: the bounded label set of synthetic_requests_total.
 # ok: answered in full (with a stall or a malformed event, if that was its fault);

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from targets.openai_wire import StreamShape, sse_event, usage_json
-from targets.synthetic.tokenizer import GENERATED_CYCLE, GENERATED_TOKENS
+from moeperf.targets.openai_wire import StreamShape, sse_event, usage_json
+from moeperf.targets.synthetic.tokenizer import GENERATED_CYCLE, GENERATED_TOKENS
 
 # The "malformed" fault: a body, or an SSE event, that is not JSON.
 MALFORMED_JSON = b"{not json"

@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from targets.openai_wire import ApiError, BadRequest, check_model
-from targets.synthetic.tokenizer import count_tokens
+from moeperf.targets.openai_wire import ApiError, BadRequest, check_model
+from moeperf.targets.synthetic.tokenizer import count_tokens
 
 # What /tokenize reports; a request's prompt and output together may not exceed it.
 MAX_MODEL_LEN = 1_000_000

@@ -12,7 +12,7 @@ import dataclasses
 import random
 from dataclasses import dataclass
 
-from targets.synthetic.config import SyntheticConfig
+from moeperf.targets.synthetic.config import SyntheticConfig
 
 NS_PER_S = 1_000_000_000
 FAULTS = ("error", "stall", "malformed", "truncate")

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from targets.ready_line import base_url
-from targets.synthetic.config import SyntheticConfig
-from targets.synthetic.server import ClockNs, build_app
+from moeperf.targets.ready_line import base_url
+from moeperf.targets.synthetic.config import SyntheticConfig
+from moeperf.targets.synthetic.server import ClockNs, build_app
 
 _LINGERING_S = 1.0
 

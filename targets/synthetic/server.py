@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from targets.openai_wire import (
+from moeperf.targets.openai_wire import (
     DONE_EVENT,
     ApiError,
     BadRequest,
@@ -35,18 +35,18 @@ from targets.openai_wire import (
     error_body,
     models_list,
 )
-from targets.synthetic.config import SyntheticConfig
-from targets.synthetic.drill import (
+from moeperf.targets.synthetic.config import SyntheticConfig
+from moeperf.targets.synthetic.drill import (
     DrillRequestError,
     DrillWindows,
     FaultWindow,
     parse_window,
     reset_connection,
 )
-from targets.synthetic.ground_truth import GroundTruthRecord, GroundTruthStore
-from targets.synthetic.metrics import SyntheticMetrics
-from targets.synthetic.openai_format import MALFORMED_EVENT, MALFORMED_JSON, ChunkEncoder
-from targets.synthetic.openai_request import (
+from moeperf.targets.synthetic.ground_truth import GroundTruthRecord, GroundTruthStore
+from moeperf.targets.synthetic.metrics import SyntheticMetrics
+from moeperf.targets.synthetic.openai_format import MALFORMED_EVENT, MALFORMED_JSON, ChunkEncoder
+from moeperf.targets.synthetic.openai_request import (
     MAX_MODEL_LEN,
     BodyReadTimeout,
     GenerationRequest,
@@ -55,9 +55,9 @@ from targets.synthetic.openai_request import (
     parse_json_object,
     prompt_text,
 )
-from targets.synthetic.plan import NS_PER_S, RequestPlan, malformed, plan_request
-from targets.synthetic.slots import StreamSlots
-from targets.synthetic.tokenizer import encode, token_strs
+from moeperf.targets.synthetic.plan import NS_PER_S, RequestPlan, malformed, plan_request
+from moeperf.targets.synthetic.slots import StreamSlots
+from moeperf.targets.synthetic.tokenizer import encode, token_strs
 
 ClockNs = Callable[[], int]
 

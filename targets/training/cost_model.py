@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from targets.model.model import DIRECT, MoETransformer, Op
-from targets.training.policies import CostModel, MemoryBudget, OpCost
+from moeperf.targets.model.model import DIRECT, MoETransformer, Op
+from moeperf.targets.training.policies import CostModel, MemoryBudget, OpCost
 
 _OFFLOAD_PROBE_BYTES = 32 * 2**20
 

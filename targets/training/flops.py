@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from targets.model.config import MoEConfig
+from moeperf.targets.model.config import MoEConfig
 
 # A training step runs each GEMM 3 times (forward, input gradient, weight gradient) at
 # 2 FLOPs per multiply-add: Megatron's forward_backward_expansion_factor x fma_expansion_factor.

@@ -1,7 +1,7 @@
 """The trainer on a GPU with the real CUDA allocator: MFU per activation policy against the
 device's datasheet peak, and a real ``torch.cuda.OutOfMemoryError`` recovered from.
 
-    python -m targets.training.gpu_check [--steps N] [--out FILE.json]
+    python -m moeperf.targets.training.gpu_check [--steps N] [--out FILE.json]
 
 Prints one line per scenario and writes them as JSON. Needs a CUDA device.
 """
@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from targets.model.config import MoEConfig
-from targets.training.peak import PeakFlops, peak_flops
-from targets.training.setup import TrainerConfig, build
-from targets.training.trainer import StepResult, Trainer
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.training.peak import PeakFlops, peak_flops
+from moeperf.targets.training.setup import TrainerConfig, build
+from moeperf.targets.training.trainer import StepResult, Trainer
 
 # Big enough to keep an H200 busy, small enough to build in seconds: ~0.4B parameters,
 # 16 experts (top-2) of 1024 x 1024 SwiGLU per layer, the shipped tokenizer's vocabulary.
@@ -57,7 +57,7 @@ def _scenario(base: TrainerConfig, peak: float, **changes: Any) -> dict[str, Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m targets.training.gpu_check")
+    parser = argparse.ArgumentParser(prog="python -m moeperf.targets.training.gpu_check")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--out", default=None)
     parser.add_argument("--tokens", default=None, help="a saved token stream (torch.save)")

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from targets.training.memory_offload import HostOffloader, is_static
+from moeperf.targets.training.memory_offload import HostOffloader, is_static
 
 # torch.OutOfMemoryError is torch.cuda.OutOfMemoryError; ours subclasses it, so this one name
 # catches a real OOM and an accounted one alike.

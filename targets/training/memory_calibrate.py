@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from torch._C._profiler import _ExtraFields_Allocation
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from targets.training.memory import _SavedLedger
+from moeperf.targets.training.memory import _SavedLedger
 
 
 @dataclass(frozen=True)

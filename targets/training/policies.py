@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from targets.model.model import Op
+from moeperf.targets.model.model import Op
 
 Action = Literal["keep", "recompute", "offload"]
 POLICY_NAMES = ("keep-all", "full-recompute", "selective", "adaptive")

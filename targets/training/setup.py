@@ -9,16 +9,16 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from targets.model.checkpoint import default_model_dir, load_mixtral_dir
-from targets.model.config import MoEConfig
-from targets.model.corpus import load_corpus
-from targets.model.model import MoETransformer
-from targets.model.tokenizer import ChatTokenizer
-from targets.model.train import TrainRecipe, lr_at, split_documents, token_stream
-from targets.training import flops, memory, memory_calibrate, skew, skew_fit
-from targets.training.cost_model import calibrate_costs
-from targets.training.expert_parallel import HottestExpertRank
-from targets.training.policies import (
+from moeperf.targets.model.checkpoint import default_model_dir, load_mixtral_dir
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.model.corpus import load_corpus
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.model.tokenizer import ChatTokenizer
+from moeperf.targets.model.train import TrainRecipe, lr_at, split_documents, token_stream
+from moeperf.targets.training import flops, memory, memory_calibrate, skew, skew_fit
+from moeperf.targets.training.cost_model import calibrate_costs
+from moeperf.targets.training.expert_parallel import HottestExpertRank
+from moeperf.targets.training.policies import (
     POLICY_NAMES,
     AdaptivePolicy,
     FullRecompute,

@@ -32,7 +32,7 @@ from typing import Protocol, TypeGuard
 import torch
 from torch import Tensor
 
-from targets.model.config import MoEConfig
+from moeperf.targets.model.config import MoEConfig
 
 # Calm: the hot expert's load over the mean, 1 + X with X log-normal. Median excess 0.10 and
 # sigma 0.5 give a long-run mean ratio of 1 + 0.10 * exp(0.5**2 / 2) = 1.113, under the

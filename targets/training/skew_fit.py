@@ -29,8 +29,8 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
-from targets.model.model import MoE, MoETransformer
-from targets.training.skew import MicrobatchTarget, RoutingShape, SkewProfile
+from moeperf.targets.model.model import MoE, MoETransformer
+from moeperf.targets.training.skew import MicrobatchTarget, RoutingShape, SkewProfile
 
 FIT_DAMPING = 0.7  # 0.5 to 0.8 converge in ~10 steps on random logits; 1.0 oscillates
 FIT_MAX_ITERS = 30

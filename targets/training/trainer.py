@@ -28,11 +28,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from targets.model.model import MoETransformer
-from targets.model.train import make_optimizer
-from targets.training.checkpoint import CheckpointStore, TrainState
-from targets.training.pipeline import one_f_one_b
-from targets.training.setup import TrainerConfig, TrainingConfigError, TrainingSetup
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.model.train import make_optimizer
+from moeperf.targets.training.checkpoint import CheckpointStore, TrainState
+from moeperf.targets.training.pipeline import one_f_one_b
+from moeperf.targets.training.setup import TrainerConfig, TrainingConfigError, TrainingSetup
 
 
 class TrainingAbortedError(RuntimeError):

@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 import torch
 
-from collectors.accuracy_records import PROMPT_TABLE_FILE, AccuracySummary
-from collectors.store import RunReader, RunStore
 from moeperf.cli import main
-from targets.model.checkpoint import default_model_dir, load_model_dir, save_model_dir
+from moeperf.collectors.accuracy_records import PROMPT_TABLE_FILE, AccuracySummary
+from moeperf.collectors.store import RunReader, RunStore
+from moeperf.targets.model.checkpoint import default_model_dir, load_model_dir, save_model_dir
 
 NOISE = 0.1  # of each weight tensor's own standard deviation
 

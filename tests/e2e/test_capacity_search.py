@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
 from moeperf.cli import main
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
 
 CAPACITY_STREAMS = 4
 

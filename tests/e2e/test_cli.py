@@ -20,8 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONIOENCODING": "utf-8"}
@@ -254,7 +254,7 @@ def _cmdline(process: psutil.Process) -> str:
 
 
 def _target_children(pid: int) -> list[psutil.Process]:
-    return [p for p in _children(pid) if "targets.synthetic" in _cmdline(p)]
+    return [p for p in _children(pid) if "moeperf.targets.synthetic" in _cmdline(p)]
 
 
 def _cleanup(process: subprocess.Popen, children: list[psutil.Process]) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.store import RunStore
+from moeperf.collectors.store import RunStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONIOENCODING": "utf-8"}

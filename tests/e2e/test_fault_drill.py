@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from cli_process import moeperf
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
-from suites.serving.embedded.process import embedded_target
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
+from moeperf.suites.serving.embedded.process import embedded_target
 
 pytestmark = pytest.mark.slow
 
@@ -81,8 +81,8 @@ def test_the_shipped_drill_sees_each_fault_and_loses_no_request(tmp_path):
     assert report.returncode == 0, report.stderr
     page = (tmp_path / "drill.html").read_text(encoding="utf-8")
     assert "Fault drill: per fault" in page and "Request audit" in page
-    assert "collectors.drill_records" in page  # its definitions, quoted in the appendix
-    assert "reports.figures.drill" in page  # how its chart is drawn
+    assert "moeperf.collectors.drill_records" in page  # its definitions, quoted in the appendix
+    assert "moeperf.reports.figures.drill" in page  # how its chart is drawn
     for kind in faults:
         assert kind in page
 
@@ -124,7 +124,7 @@ hook_timeout_s = 20
 
 
 def test_a_hook_drills_a_target_moeperf_did_not_start(tmp_path):
-    with embedded_target("targets.synthetic", {"ttft_s": 0.02, "itl_s": 0.002}) as target:
+    with embedded_target("moeperf.targets.synthetic", {"ttft_s": 0.02, "itl_s": 0.002}) as target:
         # The user's own way to break and mend their deployment: here, stop it for 1 s.
         command = f"kill -STOP {target.pid} && sleep 1 && kill -CONT {target.pid}"
         spec = _hook_spec(tmp_path / "hook.toml", target.url, command)
@@ -140,7 +140,7 @@ def test_a_hook_drills_a_target_moeperf_did_not_start(tmp_path):
 
 
 def test_a_hook_that_fails_fails_the_run_and_keeps_its_records(tmp_path):
-    with embedded_target("targets.synthetic", {"ttft_s": 0.02, "itl_s": 0.002}) as target:
+    with embedded_target("moeperf.targets.synthetic", {"ttft_s": 0.02, "itl_s": 0.002}) as target:
         spec = _hook_spec(tmp_path / "hook.toml", target.url, "echo no access >&2; exit 3")
         result = moeperf(tmp_path / "runs", "run", str(spec))
     assert result.returncode == 1, result.stdout + result.stderr

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 from cli_process import ENV, REPO_ROOT, moeperf
 
-from collectors.store import RunStore
+from moeperf.collectors.store import RunStore
 
 # One level of two streams, long enough to be killed in the middle of it.
 OVERRIDES = [
@@ -147,7 +147,7 @@ def killed(tmp_path_factory) -> KilledRun:
 @pytest.mark.slow
 def test_the_target_and_the_load_workers_do_not_outlive_the_harness(killed):
     # Both kinds were there to be left behind.
-    assert any("targets.synthetic" in c for c in killed.children), killed.children
+    assert any("moeperf.targets.synthetic" in c for c in killed.children), killed.children
     assert any("multiprocessing.spawn" in c for c in killed.children), killed.children
     assert not killed.survivors, f"outlived the killed harness: {killed.survivors}"
 

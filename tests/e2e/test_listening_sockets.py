@@ -15,12 +15,12 @@ import psutil
 import pytest
 import torch
 
-from targets.model.config import MoEConfig
-from targets.training.distributed.launcher import launch
-from targets.training.distributed.layout import Layout
-from targets.training.distributed.rank_step import RankEvent, RankStep
-from targets.training.distributed.rank_trainer import DistConfig
-from targets.training.setup import TrainerConfig
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.training.distributed.launcher import launch
+from moeperf.targets.training.distributed.layout import Layout
+from moeperf.targets.training.distributed.rank_step import RankEvent, RankStep
+from moeperf.targets.training.distributed.rank_trainer import DistConfig
+from moeperf.targets.training.setup import TrainerConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,7 @@ def test_a_serving_run_and_its_target_listen_on_loopback_only(tmp_path):
         process.wait()
     commands = {c for c, _, _ in seen}
     assert any("moeperf.cli" in c for c in commands), seen
-    assert any("targets.synthetic" in c for c in commands), seen
+    assert any("moeperf.targets.synthetic" in c for c in commands), seen
     assert {address for _, address, _ in seen} == {"127.0.0.1"}, seen
 
 

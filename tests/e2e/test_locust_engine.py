@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from cli_process import ENV, REPO_ROOT, moeperf
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunReader, RunStore
-from suites.serving.locust_pool import free_port
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunReader, RunStore
+from moeperf.suites.serving.locust_pool import free_port
 
 # No jitter: both engines measure the same configured latencies. The client's own bounds
 # are relaxed as in the other e2e tests on this shared 2-core host: this test compares

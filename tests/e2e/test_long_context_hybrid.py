@@ -16,9 +16,9 @@ import math
 
 import pytest
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
 from moeperf.cli import main
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
 
 BLOCK_TOKENS, OUTPUT_TOKENS, KV_BLOCKS = 16, 32, 512
 KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 64 * 4

@@ -27,9 +27,9 @@ import math
 
 import pytest
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
 from moeperf.cli import main
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
 
 BLOCK_TOKENS = 16
 OUTPUT_TOKENS = 32

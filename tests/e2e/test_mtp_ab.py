@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
 from moeperf.cli import main
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
 
 SMALL = [
     "--set", "load.levels=[2]", "--set", "mtp_ab.blocks=1", "--set", "load.duration_s=2.5",

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
 from moeperf.cli import main
-from suites.serving.embedded.process import running_target
-from suites.serving.mtp_ab.run import SEVERAL_TARGETS
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
+from moeperf.suites.serving.embedded.process import running_target
+from moeperf.suites.serving.mtp_ab.run import SEVERAL_TARGETS
 
 DCGM_PAGE = Path(__file__).resolve().parents[1] / "data" / "accel" / "dcgm_exporter_h200x2.prom"
 
@@ -63,8 +63,8 @@ SMALL = [
 @pytest.mark.timeout(300)
 def test_one_server_per_arm(tmp_path, capsys):
     with (
-        running_target("targets.serving", {**SERVER, "mtp_tokens": 0}, 180.0) as off,
-        running_target("targets.serving", {**SERVER, "mtp_tokens": 2}, 180.0) as two,
+        running_target("moeperf.targets.serving", {**SERVER, "mtp_tokens": 0}, 180.0) as off,
+        running_target("moeperf.targets.serving", {**SERVER, "mtp_tokens": 2}, 180.0) as two,
         dcgm_exporter(tmp_path) as dcgm,
     ):
         code = main([
@@ -106,7 +106,7 @@ def test_one_server_per_arm(tmp_path, capsys):
 def test_hooks_run_before_each_block_of_their_arm(tmp_path, capsys):
     log = tmp_path / "hooks.log"
     hooks = [f"echo off >> {log}", f"echo k2 >> {log}"]
-    with running_target("targets.serving", {**SERVER, "mtp_tokens": 2}, 180.0) as url:
+    with running_target("moeperf.targets.serving", {**SERVER, "mtp_tokens": 2}, 180.0) as url:
         code = main([
             "--runs-dir", str(tmp_path / "runs"), "run", "mtp-ab", *SMALL,
             "--set", f"target.url='{url}'", "--set", f"mtp_ab.hooks={json.dumps(hooks)}",

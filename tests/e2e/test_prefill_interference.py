@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.interference_records import interference_rows
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
 from moeperf.cli import main
+from moeperf.collectors.interference_records import interference_rows
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
 
 
 @pytest.mark.slow

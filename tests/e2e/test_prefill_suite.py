@@ -16,10 +16,10 @@ import math
 
 import pytest
 
-from collectors.prefill import prefill_rates
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
 from moeperf.cli import main
+from moeperf.collectors.prefill import prefill_rates
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
 
 # What the harness's own load does on a busy 2-core host (short 8-stream levels can be
 # flagged client-bound) is not these tests' subject.

@@ -16,9 +16,9 @@ import itertools
 
 import pytest
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
 from moeperf.cli import main
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
 
 
 def _summary(runs) -> ServingSummary:

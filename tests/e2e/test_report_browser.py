@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from collectors.simulation_summary import SimulationSummary
-from collectors.store import RunStore
-from collectors.tables import SCHEMAS, table_to_frame
 from moeperf.cli import main
-from reports.report import build_report
-from reports.runs import RunData, load_run
-from suites.serving.embedded.process import running_target
-from suites.serving.runner import run_serving
-from suites.spec import ServingSpec
+from moeperf.collectors.simulation_summary import SimulationSummary
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.tables import SCHEMAS, table_to_frame
+from moeperf.reports.report import build_report
+from moeperf.reports.runs import RunData, load_run
+from moeperf.suites.serving.embedded.process import running_target
+from moeperf.suites.serving.runner import run_serving
+from moeperf.suites.spec import ServingSpec
 
 pytestmark = pytest.mark.slow
 
@@ -136,7 +136,7 @@ class Dom(HTMLParser):
 
 def real_run(runs: Path) -> RunData:
     with running_target(
-        "targets.synthetic", {"model": MODEL, "ttft_s": 0.01, "itl_s": 0.002}
+        "moeperf.targets.synthetic", {"model": MODEL, "ttft_s": 0.01, "itl_s": 0.002}
     ) as url:
         spec = ServingSpec.model_validate(
             {

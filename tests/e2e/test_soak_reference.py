@@ -27,12 +27,12 @@ import pytest
 from cli_process import moeperf
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors import metric_names as mn
-from collectors import target_metrics as tm
-from collectors.serving_records import ServingSummary
-from collectors.soak_records import SoakSummary
-from collectors.store import RunStore
-from suites.spec import load_spec
+from moeperf.collectors import metric_names as mn
+from moeperf.collectors import target_metrics as tm
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.soak_records import SoakSummary
+from moeperf.collectors.store import RunStore
+from moeperf.suites.spec import load_spec
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONIOENCODING": "utf-8"}

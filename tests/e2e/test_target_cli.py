@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.store import RunStore
-from targets.ready_line import ReadyChild, start_ready
+from moeperf.collectors.store import RunStore
+from moeperf.targets.ready_line import ReadyChild, start_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONIOENCODING": "utf-8"}

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
 from moeperf.cli import main
-from suites.serving.workload.prompts import trace_path
-from suites.serving.workload.trace import Trace, read_trace
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
+from moeperf.suites.serving.workload.prompts import trace_path
+from moeperf.suites.serving.workload.trace import Trace, read_trace
 
 SPEEDUP = 2.0
 

@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from collectors.dist_training_summary import DistTrainingSummary
-from collectors.store import RunStore
 from moeperf.cli import main
+from moeperf.collectors.dist_training_summary import DistTrainingSummary
+from moeperf.collectors.store import RunStore
 
 LAYOUTS = ["single", "ep2", "pp2", "dp2"]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.store import RunStore
-from collectors.training_summary import TrainingSummary
 from moeperf.cli import main
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.training_summary import TrainingSummary
 
 TINY_OOM = """
 suite = "training"

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
 from moeperf.bench.transformers_serve import TransformersServe, running
 from moeperf.cli import main
-from suites.serving.probe.result import ProbeResult
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
+from moeperf.suites.serving.probe.result import ProbeResult
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_DIR = REPO_ROOT / "targets" / "model" / "default"

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from collectors.accel_records import DeviceSample
+from moeperf.collectors.accel_records import DeviceSample
 
 DCGM_PAGE = (Path(__file__).parents[1] / "data/accel/dcgm_exporter_h200x2.prom").read_text()
 DEVICES = ("gpu-node-7:gpu0", "gpu-node-7:gpu1")

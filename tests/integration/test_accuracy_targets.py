@@ -12,10 +12,10 @@ import pytest
 from aiohttp import web
 from loopback import serving_in_thread
 
-from collectors.accuracy_records import NOT_AVAILABLE, AccuracySummary
-from collectors.store import RunStore
 from moeperf.cli import main
-from targets.model.checkpoint import default_model_dir
+from moeperf.collectors.accuracy_records import NOT_AVAILABLE, AccuracySummary
+from moeperf.collectors.store import RunStore
+from moeperf.targets.model.checkpoint import default_model_dir
 
 pytest.importorskip("transformers")
 

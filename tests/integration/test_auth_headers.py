@@ -21,13 +21,13 @@ import pytest
 from aiohttp import web
 from secret_scan import files_holding
 
-from collectors.store import RunStore
-from suites.serving.load.auth import MissingHeaderValue
-from suites.serving.preflight import TargetUnauthorized
-from suites.serving.runner import run_serving
-from suites.spec import ServingSpec
-from targets.synthetic.config import SyntheticConfig
-from targets.synthetic.server import build_app
+from moeperf.collectors.store import RunStore
+from moeperf.suites.serving.load.auth import MissingHeaderValue
+from moeperf.suites.serving.preflight import TargetUnauthorized
+from moeperf.suites.serving.runner import run_serving
+from moeperf.suites.spec import ServingSpec
+from moeperf.targets.synthetic.config import SyntheticConfig
+from moeperf.targets.synthetic.server import build_app
 
 KEY_VAR, GATEWAY_VAR = "MOEPERF_TEST_API_KEY", "MOEPERF_TEST_GATEWAY_TOKEN"
 # So long that the stored message's cut at 500 characters falls inside the echoed key.

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from secret_scan import files_holding, texts_holding
 
-from collectors.store import RunStore
-from targets.ready_line import start_ready
+from moeperf.collectors.store import RunStore
+from moeperf.targets.ready_line import start_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KEY_VAR = "MOEPERF_E2E_API_KEY"

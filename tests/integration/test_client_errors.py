@@ -10,9 +10,9 @@ import pytest
 from aiohttp import web
 from loopback import serving
 
-from collectors.records import RequestRecord
-from suites.serving.load.client import stream_request
-from suites.serving.load.openai_api import request_body
+from moeperf.collectors.records import RequestRecord
+from moeperf.suites.serving.load.client import stream_request
+from moeperf.suites.serving.load.openai_api import request_body
 
 CHUNK = b'data: {"id":"x","choices":[{"text":"a"}]}\n\n'
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from aiohttp import web
 from loopback import serving_in_thread
 
-from collectors.accel_records import DeviceSample, Unavailable
-from collectors.accel_sampler import DeviceSampler
-from collectors.dcgm_source import DcgmSource, open_dcgm
+from moeperf.collectors.accel_records import DeviceSample, Unavailable
+from moeperf.collectors.accel_sampler import DeviceSampler
+from moeperf.collectors.dcgm_source import DcgmSource, open_dcgm
 
 DATA = Path(__file__).parents[1] / "data/accel"
 DCGM_PAGE = (DATA / "dcgm_exporter_h200x2.prom").read_text()

@@ -17,19 +17,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from targets.model.config import MoEConfig
-from targets.training.distributed.launcher import (
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.training.distributed.launcher import (
     JobResult,
     KillRank,
     LaunchConfigError,
     LaunchError,
     launch,
 )
-from targets.training.distributed.layout import Layout, local_experts
-from targets.training.distributed.rank_step import RankStep
-from targets.training.distributed.rank_trainer import DistConfig
-from targets.training.setup import TrainerConfig, build
-from targets.training.trainer import Trainer
+from moeperf.targets.training.distributed.layout import Layout, local_experts
+from moeperf.targets.training.distributed.rank_step import RankStep
+from moeperf.targets.training.distributed.rank_trainer import DistConfig
+from moeperf.targets.training.setup import TrainerConfig, build
+from moeperf.targets.training.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 

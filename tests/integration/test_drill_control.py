@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from suites.serving.embedded.process import embedded_target
+from moeperf.suites.serving.embedded.process import embedded_target
 
 CHAT = {
     "model": "synthetic",
@@ -48,7 +48,7 @@ def _events(body: bytes) -> list[bytes]:
 
 
 def test_without_drill_control_there_is_no_fault_route():
-    with embedded_target("targets.synthetic", FAST) as target:
+    with embedded_target("moeperf.targets.synthetic", FAST) as target:
         status, _, _ = _post(target.url, "/drill/fault", {"kind": "reset", "for_s": 1})
         assert status == 404
         status, _, body = _post(target.url, "/v1/chat/completions", CHAT)
@@ -56,7 +56,7 @@ def test_without_drill_control_there_is_no_fault_route():
 
 
 def test_windows_fail_every_request_while_open_and_none_after():
-    with embedded_target("targets.synthetic", {**FAST, "drill_control": True}) as target:
+    with embedded_target("moeperf.targets.synthetic", {**FAST, "drill_control": True}) as target:
         url = target.url
         assert (
             _post(url, "/drill/fault", {"kind": "http_error", "for_s": 0.5, "status": 429})[0]
@@ -94,14 +94,14 @@ def test_windows_fail_every_request_while_open_and_none_after():
     ],
 )
 def test_a_bad_window_is_a_400_naming_the_field(body, named):
-    with embedded_target("targets.synthetic", {**FAST, "drill_control": True}) as target:
+    with embedded_target("moeperf.targets.synthetic", {**FAST, "drill_control": True}) as target:
         status, _, answer = _post(target.url, "/drill/fault", body)
         assert status == 400
         assert named in json.loads(answer)["error"]["message"]
 
 
 def test_a_killed_target_restarts_on_its_port_and_a_paused_one_stops_answering():
-    with embedded_target("targets.synthetic", FAST) as target:
+    with embedded_target("moeperf.targets.synthetic", FAST) as target:
         url, first_pid = target.url, target.pid
         target.kill()
         assert not target.alive

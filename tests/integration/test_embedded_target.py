@@ -7,15 +7,15 @@ import sys
 import psutil
 import pytest
 
-from suites.errors import TargetError
-from suites.serving.embedded.process import running_target
+from moeperf.suites.errors import TargetError
+from moeperf.suites.serving.embedded.process import running_target
 
 pytestmark = pytest.mark.slow
 
 _HOLDER = """
 import sys, time
-from suites.serving.embedded.process import running_target
-with running_target("targets.synthetic", {}) as url:
+from moeperf.suites.serving.embedded.process import running_target
+with running_target("moeperf.targets.synthetic", {}) as url:
     print(url, flush=True)
     time.sleep(60)
 """
@@ -25,12 +25,12 @@ def _synthetic_children(pid: int) -> list[psutil.Process]:
     return [
         p
         for p in psutil.Process(pid).children(recursive=True)
-        if "targets.synthetic" in " ".join(p.cmdline())
+        if "moeperf.targets.synthetic" in " ".join(p.cmdline())
     ]
 
 
 def test_target_is_stopped_when_the_block_ends():
-    with running_target("targets.synthetic", {"ttft_s": 0.01}) as url:
+    with running_target("moeperf.targets.synthetic", {"ttft_s": 0.01}) as url:
         assert url.startswith("http://127.0.0.1:")
         children = _synthetic_children(psutil.Process().pid)
         assert len(children) == 1
@@ -55,6 +55,6 @@ def test_target_exits_by_itself_when_its_parent_is_killed():
 def test_bad_config_is_a_target_error_with_the_reason():
     with (
         pytest.raises(TargetError, match="ttft_s"),
-        running_target("targets.synthetic", {"ttft_s": -1}),
+        running_target("moeperf.targets.synthetic", {"ttft_s": -1}),
     ):
         pass

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from collectors.store import RunStore
 from moeperf.bench import gate_power
 from moeperf.cli import main
+from moeperf.collectors.store import RunStore
 from moeperf.gate_calibration import calibrate_command
 from moeperf.gate_runs import (
     block_order,
@@ -16,8 +16,8 @@ from moeperf.gate_runs import (
     paired_gate,
     parse_target,
 )
-from suites.errors import SpecError, UsageError
-from suites.spec import load_spec
+from moeperf.suites.errors import SpecError, UsageError
+from moeperf.suites.spec import load_spec
 
 pytestmark = pytest.mark.slow
 

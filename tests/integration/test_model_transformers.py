@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from targets.model import MoEConfig, MoETransformer
-from targets.model.__main__ import greedy_generate
-from targets.model.checkpoint import (
+from moeperf.targets.model import MoEConfig, MoETransformer
+from moeperf.targets.model.__main__ import greedy_generate
+from moeperf.targets.model.checkpoint import (
     default_model_dir,
     load_model_dir,
     save_model_dir,
     verify_model_dir,
 )
-from targets.model.tokenizer import ChatTokenizer, train_tokenizer
+from moeperf.targets.model.tokenizer import ChatTokenizer, train_tokenizer
 
 transformers = pytest.importorskip("transformers")
 

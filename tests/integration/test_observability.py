@@ -26,15 +26,15 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client import start_http_server as serve_registry
 from prometheus_stack import free_port
 
-from collectors.accel_records import DeviceSample
-from collectors.live_export import LiveExporter
-from collectors.records import StepRecord
-from collectors.store import RunStore
-from collectors.tables import request_records
-from dashboards.queries import panel_queries, substitute_variables
-from suites.serving.observe.scraper import ThreadedScraper
-from suites.serving.runner import LevelOutcome, Progress, run_serving
-from suites.spec import ServingSpec
+from moeperf.collectors.accel_records import DeviceSample
+from moeperf.collectors.live_export import LiveExporter
+from moeperf.collectors.records import StepRecord
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.tables import request_records
+from moeperf.dashboards.queries import panel_queries, substitute_variables
+from moeperf.suites.serving.observe.scraper import ThreadedScraper
+from moeperf.suites.serving.runner import LevelOutcome, Progress, run_serving
+from moeperf.suites.spec import ServingSpec
 
 pytestmark = pytest.mark.slow
 

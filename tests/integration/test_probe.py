@@ -19,14 +19,14 @@ import pytest
 from aiohttp import web
 from loopback import serving_in_thread
 
-from collectors.store import RunStore
 from moeperf.cli import main
-from suites.serving.embedded.process import running_target
-from suites.serving.probe.adapt import adapt_target
-from suites.serving.probe.present import target_toml
-from suites.serving.probe.probe import ProbeFailed, probe_target
-from suites.serving.probe.result import ProbeResult
-from suites.spec import TargetSpec
+from moeperf.collectors.store import RunStore
+from moeperf.suites.serving.embedded.process import running_target
+from moeperf.suites.serving.probe.adapt import adapt_target
+from moeperf.suites.serving.probe.present import target_toml
+from moeperf.suites.serving.probe.probe import ProbeFailed, probe_target
+from moeperf.suites.serving.probe.result import ProbeResult
+from moeperf.suites.spec import TargetSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STREAMS = REPO_ROOT / "tests" / "data" / "streams"
@@ -102,7 +102,7 @@ async def test_the_probe_sees_multi_token_chunks_in_continuous_usage(imitation):
 
 
 async def test_the_probe_of_the_synthetic_target():
-    with running_target("targets.synthetic", {"ttft_s": 0.001, "itl_s": 0.001}) as url:
+    with running_target("moeperf.targets.synthetic", {"ttft_s": 0.001, "itl_s": 0.001}) as url:
         result = await probe_target(url, "chat", "synthetic")
     assert result.sends_done is True
     assert result.metrics.available and result.metrics.dialect == "synthetic"

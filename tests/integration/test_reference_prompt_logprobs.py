@@ -17,10 +17,10 @@ import httpx
 import pytest
 import torch
 
-from targets.model.checkpoint import default_model_dir, load_mixtral_dir
-from targets.model.model import MoETransformer
-from targets.model.tokenizer import ChatTokenizer
-from targets.ready_line import ReadyChild, start_ready
+from moeperf.targets.model.checkpoint import default_model_dir, load_mixtral_dir
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.model.tokenizer import ChatTokenizer
+from moeperf.targets.ready_line import ReadyChild, start_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 120.0  # importing torch and loading the weights on a busy 2-core machine
@@ -32,7 +32,15 @@ TEXT = (
 
 
 def start_server(config: dict) -> ReadyChild:
-    command = [sys.executable, "-m", "targets.serving", "--host", "127.0.0.1", "--port", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "moeperf.targets.serving",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+    ]
     command += ["--config", json.dumps(config)]
     return start_ready(command, timeout_s=READY_TIMEOUT_S, cwd=REPO_ROOT)
 

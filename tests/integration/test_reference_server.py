@@ -1,6 +1,6 @@
 """The reference target over real loopback HTTP: the shipped model, the real engine.
 
-Servers run as ``python -m targets.serving --port 0`` children (as the harness starts
+Servers run as ``python -m moeperf.targets.serving --port 0`` children (as the harness starts
 them), one per module-scoped fixture so the model loads once per configuration. Clients
 are the ``openai`` package, as a user would drive it, and httpx where a test needs the
 raw bytes (malformed bodies, SSE framing, disconnects).
@@ -24,12 +24,12 @@ from openai.types import Completion, CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.target_metrics import (
+from moeperf.collectors.target_metrics import (
     REFERENCE_CONTRACT,
     TARGET_ACCEPTED_PER_POSITION,
     read_exposition,
 )
-from targets.ready_line import ReadyChild, start_ready
+from moeperf.targets.ready_line import ReadyChild, start_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL = "moeperf-tiny-moe"
@@ -38,8 +38,8 @@ PROMPT = "The quick brown fox jumps over the lazy dog. The"
 
 
 def start_server(config: dict, *extra: str) -> ReadyChild:
-    """A ``python -m targets.serving`` child, once it printed READY."""
-    command = [sys.executable, "-m", "targets.serving", "--host", "127.0.0.1"]
+    """A ``python -m moeperf.targets.serving`` child, once it printed READY."""
+    command = [sys.executable, "-m", "moeperf.targets.serving", "--host", "127.0.0.1"]
     command += ["--port", "0", "--config", json.dumps(config), *extra]
     return start_ready(command, timeout_s=READY_TIMEOUT_S, cwd=REPO_ROOT)
 
@@ -630,7 +630,7 @@ def test_mtp_steps_arrive_as_multi_token_chunks(small_server: ReadyChild) -> Non
 
 def _main(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "targets.serving", *args],
+        [sys.executable, "-m", "moeperf.targets.serving", *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -670,7 +670,7 @@ def test_exit_with_parent() -> None:
     # then killed outright (no chance to stop its child).
     script = (
         "import subprocess, sys, time\n"
-        "p = subprocess.Popen([sys.executable, '-m', 'targets.serving', '--port', '0',"
+        "p = subprocess.Popen([sys.executable, '-m', 'moeperf.targets.serving', '--port', '0',"
         " '--exit-with-parent'], stdout=subprocess.PIPE, text=True)\n"
         "assert p.stdout.readline().startswith('READY')\n"
         "print(p.pid, flush=True)\n"

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from collectors.request_settings import RequestSettings, Sampling
-from collectors.store import RunReader, RunStore
 from moeperf.cli import main
-from suites.serving.runner import run_serving
-from suites.spec import validate_spec
+from moeperf.collectors.request_settings import RequestSettings, Sampling
+from moeperf.collectors.store import RunReader, RunStore
+from moeperf.suites.serving.runner import run_serving
+from moeperf.suites.spec import validate_spec
 
 pytestmark = pytest.mark.slow
 

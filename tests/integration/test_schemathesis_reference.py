@@ -1,6 +1,6 @@
 """schemathesis against the reference target's published OpenAPI document, over loopback.
 
-The real server (``python -m targets.serving``, the shipped model, the real engine) is
+The real server (``python -m moeperf.targets.serving``, the shipped model, the real engine) is
 started on 127.0.0.1; its /openapi.json is fetched and schemathesis generates requests for
 every operation from it: schema-valid ones (positive) and, for the operations with a
 body, schema-violating ones (negative). Every answer must be no 5xx, a documented status
@@ -42,7 +42,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from targets.ready_line import ReadyChild, start_ready
+from moeperf.targets.ready_line import ReadyChild, start_ready
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +66,15 @@ WITH_BODY = [op for op in OPERATIONS if op[0] == "POST" and op[1] != "/reset_pre
 @pytest.fixture(scope="module")
 def server() -> Iterator[ReadyChild]:
     config = {"seed": 0, "max_context_len": 64}
-    command = [sys.executable, "-m", "targets.serving", "--host", "127.0.0.1", "--port", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "moeperf.targets.serving",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+    ]
     command += ["--config", json.dumps(config)]
     with start_ready(command, timeout_s=READY_TIMEOUT_S, cwd=REPO_ROOT) as running:
         yield running

@@ -10,10 +10,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from collectors import metric_names as mn
-from collectors.metric_names import TARGET_FINISHED_REQUESTS, TARGET_GENERATION_TOKENS
-from suites.serving.embedded.process import running_target
-from suites.serving.observe.scraper import TargetScraper, ThreadedScraper
+from moeperf.collectors import metric_names as mn
+from moeperf.collectors.metric_names import TARGET_FINISHED_REQUESTS, TARGET_GENERATION_TOKENS
+from moeperf.suites.serving.embedded.process import running_target
+from moeperf.suites.serving.observe.scraper import TargetScraper, ThreadedScraper
 
 OUTPUT_TOKENS = 20
 
@@ -21,7 +21,7 @@ OUTPUT_TOKENS = 20
 @pytest.fixture(scope="module")
 def target_url():
     # ~0.25 s per request: long enough for 20 ms scrapes to see it running.
-    with running_target("targets.synthetic", {"ttft_s": 0.05, "itl_s": 0.01}) as url:
+    with running_target("moeperf.targets.synthetic", {"ttft_s": 0.05, "itl_s": 0.01}) as url:
         yield url
 
 

@@ -31,9 +31,9 @@ from raw_http import (
     wait_for,
 )
 
-from targets.ready_line import ReadyChild, start_ready
-from targets.serving.openai_request import MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS
-from targets.serving.server import _json_or_none
+from moeperf.targets.ready_line import ReadyChild, start_ready
+from moeperf.targets.serving.openai_request import MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS
+from moeperf.targets.serving.server import _json_or_none
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +55,15 @@ def server() -> Iterator[ReadyChild]:
         "write_timeout_s": WRITE_TIMEOUT_S,
         "max_body_bytes": MAX_BODY,
     }
-    command = [sys.executable, "-m", "targets.serving", "--host", "127.0.0.1", "--port", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "moeperf.targets.serving",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+    ]
     command += ["--config", json.dumps(config)]
     with start_ready(command, timeout_s=READY_TIMEOUT_S, cwd=REPO_ROOT) as running:
         yield running

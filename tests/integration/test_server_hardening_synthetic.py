@@ -35,8 +35,12 @@ from raw_http import (
     wait_for,
 )
 
-from targets.synthetic import SyntheticConfig, start
-from targets.synthetic.openai_request import MAX_MODEL_LEN, MAX_STOP_STRINGS, parse_generation
+from moeperf.targets.synthetic import SyntheticConfig, start
+from moeperf.targets.synthetic.openai_request import (
+    MAX_MODEL_LEN,
+    MAX_STOP_STRINGS,
+    parse_generation,
+)
 
 TIMEOUT_S = 2.0
 MAX_BODY = 1024 * 1024

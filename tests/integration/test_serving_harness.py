@@ -12,13 +12,13 @@ import aiohttp
 import numpy as np
 import pytest
 
-from collectors.errors import MoeperfUsageError
-from collectors.latency import itl_samples_s, per_request
-from collectors.store import RunStore
-from suites.serving.embedded.process import running_target
-from suites.serving.preflight import TargetUnreachable
-from suites.serving.runner import run_serving
-from suites.spec import ServingSpec
+from moeperf.collectors.errors import MoeperfUsageError
+from moeperf.collectors.latency import itl_samples_s, per_request
+from moeperf.collectors.store import RunStore
+from moeperf.suites.serving.embedded.process import running_target
+from moeperf.suites.serving.preflight import TargetUnreachable
+from moeperf.suites.serving.runner import run_serving
+from moeperf.suites.spec import ServingSpec
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def run(tmp_path, s: ServingSpec):
 
 def test_sweep_measures_what_the_server_wrote(tmp_path):
     config = {"ttft_s": 0.05, "itl_s": 0.01, "tokens_per_chunk": 2}
-    with running_target("targets.synthetic", config) as url:
+    with running_target("moeperf.targets.synthetic", config) as url:
         reader = run(tmp_path, spec(target={"kind": "url", "url": url}))
         requests = reader.requests()
         truth = asyncio.run(ground_truth(url, list(requests["server_request_id"].dropna())))

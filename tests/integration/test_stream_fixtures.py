@@ -20,9 +20,9 @@ import pytest
 from aiohttp import web
 from loopback import serving
 
-from collectors.records import ChunkTokensSource, RequestRecord, StreamEnd
-from suites.serving.load.client import StreamResult, stream_request
-from suites.serving.load.openai_api import ENDPOINTS, Api, request_body
+from moeperf.collectors.records import ChunkTokensSource, RequestRecord, StreamEnd
+from moeperf.suites.serving.load.client import StreamResult, stream_request
+from moeperf.suites.serving.load.openai_api import ENDPOINTS, Api, request_body
 
 STREAMS = Path(__file__).resolve().parents[1] / "data" / "streams"
 # Writes per response, and the pause between them, so the client reads them apart.

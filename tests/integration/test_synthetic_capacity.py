@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from suites.serving.embedded.process import running_target
+from moeperf.suites.serving.embedded.process import running_target
 
 TTFT_S = 0.05
 ITL_S = 0.01
@@ -101,7 +101,7 @@ def test_two_slots_start_two_streams_at_once_and_queue_the_others_fifo():
             after = await gauges(session, url)
         return list(streams), truth, after
 
-    with running_target("targets.synthetic", config(2)) as url:
+    with running_target("moeperf.targets.synthetic", config(2)) as url:
         streams, truth, after = asyncio.run(main(url))
 
     assert after == (0, 0)
@@ -154,7 +154,7 @@ def test_a_client_that_goes_away_queued_or_streaming_frees_its_place():
             seen["truth"] = await ground_truth(session, url, ids)
         return seen
 
-    with running_target("targets.synthetic", config(1)) as url:
+    with running_target("moeperf.targets.synthetic", config(1)) as url:
         seen = asyncio.run(main(url))
 
     assert seen["one_streaming"] == (1, 0)

@@ -28,8 +28,8 @@ import pytest
 import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
-from targets.ready_line import start_ready
-from targets.synthetic import SyntheticConfig, start
+from moeperf.targets.ready_line import start_ready
+from moeperf.targets.synthetic import SyntheticConfig, start
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MS = 1_000_000  # ns
@@ -371,7 +371,7 @@ def test_client_disconnect_is_quiet_and_releases_the_running_gauge(caplog):
 
 def test_cli_prints_ready_serves_and_exits_cleanly_on_sigterm():
     config = json.dumps({"ttft_s": 0.01, "itl_s": 0.001, "seed": 5})
-    command = [sys.executable, "-m", "targets.synthetic", "--port", "0", "--config", config]
+    command = [sys.executable, "-m", "moeperf.targets.synthetic", "--port", "0", "--config", config]
     child = start_ready(
         [*command, "--tokens-per-chunk", "2"],
         timeout_s=20,
@@ -406,7 +406,7 @@ def test_cli_prints_ready_serves_and_exits_cleanly_on_sigterm():
 )
 def test_cli_rejects_bad_config_with_exit_code_2(args, message):
     proc = subprocess.run(
-        [sys.executable, "-m", "targets.synthetic", *args],
+        [sys.executable, "-m", "moeperf.targets.synthetic", *args],
         cwd=REPO_ROOT,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
         capture_output=True,

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
-from collectors.target_counters import NOT_AVAILABLE
 from moeperf.cli import main
-from suites.present import target_counters_line
-from suites.serving.runner import run_serving
-from suites.spec import ServingSpec
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.target_counters import NOT_AVAILABLE
+from moeperf.suites.present import target_counters_line
+from moeperf.suites.serving.runner import run_serving
+from moeperf.suites.spec import ServingSpec
 
 pytestmark = pytest.mark.slow
 

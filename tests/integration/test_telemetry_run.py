@@ -9,11 +9,11 @@ import pytest
 from dcgm_standin import RISE_W, counter_at, rising_exporter
 from loopback import serving_in_thread
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
 from moeperf.cli import main
-from suites.serving.runner import run_serving
-from suites.spec import ServingSpec
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
+from moeperf.suites.serving.runner import run_serving
+from moeperf.suites.spec import ServingSpec
 
 pytestmark = pytest.mark.slow
 
@@ -109,10 +109,10 @@ def test_a_level_gets_process_and_dcgm_figures_over_its_measured_window(tmp_path
 
 
 def test_a_url_target_has_no_process_source(tmp_path):
-    from suites.serving.embedded.process import running_target
+    from moeperf.suites.serving.embedded.process import running_target
 
     store = RunStore(tmp_path / "runs")
-    with running_target("targets.synthetic", {"ttft_s": 0.01, "itl_s": 0.002}) as url:
+    with running_target("moeperf.targets.synthetic", {"ttft_s": 0.01, "itl_s": 0.002}) as url:
         spec = ServingSpec.model_validate(
             {
                 "name": "telemetry-url",

@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from targets.model.config import MoEConfig
-from targets.model.model import MoETransformer
-from targets.training import memory
-from targets.training.policies import (
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.training import memory
+from moeperf.targets.training.policies import (
     AdaptivePolicy,
     CostModel,
     FullRecompute,
@@ -20,8 +20,8 @@ from targets.training.policies import (
     OpCost,
     SelectiveRecompute,
 )
-from targets.training.setup import TrainerConfig, TrainingConfigError, build
-from targets.training.trainer import StepResult, Trainer
+from moeperf.targets.training.setup import TrainerConfig, TrainingConfigError, build
+from moeperf.targets.training.trainer import StepResult, Trainer
 
 pytestmark = pytest.mark.slow
 

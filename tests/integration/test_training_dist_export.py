@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.store import RunStore
-from suites.training.dist_runner import run_training_dist
-from suites.training.dist_spec import DistTrainingSpec
+from moeperf.collectors.store import RunStore
+from moeperf.suites.training.dist_runner import run_training_dist
+from moeperf.suites.training.dist_spec import DistTrainingSpec
 
 pytestmark = pytest.mark.slow
 

@@ -9,12 +9,12 @@ import pytest
 from dcgm_standin import DEVICES, RISE_W, counter_at, rising_exporter
 from loopback import serving_in_thread
 
-from collectors.store import RunStore
-from collectors.training_summary import TrainingSummary
 from moeperf.cli import main
-from suites.training.runner import run_training
-from suites.training.spec import TrainingSpec
-from suites.training.telemetry import INTERLEAVED
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.training_summary import TrainingSummary
+from moeperf.suites.training.runner import run_training
+from moeperf.suites.training.spec import TrainingSpec
+from moeperf.suites.training.telemetry import INTERLEAVED
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """Both targets' wire variants over real loopback HTTP: the bytes each switch changes.
 
 The synthetic server runs in this test's event loop; the reference server as
-``python -m targets.serving`` with its switches in ``--config``, as the harness starts it.
+``python -m moeperf.targets.serving`` with its switches in ``--config``, as the harness starts it.
 The whole path through ``moeperf run`` is tests/e2e/test_wire_variants.py.
 """
 
@@ -18,8 +18,8 @@ import aiohttp
 import httpx
 import pytest
 
-from targets.ready_line import ReadyChild, start_ready
-from targets.synthetic import SyntheticConfig, start
+from moeperf.targets.ready_line import ReadyChild, start_ready
+from moeperf.targets.synthetic import SyntheticConfig, start
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = [{"role": "user", "content": "say five words"}]
@@ -106,7 +106,15 @@ def strict_reference() -> Iterator[ReadyChild]:
     """No [DONE], no usage, no role chunk, unknown fields refused."""
     config = {"send_done": False, "usage": "never", "role_chunk": False}
     config["reject_unknown_fields"] = True
-    command = [sys.executable, "-m", "targets.serving", "--host", "127.0.0.1", "--port", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "moeperf.targets.serving",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+    ]
     command += ["--config", json.dumps(config)]
     with start_ready(command, timeout_s=120, cwd=REPO_ROOT) as running:
         yield running

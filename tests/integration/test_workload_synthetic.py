@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
-from collectors.target_counters import NOT_AVAILABLE
 from moeperf.cli import main
-from suites.serving.workload.prompts import trace_path
-from suites.serving.workload.trace import read_trace
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.target_counters import NOT_AVAILABLE
+from moeperf.suites.serving.workload.prompts import trace_path
+from moeperf.suites.serving.workload.trace import read_trace
 
 SYNTHETIC = [
     "--set", "target.kind=synthetic", "--set", "target.synthetic.jitter=none",

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collectors.accel_figures import (
+from moeperf.collectors.accel_figures import (
     accelerator_figures,
     span,
     training_figures,
     trapezoid,
 )
-from collectors.accel_records import AcceleratorFigures, DeviceSample, Unavailable
+from moeperf.collectors.accel_records import AcceleratorFigures, DeviceSample, Unavailable
 
 S = 1_000_000_000  # ns
 

@@ -13,8 +13,8 @@ from typing import Any
 import pynvml
 import pytest
 
-from collectors.accel_records import Unavailable
-from collectors.nvml_source import NvmlSource, open_nvml, reason_bits, reason_names
+from moeperf.collectors.accel_records import Unavailable
+from moeperf.collectors.nvml_source import NvmlSource, open_nvml, reason_bits, reason_names
 
 RECORDED = json.loads((Path(__file__).parents[1] / "data/accel/nvml_h200x2.json").read_text())
 MiB = 1 << 20

@@ -6,13 +6,13 @@ import dataclasses
 
 import pytest
 
-from collectors.accel_figures import accelerator_figures
-from collectors.accel_records import AcceleratorFigures, DeviceSample, SamplerCost
-from collectors.serving_records import empty_scenario
-from collectors.telemetry_records import SourceStatus, TelemetrySummary
-from reports.accel_blocks import accelerator_blocks
-from reports.figures.accelerators import accelerator_chart, level_spans
-from reports.render import Chart, Table
+from moeperf.collectors.accel_figures import accelerator_figures
+from moeperf.collectors.accel_records import AcceleratorFigures, DeviceSample, SamplerCost
+from moeperf.collectors.serving_records import empty_scenario
+from moeperf.collectors.telemetry_records import SourceStatus, TelemetrySummary
+from moeperf.reports.accel_blocks import accelerator_blocks
+from moeperf.reports.figures.accelerators import accelerator_chart, level_spans
+from moeperf.reports.render import Chart, Table
 
 S = 1_000_000_000
 

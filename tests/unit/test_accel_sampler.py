@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from collectors.accel_records import DeviceSample
-from collectors.accel_sampler import DeviceSampler, next_tick
+from moeperf.collectors.accel_records import DeviceSample
+from moeperf.collectors.accel_sampler import DeviceSampler, next_tick
 
 
 def reading(t_ns: int, scenario: str, device: str = "gpu0") -> DeviceSample:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from collectors.accel_records import DeviceSample
-from collectors.store import RunStore
-from collectors.tables import rows_to_table
+from moeperf.collectors.accel_records import DeviceSample
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.tables import rows_to_table
 
 GPU = DeviceSample(
     t_ns=100_000_000,

@@ -8,23 +8,28 @@ import math
 
 import pytest
 
-from collectors.accuracy_records import NOT_AVAILABLE, AccuracySummary, ReferenceSide
-from collectors.summary_json import summary_from_json, summary_to_json
-from reports.accuracy_blocks import accuracy_blocks
-from reports.render import table_html
-from suites.accuracy.compare import compare_under_load, prompt_figures, top_k_kl, within_ratio
-from suites.accuracy.judge import Measured, summarize
-from suites.accuracy.prompts import Prompt, PromptSet
-from suites.accuracy.reference_side import ReferencePosition
-from suites.accuracy.spec import ThresholdsSpec
-from suites.accuracy.target_side import (
+from moeperf.collectors.accuracy_records import NOT_AVAILABLE, AccuracySummary, ReferenceSide
+from moeperf.collectors.summary_json import summary_from_json, summary_to_json
+from moeperf.reports.accuracy_blocks import accuracy_blocks
+from moeperf.reports.render import table_html
+from moeperf.suites.accuracy.compare import (
+    compare_under_load,
+    prompt_figures,
+    top_k_kl,
+    within_ratio,
+)
+from moeperf.suites.accuracy.judge import Measured, summarize
+from moeperf.suites.accuracy.prompts import Prompt, PromptSet
+from moeperf.suites.accuracy.reference_side import ReferencePosition
+from moeperf.suites.accuracy.spec import ThresholdsSpec
+from moeperf.suites.accuracy.target_side import (
     HeldoutLogprobs,
     Position,
     TargetOutput,
     parse_choice,
 )
-from suites.errors import SpecError
-from suites.spec import load_spec, validate_spec
+from moeperf.suites.errors import SpecError
+from moeperf.suites.spec import load_spec, validate_spec
 
 LN = math.log
 

@@ -8,7 +8,7 @@ import contextlib
 
 import torch
 
-from targets.training.policies import AdaptivePolicy, CostModel, OpCost
+from moeperf.targets.training.policies import AdaptivePolicy, CostModel, OpCost
 
 TOKENS = 100
 COST = CostModel(

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from suites.serving.load.arrivals import arrival_offsets_s, split_evenly, split_round_robin
+from moeperf.suites.serving.load.arrivals import arrival_offsets_s, split_evenly, split_round_robin
 
 
 def test_poisson_rate_and_window():

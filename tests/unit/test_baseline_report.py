@@ -2,12 +2,12 @@
 
 import numpy as np
 
-from collectors.records import RequestRecord
-from collectors.store import RunStore
-from collectors.summary import summarize_requests
-from collectors.tables import records_frame
-from reports.baseline_report import baseline_report_command
-from reports.baselines import BaselineStore
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.summary import summarize_requests
+from moeperf.collectors.tables import records_frame
+from moeperf.reports.baseline_report import baseline_report_command
+from moeperf.reports.baselines import BaselineStore
 
 MS = 1_000_000
 

@@ -13,21 +13,21 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from collectors.records import RequestRecord, SampleRecord, StepRecord
-from collectors.serving_records import ServingSummary
-from collectors.store import RunReader, RunStore, RunWriter
-from collectors.summary import summarize_requests
-from collectors.tables import records_frame
-from reports.baseline_commands import list_command, promote_command, show_command
-from reports.baseline_migrations import (
+from moeperf.collectors.records import RequestRecord, SampleRecord, StepRecord
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunReader, RunStore, RunWriter
+from moeperf.collectors.summary import summarize_requests
+from moeperf.collectors.tables import records_frame
+from moeperf.reports.baseline_commands import list_command, promote_command, show_command
+from moeperf.reports.baseline_migrations import (
     BASELINE_SCHEMA_VERSION,
     MIGRATIONS,
     content_hash,
     migrate,
 )
-from reports.baselines import BASELINE_FILE, BaselineStore, parse_ref
-from reports.errors import BaselineCorruptError, ReportUsageError
-from reports.runs import RunData, load_run
+from moeperf.reports.baselines import BASELINE_FILE, BaselineStore, parse_ref
+from moeperf.reports.errors import BaselineCorruptError, ReportUsageError
+from moeperf.reports.runs import RunData, load_run
 
 MS = 1_000_000
 RECORDS = ("manifest.json", "summary.json", "requests.parquet", "steps.parquet", "samples.parquet")

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from collectors.records import RequestRecord
-from collectors.store import RunStore, RunWriter
-from collectors.summary import summarize_requests
-from collectors.tables import records_frame
 from moeperf.cli import main
-from reports.baselines import BASELINE_FILE, BaselineStore, BaselineVersion
-from reports.errors import BaselineCorruptError
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.store import RunStore, RunWriter
+from moeperf.collectors.summary import summarize_requests
+from moeperf.collectors.tables import records_frame
+from moeperf.reports.baselines import BASELINE_FILE, BaselineStore, BaselineVersion
+from moeperf.reports.errors import BaselineCorruptError
 
 MS = 1_000_000
 RESTORE = "restore the version from git (git restore "

@@ -8,14 +8,6 @@ import dataclasses
 import pytest
 from rich.console import Console
 
-from collectors.quantiles import describe
-from collectors.serving_records import (
-    MeasurementErrors,
-    SelfWatchSummary,
-    ServingSummary,
-    WorkerSummary,
-    empty_scenario,
-)
 from moeperf.bench.engines import (
     NO_SAMPLES,
     ErrorBudget,
@@ -31,7 +23,15 @@ from moeperf.bench.engines import (
     results_table,
     within_line,
 )
-from suites.spec import validate_spec
+from moeperf.collectors.quantiles import describe
+from moeperf.collectors.serving_records import (
+    MeasurementErrors,
+    SelfWatchSummary,
+    ServingSummary,
+    WorkerSummary,
+    empty_scenario,
+)
+from moeperf.suites.spec import validate_spec
 
 MS = 1e-3
 

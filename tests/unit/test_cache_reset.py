@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from suites.serving.load.auth import RequestHeaders
-from suites.serving.preflight import Answer
-from suites.serving.workload.cache_reset import CacheResetter
+from moeperf.suites.serving.load.auth import RequestHeaders
+from moeperf.suites.serving.preflight import Answer
+from moeperf.suites.serving.workload.cache_reset import CacheResetter
 
 
 class _Target:

@@ -12,7 +12,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from suites.serving.capacity.search import SearchSettings, Verdict, capacity_search
+from moeperf.suites.serving.capacity.search import SearchSettings, Verdict, capacity_search
 
 
 def threshold_prober(capacity: float, seen: list[float]):

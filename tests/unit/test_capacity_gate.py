@@ -7,15 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from collectors.capacity_records import CapacitySummary
-from collectors.records import RequestRecord
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
-from reports.gate import capacity_verdict, gate
-from reports.gate_output import format_gate, gate_command, unprobed_optional
-from reports.runs import load_run
-from reports.samples import MetricSamples
-from reports.verdicts import Verdict
+from moeperf.collectors.capacity_records import CapacitySummary
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
+from moeperf.reports.gate import capacity_verdict, gate
+from moeperf.reports.gate_output import format_gate, gate_command, unprobed_optional
+from moeperf.reports.runs import load_run
+from moeperf.reports.samples import MetricSamples
+from moeperf.reports.verdicts import Verdict
 
 S = 1_000_000_000
 CRITERIA = "TTFT p99 <= 0.2 s and TPOT p99 <= 0.02 s"

@@ -7,16 +7,16 @@ import dataclasses
 import numpy as np
 import pytest
 
-from collectors.capacity_records import CapacityProbe, CapacitySummary
-from collectors.records import RequestRecord
-from collectors.serving_records import NO_SLO, ScenarioSummary, ServingSummary, Slo
-from collectors.summary import summarize_requests
-from collectors.summary_json import summary_from_json, summary_to_json
-from collectors.tables import records_frame
-from suites.errors import SpecError
-from suites.serving.capacity.judge import criteria_text, judge_probe
-from suites.serving.capacity.run import probe_budget
-from suites.spec import CapacitySpec, load_spec, validate_spec
+from moeperf.collectors.capacity_records import CapacityProbe, CapacitySummary
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.serving_records import NO_SLO, ScenarioSummary, ServingSummary, Slo
+from moeperf.collectors.summary import summarize_requests
+from moeperf.collectors.summary_json import summary_from_json, summary_to_json
+from moeperf.collectors.tables import records_frame
+from moeperf.suites.errors import SpecError
+from moeperf.suites.serving.capacity.judge import criteria_text, judge_probe
+from moeperf.suites.serving.capacity.run import probe_budget
+from moeperf.suites.spec import CapacitySpec, load_spec, validate_spec
 
 MS = 1_000_000
 

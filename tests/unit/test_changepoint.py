@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reports.changepoint import change_points, metric_history, trend_warnings
-from reports.samples import MetricSamples
+from moeperf.reports.changepoint import change_points, metric_history, trend_warnings
+from moeperf.reports.samples import MetricSamples
 
 
 def test_a_level_shift_is_found_where_it_happened():

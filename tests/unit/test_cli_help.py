@@ -13,10 +13,10 @@ import tomllib
 import pytest
 
 from moeperf.cli import build_parser, main
-from suites.serving.calibrate import calibration_exit_code
-from suites.spec import SPEC_DIR, SpecError, resolve_spec_path
-from targets.serving.__main__ import _KNOB_FLAGS
-from targets.serving.config import ReferenceTargetConfig
+from moeperf.suites.serving.calibrate import calibration_exit_code
+from moeperf.suites.spec import SPEC_DIR, SpecError, resolve_spec_path
+from moeperf.targets.serving.__main__ import _KNOB_FLAGS
+from moeperf.targets.serving.config import ReferenceTargetConfig
 
 
 def help_of(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -37,7 +37,7 @@ def test_moeperf_help_describes_the_tool_and_its_exit_codes(capsys):
 def test_target_serve_help_names_itself_and_shows_every_default(capsys):
     text = help_of(capsys, "target", "serve")
     assert text.startswith("usage: moeperf target serve ")
-    assert "python -m targets.serving" not in text
+    assert "python -m moeperf.targets.serving" not in text
     for flag, field, _kind, _help in _KNOB_FLAGS:
         default = ReferenceTargetConfig.model_fields[field].default
         assert f"{flag} " in text
@@ -50,7 +50,7 @@ def test_target_serve_help_names_itself_and_shows_every_default(capsys):
 def test_target_train_help_names_itself(capsys):
     text = help_of(capsys, "target", "train")
     assert text.startswith("usage: moeperf target train ")
-    assert "python -m targets.model.train" not in text
+    assert "python -m moeperf.targets.model.train" not in text
     assert "--out OUT" in text and "--steps STEPS" in text
 
 

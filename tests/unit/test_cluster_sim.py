@@ -11,22 +11,28 @@ import numpy as np
 import pytest
 import torch
 
-from targets.cluster_sim import routing
-from targets.cluster_sim.activations import PolicyName, reference_layout
-from targets.cluster_sim.config import Cluster, ClusterSimConfigError, Parallel, SimConfig, SimModel
-from targets.cluster_sim.flops import training_flops_per_token
-from targets.cluster_sim.pipeline import (
+from moeperf.targets.cluster_sim import routing
+from moeperf.targets.cluster_sim.activations import PolicyName, reference_layout
+from moeperf.targets.cluster_sim.config import (
+    Cluster,
+    ClusterSimConfigError,
+    Parallel,
+    SimConfig,
+    SimModel,
+)
+from moeperf.targets.cluster_sim.flops import training_flops_per_token
+from moeperf.targets.cluster_sim.pipeline import (
     bubble_fraction,
     peak_saved_bytes,
     simulate_1f1b,
     stage_orders,
 )
-from targets.cluster_sim.simulate import JobSpec, simulate
-from targets.model.config import MoEConfig
-from targets.model.model import DIRECT, MoETransformer, OpRunner
-from targets.training import flops
-from targets.training.memory import AccountedBudget
-from targets.training.policies import FullRecompute, KeepAll, SelectiveRecompute
+from moeperf.targets.cluster_sim.simulate import JobSpec, simulate
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.model.model import DIRECT, MoETransformer, OpRunner
+from moeperf.targets.training import flops
+from moeperf.targets.training.memory import AccountedBudget
+from moeperf.targets.training.policies import FullRecompute, KeepAll, SelectiveRecompute
 
 SMALL = SimModel(num_layers=8, hidden_size=1024, num_heads=16, num_kv_heads=4, head_dim=64,
                  num_experts=16, top_k=2, expert_hidden_size=2048, vocab_size=32000,

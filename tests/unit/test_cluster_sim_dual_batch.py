@@ -8,10 +8,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from targets.cluster_sim.config import Cluster, Parallel, SimConfig, SimModel
-from targets.cluster_sim.dual_batch import plan_dual_batch
-from targets.cluster_sim.pipeline import simulate_1f1b, stage_orders
-from targets.cluster_sim.simulate import JobSpec, simulate
+from moeperf.targets.cluster_sim.config import Cluster, Parallel, SimConfig, SimModel
+from moeperf.targets.cluster_sim.dual_batch import plan_dual_batch
+from moeperf.targets.cluster_sim.pipeline import simulate_1f1b, stage_orders
+from moeperf.targets.cluster_sim.simulate import JobSpec, simulate
 
 MODEL = SimModel(num_layers=8, hidden_size=1024, num_heads=16, num_kv_heads=4, head_dim=64,
                  num_experts=16, top_k=2, expert_hidden_size=2048, vocab_size=32000,

@@ -12,12 +12,18 @@ import pytest
 import torch
 import transformers
 
-from targets.cluster_sim.activations import megatron_layout
-from targets.cluster_sim.config import Cluster, ClusterSimConfigError, Parallel, SimConfig, SimModel
-from targets.cluster_sim.flops import training_flops_per_token
-from targets.cluster_sim.hf_config import CONFIGS_DIR, DEFAULT_SEQ_LEN, sim_model_from_hf
-from targets.cluster_sim.simulate import JobSpec, simulate
-from targets.training.flops import MEGATRON_CAUSAL_FACTOR
+from moeperf.targets.cluster_sim.activations import megatron_layout
+from moeperf.targets.cluster_sim.config import (
+    Cluster,
+    ClusterSimConfigError,
+    Parallel,
+    SimConfig,
+    SimModel,
+)
+from moeperf.targets.cluster_sim.flops import training_flops_per_token
+from moeperf.targets.cluster_sim.hf_config import CONFIGS_DIR, DEFAULT_SEQ_LEN, sim_model_from_hf
+from moeperf.targets.cluster_sim.simulate import JobSpec, simulate
+from moeperf.targets.training.flops import MEGATRON_CAUSAL_FACTOR
 
 DEEPSEEK_V3 = CONFIGS_DIR / "deepseek-v3.json"
 QWEN3_235B = CONFIGS_DIR / "qwen3-235b-a22b.json"

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from targets.cluster_sim.pipeline import (
+from moeperf.targets.cluster_sim.pipeline import (
     interleaved_bubble_fraction,
     interleaved_orders,
     peak_saved_bytes,

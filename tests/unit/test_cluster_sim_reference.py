@@ -11,10 +11,15 @@ import dataclasses
 
 import pytest
 
-from targets.cluster_sim.reference import ReferenceCalibration, fit_efficiency, predict, step_flops
-from targets.model.config import MoEConfig
-from targets.training.setup import TrainerConfig
-from targets.training.skew import CalmProfile, NoSkew, SpikyProfile
+from moeperf.targets.cluster_sim.reference import (
+    ReferenceCalibration,
+    fit_efficiency,
+    predict,
+    step_flops,
+)
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.training.setup import TrainerConfig
+from moeperf.targets.training.skew import CalmProfile, NoSkew, SpikyProfile
 
 # The shipped training-oom spec's trainer (suites/specs/training-oom.toml).
 CFG = TrainerConfig(model=MoEConfig(expert_hidden_size=1024, mtp_depth=0), init_from=None,

@@ -8,18 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from collectors import metric_names
-from dashboards import promql
-from dashboards.__main__ import check, generate, main
-from dashboards.build import DASHBOARDS, dashboard_json, render, rendered_files
-from dashboards.queries import iter_panels, panel_queries, substitute_variables, variable_queries
-from dashboards.variables import DEFAULT_DATASOURCE_UID
+from moeperf.collectors import metric_names
+from moeperf.dashboards import promql
+from moeperf.dashboards.__main__ import check, generate, main
+from moeperf.dashboards.build import DASHBOARDS, dashboard_json, render, rendered_files
+from moeperf.dashboards.queries import (
+    iter_panels,
+    panel_queries,
+    substitute_variables,
+    variable_queries,
+)
+from moeperf.dashboards.variables import DEFAULT_DATASOURCE_UID
 
 # The checkout's files: under tox the package is imported from an installed wheel, whose
 # generated/ (inside site-packages) holds no committed JSON.
 DASHBOARDS_DIR = Path(__file__).resolve().parents[2] / "dashboards"
 COMMITTED_DIR = DASHBOARDS_DIR / "generated"
-REGENERATE = "run `python -m dashboards generate` and commit dashboards/generated/"
+REGENERATE = "run `python -m moeperf.dashboards generate` and commit dashboards/generated/"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 EXPECTED_VARIABLES = {
     "serving": ["datasource", "suite", "target", "scenario"],
@@ -80,7 +85,7 @@ def test_check_passes_on_the_committed_json_and_reports_a_hand_edit(tmp_path, ca
     err = capsys.readouterr().err
     assert "serving.json: differs (-1 +1 lines)" in err and "Hand-edited" in err
     assert "training.json: missing" in err
-    assert "python -m dashboards generate" in err
+    assert "python -m moeperf.dashboards generate" in err
 
 
 def test_uids_titles_and_template_variables(board):

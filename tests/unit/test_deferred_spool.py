@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collectors.records import RequestRecord
-from suites.serving.load.deferred import DeferredSpool
-from suites.serving.load.stream_state import StreamResult
+from moeperf.collectors.records import RequestRecord
+from moeperf.suites.serving.load.deferred import DeferredSpool
+from moeperf.suites.serving.load.stream_state import StreamResult
 
 
 def result(i: int) -> StreamResult:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from targets.model.config import MoEConfig
-from targets.model.model import MoE
-from targets.training.distributed.comm import Comm
-from targets.training.distributed.ep_moe import ExpertParallelMoE
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.model.model import MoE
+from moeperf.targets.training.distributed.comm import Comm
+from moeperf.targets.training.distributed.ep_moe import ExpertParallelMoE
 
 CFG = MoEConfig(hidden_size=16, expert_hidden_size=16, num_experts=4, top_k=2, num_heads=4)
 ME, MEMBERS = 1, [0, 1]  # this rank holds experts 2 and 3; rank 0 holds 0 and 1

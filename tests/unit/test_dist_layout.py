@@ -7,14 +7,14 @@ import pytest
 import torch
 from torch import nn
 
-from targets.training.checkpoint import TrainState
-from targets.training.distributed.layout import (
+from moeperf.targets.training.checkpoint import TrainState
+from moeperf.targets.training.distributed.layout import (
     Layout,
     LayoutError,
     local_experts,
     stage_layers,
 )
-from targets.training.distributed.shards import COMPLETE, ShardedCheckpoints
+from moeperf.targets.training.distributed.shards import COMPLETE, ShardedCheckpoints
 
 # Layout(ep=2, pp=2, dp=2), rank = (stage * dp + dp_index) * ep + ep_index, by hand:
 #   rank: 0 1 2 3 4 5 6 7

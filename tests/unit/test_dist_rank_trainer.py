@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from targets.model.config import MoEConfig
-from targets.model.model import MoETransformer
-from targets.training import memory
-from targets.training.distributed.comm import Comm
-from targets.training.distributed.layout import Layout
-from targets.training.distributed.rank_trainer import DistConfig, RankTrainer
-from targets.training.setup import TrainerConfig, TrainingConfigError
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.training import memory
+from moeperf.targets.training.distributed.comm import Comm
+from moeperf.targets.training.distributed.layout import Layout
+from moeperf.targets.training.distributed.rank_trainer import DistConfig, RankTrainer
+from moeperf.targets.training.setup import TrainerConfig, TrainingConfigError
 
 # Experts big next to the rest, as in a real MoE: a rank holding a quarter of them holds
 # well under half the weights.

@@ -8,23 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from collectors.accel_records import DeviceSample
-from collectors.dist_training_summary import (
+from moeperf.cli import main
+from moeperf.collectors.accel_records import DeviceSample
+from moeperf.collectors.dist_training_summary import (
     DistOutcome,
     DistTrainingSummary,
     job_steps,
     summarize_dist,
 )
-from collectors.records import StepRecord
-from collectors.store import RunStore
-from collectors.training_summary import PeakFlopsSummary
-from moeperf.cli import main
-from reports.render import Chart, Table
-from reports.report import run_section
-from reports.runs import load_run
-from suites.telemetry import Telemetry
-from suites.telemetry_spec import TelemetrySpec
-from suites.training.telemetry import with_dist_figures
+from moeperf.collectors.records import StepRecord
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.training_summary import PeakFlopsSummary
+from moeperf.reports.render import Chart, Table
+from moeperf.reports.report import run_section
+from moeperf.reports.runs import load_run
+from moeperf.suites.telemetry import Telemetry
+from moeperf.suites.telemetry_spec import TelemetrySpec
+from moeperf.suites.training.telemetry import with_dist_figures
 
 S = 1_000_000_000
 WATTS = 200.0

@@ -12,8 +12,8 @@ import pytest
 import torch
 from scipy import stats
 
-from targets.serving.engine.api import SamplingParams
-from targets.serving.engine.sampler import Drafts, sampling_probs, verify
+from moeperf.targets.serving.engine.api import SamplingParams
+from moeperf.targets.serving.engine.sampler import Drafts, sampling_probs, verify
 
 SAMPLED = SamplingParams(temperature=1.0)
 TRIALS = 20_000

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from collectors.drill_records import FaultEvent
-from collectors.drill_summary import summarize_drill
-from collectors.records import RequestRecord
-from collectors.request_audit import audit_requests
-from collectors.tables import records_frame
+from moeperf.collectors.drill_records import FaultEvent
+from moeperf.collectors.drill_summary import summarize_drill
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.request_audit import audit_requests
+from moeperf.collectors.tables import records_frame
 
 S = 1_000_000_000
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collectors.accel_records import DeviceSample
-from collectors.interference_records import InterferenceArm, InterferenceSummary
-from collectors.records import RequestRecord
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
-from collectors.tables import SCHEMAS, records_frame, table_to_frame
-from reports.energy_samples import MIN_SLICES, energy_per_token_slices
-from reports.gate import gate
-from reports.runs import RunData
-from reports.samples import energy_samples, run_samples
+from moeperf.collectors.accel_records import DeviceSample
+from moeperf.collectors.interference_records import InterferenceArm, InterferenceSummary
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.tables import SCHEMAS, records_frame, table_to_frame
+from moeperf.reports.energy_samples import MIN_SLICES, energy_per_token_slices
+from moeperf.reports.gate import gate
+from moeperf.reports.runs import RunData
+from moeperf.reports.samples import energy_samples, run_samples
 
 S = 1_000_000_000
 MS = 1_000_000

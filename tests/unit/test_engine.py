@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from targets.model import MoEConfig, MoETransformer
-from targets.serving.engine.api import (
+from moeperf.targets.model import MoEConfig, MoETransformer
+from moeperf.targets.serving.engine.api import (
     EngineConfig,
     InvalidRequestError,
     QueueFullError,
@@ -12,7 +12,7 @@ from targets.serving.engine.api import (
     SamplingParams,
     TokenLogprob,
 )
-from targets.serving.engine.engine import Engine
+from moeperf.targets.serving.engine.engine import Engine
 
 GREEDY = SamplingParams(max_tokens=12, ignore_eos=True)
 

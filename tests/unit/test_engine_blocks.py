@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from targets.serving.engine.block_pool import BlockPool, NoFreeBlocksError, chain_hashes
-from targets.serving.engine.kv_cache import KVCache
-from targets.serving.engine.paged_attention import PagedAttention, Segment
+from moeperf.targets.serving.engine.block_pool import BlockPool, NoFreeBlocksError, chain_hashes
+from moeperf.targets.serving.engine.kv_cache import KVCache
+from moeperf.targets.serving.engine.paged_attention import PagedAttention, Segment
 
 
 def test_freed_blocks_are_reused_least_recently_freed_first():

@@ -11,13 +11,13 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor
 
-from targets.model.hybrid import GatedDeltaNet, HybridMoETransformer, LinearState
-from targets.model.hybrid_config import HybridConfig
-from targets.model.model import causal_attention
-from targets.serving.engine import mtp_drafter
-from targets.serving.engine.api import EngineConfig, SamplingParams
-from targets.serving.engine.engine import PREFIX_CACHING_OFF_FOR_LINEAR, Engine
-from targets.serving.engine.sequence import Sequence
+from moeperf.targets.model.hybrid import GatedDeltaNet, HybridMoETransformer, LinearState
+from moeperf.targets.model.hybrid_config import HybridConfig
+from moeperf.targets.model.model import causal_attention
+from moeperf.targets.serving.engine import mtp_drafter
+from moeperf.targets.serving.engine.api import EngineConfig, SamplingParams
+from moeperf.targets.serving.engine.engine import PREFIX_CACHING_OFF_FOR_LINEAR, Engine
+from moeperf.targets.serving.engine.sequence import Sequence
 
 OUTPUT_TOKENS = 8
 PARAMS = SamplingParams(max_tokens=OUTPUT_TOKENS, ignore_eos=True)
@@ -175,7 +175,7 @@ def test_metrics_expose_state_kv_bytes_and_why_prefix_caching_is_off(model):
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from targets.serving.metrics import ReferenceMetrics
+    from moeperf.targets.serving.metrics import ReferenceMetrics
 
     engine = Engine(model, EngineConfig(num_kv_blocks=64))
     engine.add_request("a", list(range(5, 45)), SamplingParams(max_tokens=3), lambda o: None)

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from targets.model.checkpoint import default_model_dir, load_model_dir
-from targets.serving.engine.api import EngineConfig, SamplingParams
-from targets.serving.engine.engine import Engine
+from moeperf.targets.model.checkpoint import default_model_dir, load_model_dir
+from moeperf.targets.serving.engine.api import EngineConfig, SamplingParams
+from moeperf.targets.serving.engine.engine import Engine
 
 pytestmark = pytest.mark.slow
 

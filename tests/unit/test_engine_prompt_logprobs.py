@@ -4,9 +4,9 @@ forward of the same model, whatever the chunking, preemption or prefix cache."""
 import pytest
 import torch
 
-from targets.model import MoEConfig, MoETransformer
-from targets.serving.engine.api import EngineConfig, RequestOutput, SamplingParams
-from targets.serving.engine.engine import Engine
+from moeperf.targets.model import MoEConfig, MoETransformer
+from moeperf.targets.serving.engine.api import EngineConfig, RequestOutput, SamplingParams
+from moeperf.targets.serving.engine.engine import Engine
 
 TOP_N = 3
 

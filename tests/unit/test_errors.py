@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.errors import (
+from moeperf.collectors.errors import (
     CollectorError,
     MoeperfError,
     MoeperfUsageError,
     RunNotFoundError,
     SchemaVersionError,
 )
-from collectors.target_metrics import ExpositionError
-from dashboards.errors import DashboardsError, DashboardsUsageError, PublishError
+from moeperf.collectors.target_metrics import ExpositionError
+from moeperf.dashboards.errors import DashboardsError, DashboardsUsageError, PublishError
 from moeperf.exits import EXIT_FAILED, EXIT_USAGE, exit_code
-from reports.errors import BaselineCorruptError, ReportError, ReportUsageError
-from suites.errors import SpecError, SuiteError, TargetError, UsageError
-from suites.serving.load.pool import WorkerFailed
-from suites.serving.workload.sources import WorkloadError
-from suites.serving.workload.tokenizer import TokenizerError
+from moeperf.reports.errors import BaselineCorruptError, ReportError, ReportUsageError
+from moeperf.suites.errors import SpecError, SuiteError, TargetError, UsageError
+from moeperf.suites.serving.load.pool import WorkerFailed
+from moeperf.suites.serving.workload.sources import WorkloadError
+from moeperf.suites.serving.workload.tokenizer import TokenizerError
 
 USAGE = [
     SchemaVersionError,

@@ -10,25 +10,25 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from collectors.quantiles import Described, QuantileEstimate, describe
-from collectors.records import StepRecord
-from collectors.serving_records import ScenarioSummary, empty_scenario
-from collectors.tables import rows_to_table, table_to_frame
-from reports.figures.baseline_trend import baseline_trend
-from reports.figures.cdf import cdf_curves, cdf_points, latency_cdf
-from reports.figures.concurrency import concurrency_curve, levels_frame, pareto_front
-from reports.figures.errors import error_bars, error_counts
-from reports.figures.expert_load import expert_load_heatmap, expert_load_matrix
-from reports.figures.forest import excludes_null, forest_plot
-from reports.figures.memory import peak_memory
-from reports.figures.micro import micro_distributions
-from reports.figures.percentiles import percentile_frame, percentile_table
-from reports.figures.prefill import prefill_frame, prefill_throughput
-from reports.figures.steps import event_table, step_table
-from reports.figures.text import plotly_text
-from reports.figures.timeline import scenario_starts, timeline, timeline_frame
-from reports.figures.training_events import training_timeline
-from reports.figures.training_throughput import policy_throughput, policy_throughput_frame
+from moeperf.collectors.quantiles import Described, QuantileEstimate, describe
+from moeperf.collectors.records import StepRecord
+from moeperf.collectors.serving_records import ScenarioSummary, empty_scenario
+from moeperf.collectors.tables import rows_to_table, table_to_frame
+from moeperf.reports.figures.baseline_trend import baseline_trend
+from moeperf.reports.figures.cdf import cdf_curves, cdf_points, latency_cdf
+from moeperf.reports.figures.concurrency import concurrency_curve, levels_frame, pareto_front
+from moeperf.reports.figures.errors import error_bars, error_counts
+from moeperf.reports.figures.expert_load import expert_load_heatmap, expert_load_matrix
+from moeperf.reports.figures.forest import excludes_null, forest_plot
+from moeperf.reports.figures.memory import peak_memory
+from moeperf.reports.figures.micro import micro_distributions
+from moeperf.reports.figures.percentiles import percentile_frame, percentile_table
+from moeperf.reports.figures.prefill import prefill_frame, prefill_throughput
+from moeperf.reports.figures.steps import event_table, step_table
+from moeperf.reports.figures.text import plotly_text
+from moeperf.reports.figures.timeline import scenario_starts, timeline, timeline_frame
+from moeperf.reports.figures.training_events import training_timeline
+from moeperf.reports.figures.training_throughput import policy_throughput, policy_throughput_frame
 
 S = 1_000_000_000
 XSS = '<script>alert(1)</script>"><img src=x onerror=alert(1)>'

@@ -10,16 +10,16 @@ from typing import TypeVar
 import numpy as np
 import pytest
 
-from collectors.records import RequestRecord, SampleRecord, StepRecord
-from collectors.store import RunStore
-from collectors.summary import summarize_requests
-from reports.comparability import check_fingerprints
-from reports.compare import compare_command, compare_runs
-from reports.errors import ReportUsageError
-from reports.gate import gate
-from reports.gate_output import format_gate, gate_command
-from reports.runs import load_run
-from reports.samples import MetricSamples, pool_samples, run_samples
+from moeperf.collectors.records import RequestRecord, SampleRecord, StepRecord
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.summary import summarize_requests
+from moeperf.reports.comparability import check_fingerprints
+from moeperf.reports.compare import compare_command, compare_runs
+from moeperf.reports.errors import ReportUsageError
+from moeperf.reports.gate import gate
+from moeperf.reports.gate_output import format_gate, gate_command
+from moeperf.reports.runs import load_run
+from moeperf.reports.samples import MetricSamples, pool_samples, run_samples
 
 S = 1_000_000_000
 T = TypeVar("T")

@@ -8,15 +8,15 @@ import json
 import numpy as np
 import pytest
 
-from collectors.records import RequestRecord
-from collectors.store import RunStore
 from moeperf.cli import main
-from reports.baselines import BaselineStore
-from reports.errors import ReportUsageError, SpecMismatchError
-from reports.gate_output import gate_command, parse_min_effects
-from reports.runs import load_run
-from suites.errors import SpecError
-from suites.spec import load_spec, validate_spec
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.store import RunStore
+from moeperf.reports.baselines import BaselineStore
+from moeperf.reports.errors import ReportUsageError, SpecMismatchError
+from moeperf.reports.gate_output import gate_command, parse_min_effects
+from moeperf.reports.runs import load_run
+from moeperf.suites.errors import SpecError
+from moeperf.suites.spec import load_spec, validate_spec
 
 S = 1_000_000_000
 

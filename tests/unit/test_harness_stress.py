@@ -23,9 +23,9 @@ from moeperf.bench.harness_stress import (
     stress_spec,
     target_counts,
 )
-from suites.spec import validate_spec
-from targets.synthetic.metrics import SyntheticMetrics
-from targets.synthetic.slots import StreamSlots
+from moeperf.suites.spec import validate_spec
+from moeperf.targets.synthetic.metrics import SyntheticMetrics
+from moeperf.targets.synthetic.slots import StreamSlots
 
 MIB = 2**20
 
@@ -33,7 +33,7 @@ MIB = 2**20
 def test_spawned_load_workers_and_the_target_are_told_apart():
     spawn = ["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main("
              "tracker_fd=5, pipe_handle=7)", "--multiprocessing-fork"]  # fmt: skip
-    target = ["python", "-m", "targets.synthetic", "--host", "127.0.0.1", "--port", "0"]
+    target = ["python", "-m", "moeperf.targets.synthetic", "--host", "127.0.0.1", "--port", "0"]
     tracker = ["python", "-c", "from multiprocessing.resource_tracker import main;main(6)"]
     assert classify_process(spawn) == "worker"
     assert classify_process(target) == "target"

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collectors.errors import MoeperfUsageError
 from moeperf.cli import main
-from suites.errors import SpecError
-from suites.spec import SPEC_DIR, load_spec, validate_spec
+from moeperf.collectors.errors import MoeperfUsageError
+from moeperf.suites.errors import SpecError
+from moeperf.suites.spec import SPEC_DIR, load_spec, validate_spec
 
 SHIPPED = {p.stem: tomllib.loads(p.read_text()) for p in sorted(SPEC_DIR.glob("*.toml"))}
 FUZZ = settings(

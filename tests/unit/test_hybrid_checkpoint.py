@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from targets.model import train as train_module
-from targets.model.checkpoint import (
+from moeperf.targets.model import train as train_module
+from moeperf.targets.model.checkpoint import (
     CONFIG_FILE,
     ModelDirError,
     default_model_dir,
@@ -25,11 +25,11 @@ from targets.model.checkpoint import (
     save_model_dir,
     verify_model_dir,
 )
-from targets.model.config import MoEConfig
-from targets.model.hybrid import HybridMoETransformer
-from targets.model.hybrid_config import HybridConfig
-from targets.model.model import MoETransformer
-from targets.model.train import (
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.model.hybrid import HybridMoETransformer
+from moeperf.targets.model.hybrid_config import HybridConfig
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.model.train import (
     HYBRID_RECIPE,
     QUICK_HYBRID_CONFIG,
     QUICK_HYBRID_RECIPE,
@@ -170,7 +170,7 @@ def test_shipped_hybrid_dir_verifies_and_loads(shipped):
     recipe = json.loads((shipped / "recipe.json").read_text())
     assert recipe["recipe"]["model"]["architecture"] == "qwen3_next"
     assert recipe["param_counts"] == param_counts(model)
-    assert recipe["command"].startswith("python -m targets.model.train --arch hybrid")
+    assert recipe["command"].startswith("python -m moeperf.targets.model.train --arch hybrid")
     assert recipe["final"]["eval_mtp_top1_agreement"] > 0.3  # what speculation will accept
     # The trainer trains its tokenizer deterministically: the same one as the default model's.
     assert (shipped / "tokenizer.json").read_bytes() == (
@@ -217,7 +217,7 @@ def test_cli_arch_picks_the_base_recipe(flags, expected, monkeypatch, tmp_path):
     argv = ["--out", str(tmp_path), *flags]
     assert main(argv) == 0
     assert calls == [
-        (expected, tmp_path, shlex.join(["python", "-m", "targets.model.train", *argv]))
+        (expected, tmp_path, shlex.join(["python", "-m", "moeperf.targets.model.train", *argv]))
     ]
 
 

@@ -9,13 +9,13 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from targets.model.hybrid import (
+from moeperf.targets.model.hybrid import (
     HybridMoETransformer,
     LinearState,
     delta_rule_chunked,
     delta_rule_recurrent,
 )
-from targets.model.hybrid_config import HybridConfig
+from moeperf.targets.model.hybrid_config import HybridConfig
 
 
 def _model(seed: int = 0) -> HybridMoETransformer:

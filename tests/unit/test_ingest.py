@@ -1,4 +1,5 @@
-"""suites.ingest: a real pytest-benchmark JSON file -> a "micro" run, one sample per round."""
+"""moeperf.suites.ingest: a real pytest-benchmark JSON file -> a "micro" run, one sample
+per round."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collectors.micro_summary import MicroSummary
-from collectors.store import RunStore
-from suites.errors import UsageError
-from suites.ingest import SAMPLE_MEANING, ingest_benchmark, ingest_command, read_benchmark_json
+from moeperf.collectors.micro_summary import MicroSummary
+from moeperf.collectors.store import RunStore
+from moeperf.suites.errors import UsageError
+from moeperf.suites.ingest import (
+    SAMPLE_MEANING,
+    ingest_benchmark,
+    ingest_command,
+    read_benchmark_json,
+)
 
 BENCHMARKS = textwrap.dedent(
     """

@@ -7,10 +7,10 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from collectors.quantiles import Described, QuantileEstimate
-from collectors.serving_records import LevelStatus, ScenarioSummary, empty_scenario
-from reports.figures.interactivity import COLUMNS, interactivity_chart, interactivity_frame
-from reports.figures.text import plotly_text
+from moeperf.collectors.quantiles import Described, QuantileEstimate
+from moeperf.collectors.serving_records import LevelStatus, ScenarioSummary, empty_scenario
+from moeperf.reports.figures.interactivity import COLUMNS, interactivity_chart, interactivity_frame
+from moeperf.reports.figures.text import plotly_text
 
 XSS = "<img src=x onerror=alert(1)>"
 

@@ -6,10 +6,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from collectors.latency import icl_samples_s, itl_samples_s, per_request
-from collectors.records import RequestRecord
-from collectors.serving_records import TokenDiscrepancy
-from collectors.summary import Slo, summarize_scenario
+from moeperf.collectors.latency import icl_samples_s, itl_samples_s, per_request
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.serving_records import TokenDiscrepancy
+from moeperf.collectors.summary import Slo, summarize_scenario
 
 MS = 1_000_000
 
@@ -154,7 +154,7 @@ def test_token_count_discrepancy_compares_server_and_client_counts():
     ],
 )  # fmt: skip
 def test_single_record_derivation_agrees_with_the_frame_derivation(r):
-    from collectors.latency import request_latencies
+    from moeperf.collectors.latency import request_latencies
 
     one = request_latencies(r)
     row = per_request(frame(r)).iloc[0]

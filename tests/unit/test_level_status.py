@@ -8,11 +8,11 @@ import random
 
 import pytest
 
-from collectors.records import RequestRecord
-from collectors.serving_records import ServingSummary, empty_scenario
-from collectors.summary_json import SummaryFormatError, summary_from_json, summary_to_json
-from suites.serving.load.backoff import ConnectBackoff
-from suites.serving.load.validity import (
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.serving_records import ServingSummary, empty_scenario
+from moeperf.collectors.summary_json import SummaryFormatError, summary_from_json, summary_to_json
+from moeperf.suites.serving.load.backoff import ConnectBackoff
+from moeperf.suites.serving.load.validity import (
     LevelCounts,
     LevelVerdict,
     MeasuredTally,

@@ -6,11 +6,11 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.accel_records import DeviceSample
-from collectors.live_export import LiveExporter, expert_imbalance
-from collectors.push import push_run, redact_url
-from collectors.records import RequestRecord, StepRecord
-from collectors.summary import Slo
+from moeperf.collectors.accel_records import DeviceSample
+from moeperf.collectors.live_export import LiveExporter, expert_imbalance
+from moeperf.collectors.push import push_run, redact_url
+from moeperf.collectors.records import RequestRecord, StepRecord
+from moeperf.collectors.summary import Slo
 
 MS = 1_000_000
 

@@ -11,8 +11,8 @@ import re
 import numpy as np
 import pytest
 
-from reports.figures.cdf import cdf_curves, latency_cdf
-from reports.figures.log_axis import log_ticks
+from moeperf.reports.figures.cdf import cdf_curves, latency_cdf
+from moeperf.reports.figures.log_axis import log_ticks
 
 LABEL = re.compile(r"^\d{1,3}(,\d{3})*(\.\d+)? ms$")
 

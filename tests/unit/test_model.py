@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from targets.model import MoEConfig, MoETransformer
-from targets.model.corpus import load_corpus, stdlib_files
-from targets.model.model import MoE
-from targets.model.tokenizer import SPECIAL_TOKENS, ChatTokenizer, train_tokenizer
+from moeperf.targets.model import MoEConfig, MoETransformer
+from moeperf.targets.model.corpus import load_corpus, stdlib_files
+from moeperf.targets.model.model import MoE
+from moeperf.targets.model.tokenizer import SPECIAL_TOKENS, ChatTokenizer, train_tokenizer
 
 TINY = MoEConfig(
     vocab_size=128, hidden_size=32, expert_hidden_size=48, num_layers=2, num_heads=4,

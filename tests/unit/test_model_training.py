@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from targets.model.checkpoint import (
+from moeperf.targets.model.checkpoint import (
     CHECKSUMS_FILE,
     ModelDirError,
     load_model_dir,
     save_model_dir,
     verify_model_dir,
 )
-from targets.model.corpus import Corpus
-from targets.model.train import (
+from moeperf.targets.model.corpus import Corpus
+from moeperf.targets.model.train import (
     QUICK_RECIPE,
     TrainRecipe,
     TrainResult,
@@ -179,7 +179,7 @@ def test_cli_writes_a_loadable_dir(tmp_path, capsys):
     assert "step     3/3" in capsys.readouterr().out
     recipe = json.loads((out / "recipe.json").read_text())
     assert recipe["command"] == (
-        f"python -m targets.model.train --out {out} --quick --steps 3 --eval-every 3"
+        f"python -m moeperf.targets.model.train --out {out} --quick --steps 3 --eval-every 3"
     )
     assert recipe["recipe"]["steps"] == 3
     model, tokenizer = load_model_dir(out)

@@ -5,12 +5,12 @@ import re
 
 import pytest
 
-from collectors.mtp_ab_records import MtpAbEffect
-from collectors.mtp_ab_summary import crossover
-from suites.errors import SpecError
-from suites.serving.mtp_ab.arms import order, schedule
-from suites.serving.mtp_ab.equality import ArmOutput, compare
-from suites.spec import MtpAbSpec, load_spec
+from moeperf.collectors.mtp_ab_records import MtpAbEffect
+from moeperf.collectors.mtp_ab_summary import crossover
+from moeperf.suites.errors import SpecError
+from moeperf.suites.serving.mtp_ab.arms import order, schedule
+from moeperf.suites.serving.mtp_ab.equality import ArmOutput, compare
+from moeperf.suites.spec import MtpAbSpec, load_spec
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from suites.serving.load.openai_api import rejected_field_hint, request_body
-from targets.openai_wire import StreamShape, UnknownFields, WireVariant, unknown_fields
+from moeperf.suites.serving.load.openai_api import rejected_field_hint, request_body
+from moeperf.targets.openai_wire import StreamShape, UnknownFields, WireVariant, unknown_fields
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ import torch
 
 from moeperf.bench.live_tensors import LiveTensorBytes
 from moeperf.bench.plan_check import ACTIVATION_TOLERANCE, CASES, TORCH_DTYPES, measure
-from suites.plan.model_config import load_model_config
-from targets.model.checkpoint import default_model_dir, load_mixtral_dir
+from moeperf.suites.plan.model_config import load_model_config
+from moeperf.targets.model.checkpoint import default_model_dir, load_mixtral_dir
 
 
 def test_the_meter_counts_what_is_alive_at_once():

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from moeperf.cli import main
-from suites.plan.deploy import parse_deploy
-from suites.plan.errors import PlanError
-from suites.plan.model_config import load_model_config, parse_model_config
-from suites.plan.plan import plan_memory
+from moeperf.suites.plan.deploy import parse_deploy
+from moeperf.suites.plan.errors import PlanError
+from moeperf.suites.plan.model_config import load_model_config, parse_model_config
+from moeperf.suites.plan.plan import plan_memory
 
 DATA = Path(__file__).parents[1] / "data" / "plan"
 MIXTRAL = DATA / "mixtral-8x7b.json"

@@ -9,14 +9,14 @@ from typing import Literal
 import pytest
 import torch
 
-from suites.plan.deploy import parse_deploy
-from suites.plan.model_config import load_model_config
-from suites.plan.plan import plan_memory
-from targets.model.checkpoint import hybrid_model_dir
-from targets.model.hybrid import HybridMoETransformer
-from targets.model.hybrid_config import HybridConfig
-from targets.serving.engine.api import EngineConfig
-from targets.serving.engine.engine import Engine
+from moeperf.suites.plan.deploy import parse_deploy
+from moeperf.suites.plan.model_config import load_model_config
+from moeperf.suites.plan.plan import plan_memory
+from moeperf.targets.model.checkpoint import hybrid_model_dir
+from moeperf.targets.model.hybrid import HybridMoETransformer
+from moeperf.targets.model.hybrid_config import HybridConfig
+from moeperf.targets.serving.engine.api import EngineConfig
+from moeperf.targets.serving.engine.engine import Engine
 
 ENGINE: dict[str, Literal["float32", "bfloat16"]] = {"fp32": "float32", "bf16": "bfloat16"}
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from suites.plan.deploy import load_deploy, parse_deploy
-from suites.plan.model_config import load_model_config
-from suites.plan.plan import plan_memory
-from suites.plan.weights import plan_weights
+from moeperf.suites.plan.deploy import load_deploy, parse_deploy
+from moeperf.suites.plan.model_config import load_model_config
+from moeperf.suites.plan.plan import plan_memory
+from moeperf.suites.plan.weights import plan_weights
 
 DATA = Path(__file__).parents[1] / "data" / "plan"
 ONE = parse_deploy(

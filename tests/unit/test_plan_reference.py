@@ -7,12 +7,12 @@ from typing import Literal
 import pytest
 import torch
 
-from suites.plan.deploy import parse_deploy
-from suites.plan.model_config import load_model_config
-from suites.plan.plan import plan_memory
-from targets.model.checkpoint import default_model_dir, load_mixtral_dir
-from targets.serving.engine.api import EngineConfig
-from targets.serving.engine.engine import Engine
+from moeperf.suites.plan.deploy import parse_deploy
+from moeperf.suites.plan.model_config import load_model_config
+from moeperf.suites.plan.plan import plan_memory
+from moeperf.targets.model.checkpoint import default_model_dir, load_mixtral_dir
+from moeperf.targets.serving.engine.api import EngineConfig
+from moeperf.targets.serving.engine.engine import Engine
 
 TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16}
 ENGINE: dict[str, Literal["float32", "bfloat16"]] = {"fp32": "float32", "bf16": "bfloat16"}

@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
-from collectors.errors import MoeperfUsageError
-from suites.errors import UsageError
-from suites.serving.preflight import (
+from moeperf.collectors.errors import MoeperfUsageError
+from moeperf.suites.errors import UsageError
+from moeperf.suites.serving.preflight import (
     Answer,
     TargetCheck,
     TargetUnreachable,

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from collectors.records import RequestRecord
-from collectors.serving_records import ServingSummary
-from collectors.store import RunReader, RunStore, RunWriter
-from collectors.summary import summarize_requests
-from collectors.tables import records_frame
-from reports.baseline_commands import promote_command
-from reports.baselines import BaselineStore
-from reports.errors import ReportUsageError
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunReader, RunStore, RunWriter
+from moeperf.collectors.summary import summarize_requests
+from moeperf.collectors.tables import records_frame
+from moeperf.reports.baseline_commands import promote_command
+from moeperf.reports.baselines import BaselineStore
+from moeperf.reports.errors import ReportUsageError
 
 MS = 1_000_000
 

@@ -23,9 +23,9 @@ import pytest
 import urllib3_future
 import urllib3_future.response
 
-from dashboards.build import DASHBOARDS, dashboard_json
-from dashboards.errors import DashboardsUsageError, PublishError
-from dashboards.publish import display_url, folder_uid, publish, publish_command
+from moeperf.dashboards.build import DASHBOARDS, dashboard_json
+from moeperf.dashboards.errors import DashboardsUsageError, PublishError
+from moeperf.dashboards.publish import display_url, folder_uid, publish, publish_command
 from moeperf.exits import exit_code
 
 TOKEN = "glsa_s3cr3t-T0KEN-value"

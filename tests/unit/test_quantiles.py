@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from collectors.quantiles import describe
+from moeperf.collectors.quantiles import describe
 
 
 def test_quantiles_match_numpy_and_carry_counts():

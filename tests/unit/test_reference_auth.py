@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from targets.serving.__main__ import EXIT_USAGE, main
-from targets.serving.auth import ENV_VAR, ApiKeyMiddleware, api_key
-from targets.serving.errors import ReferenceConfigError
+from moeperf.targets.serving.__main__ import EXIT_USAGE, main
+from moeperf.targets.serving.auth import ENV_VAR, ApiKeyMiddleware, api_key
+from moeperf.targets.serving.errors import ReferenceConfigError
 
 KEY = "sk-moeperf-unit-9e1b"
 

@@ -7,11 +7,11 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from targets.openai_wire import WireVariant
-from targets.serving.__main__ import _config, _parser, main
-from targets.serving.config import ReferenceTargetConfig
-from targets.serving.engine.api import EngineConfig
-from targets.serving.errors import ReferenceConfigError
+from moeperf.targets.openai_wire import WireVariant
+from moeperf.targets.serving.__main__ import _config, _parser, main
+from moeperf.targets.serving.config import ReferenceTargetConfig
+from moeperf.targets.serving.engine.api import EngineConfig
+from moeperf.targets.serving.errors import ReferenceConfigError
 
 
 def test_defaults_are_the_engines_own() -> None:

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from targets.model.checkpoint import default_model_dir
-from targets.model.tokenizer import ChatTokenizer
-from targets.openai_wire import ApiError, BadRequest, ModelNotFound
-from targets.serving.engine.api import TokenLogprob
-from targets.serving.openai_request import (
+from moeperf.targets.model.checkpoint import default_model_dir
+from moeperf.targets.model.tokenizer import ChatTokenizer
+from moeperf.targets.openai_wire import ApiError, BadRequest, ModelNotFound
+from moeperf.targets.serving.engine.api import TokenLogprob
+from moeperf.targets.serving.openai_request import (
     ChatRequest,
     CompletionRequest,
     ServedModel,
@@ -19,7 +19,7 @@ from targets.serving.openai_request import (
     completion_job,
     parse_body,
 )
-from targets.serving.openai_response import Delta, ResponseWriter, TextAssembler
+from moeperf.targets.serving.openai_response import Delta, ResponseWriter, TextAssembler
 
 TEXT = "Café naïve 東京 — ✓ résumé, and plain words."
 

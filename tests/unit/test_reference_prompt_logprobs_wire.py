@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from targets.model.checkpoint import default_model_dir
-from targets.model.tokenizer import ChatTokenizer
-from targets.openai_wire import BadRequest
-from targets.serving.engine.api import TokenLogprob
-from targets.serving.openai_request import ServedModel, chat_job, completion_job
-from targets.serving.openai_response import Delta, ResponseWriter
+from moeperf.targets.model.checkpoint import default_model_dir
+from moeperf.targets.model.tokenizer import ChatTokenizer
+from moeperf.targets.openai_wire import BadRequest
+from moeperf.targets.serving.engine.api import TokenLogprob
+from moeperf.targets.serving.openai_request import ServedModel, chat_job, completion_job
+from moeperf.targets.serving.openai_response import Delta, ResponseWriter
 
 
 @pytest.fixture(scope="module")

@@ -12,18 +12,18 @@ import pandas as pd
 import pytest
 from plotly.offline import get_plotlyjs
 
-import collectors.latency
-import collectors.quantiles
-import collectors.summary
-from collectors.manifest import RunManifest
-from collectors.records import RequestRecord, SampleRecord, StepRecord
-from collectors.store import RunStore
-from collectors.tables import SCHEMAS, records_frame, rows_to_table, table_to_frame
-from reports.appendix import appendix_html
-from reports.errors import ReportUsageError
-from reports.render import CSP
-from reports.report import build_report, report_command
-from reports.runs import RunData
+import moeperf.collectors.latency
+import moeperf.collectors.quantiles
+import moeperf.collectors.summary
+from moeperf.collectors.manifest import RunManifest
+from moeperf.collectors.records import RequestRecord, SampleRecord, StepRecord
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.tables import SCHEMAS, records_frame, rows_to_table, table_to_frame
+from moeperf.reports.appendix import appendix_html
+from moeperf.reports.errors import ReportUsageError
+from moeperf.reports.render import CSP
+from moeperf.reports.report import build_report, report_command
+from moeperf.reports.runs import RunData
 
 MS = 1_000_000
 XSS_SCRIPT = "<script>alert(1)</script>"
@@ -243,7 +243,11 @@ def test_each_kind_gets_its_figures(page):
 
 def test_the_appendix_quotes_the_definitions_from_the_code():
     appendix = appendix_html([])
-    for module in (collectors.latency, collectors.summary, collectors.quantiles):
+    for module in (
+        moeperf.collectors.latency,
+        moeperf.collectors.summary,
+        moeperf.collectors.quantiles,
+    ):
         assert module.__doc__ is not None
         assert html.escape(inspect.cleandoc(module.__doc__)) in appendix
     assert "TPOT (per request): (last token time - first token time)" in appendix
@@ -272,8 +276,8 @@ def test_report_command_refuses_unknown_runs(tmp_path):
 
 
 def test_the_benchmark_generator_makes_a_run_the_report_reads(tmp_path):
-    from collectors.latency import per_request
     from moeperf.bench.report_scale import synthetic_requests, write_run
+    from moeperf.collectors.latency import per_request
 
     table = synthetic_requests(2_000, seed=3)
     frame = table_to_frame("requests", table)

@@ -11,28 +11,28 @@ from typing import Any
 import pandas as pd
 import pytest
 
-import reports.figures.dist_training
-from collectors.dist_training_summary import (
+import moeperf.reports.figures.dist_training
+from moeperf.collectors.dist_training_summary import (
     DistScenarioSummary,
     DistTrainingSummary,
     LinkCalibration,
     RecoverySummary,
     TimeShares,
 )
-from collectors.records import StepRecord
-from collectors.store import RunStore
-from collectors.tables import SCHEMAS, rows_to_table, table_to_frame
-from collectors.training_summary import PeakFlopsSummary
-from reports.figures.dist_training import (
+from moeperf.collectors.records import StepRecord
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.tables import SCHEMAS, rows_to_table, table_to_frame
+from moeperf.collectors.training_summary import PeakFlopsSummary
+from moeperf.reports.figures.dist_training import (
     layout_frame,
     link_frame,
     rank_frame,
     recovery_frame,
     time_split_chart,
 )
-from reports.render import Chart, Table
-from reports.report import _BLOCKS, _dist_training_blocks, build_report, run_section
-from reports.runs import RunData, load_run
+from moeperf.reports.render import Chart, Table
+from moeperf.reports.report import _BLOCKS, _dist_training_blocks, build_report, run_section
+from moeperf.reports.runs import RunData, load_run
 
 MIB = 2**20
 MS = 1_000_000
@@ -214,7 +214,7 @@ def test_the_page_shows_the_section_and_never_a_scenario_name_as_markup(tmp_path
     assert plotly_escaped in page  # the chart's labels, as Plotly text inside JSON
     assert "Time per step by rank (measured)" in page
     assert "replayed losses bit-equal" in page and "bubble (p-1)/(m+p-1) %" in page
-    doc = inspect.cleandoc(reports.figures.dist_training.__doc__ or "")
+    doc = inspect.cleandoc(moeperf.reports.figures.dist_training.__doc__ or "")
     assert html.escape(doc) in page  # the appendix says how the chart is drawn
 
 

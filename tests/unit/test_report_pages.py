@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from collectors.records import RequestRecord
-from collectors.serving_records import ServingSummary
-from collectors.store import RunStore
-from collectors.summary import summarize_requests
-from collectors.sweep_records import SweepPointSummary, SweepSummary
-from collectors.tables import records_frame
 from moeperf.cli import main
-from reports.appendix import CHART_KINDS, appendix_html
-from reports.baselines import BaselineStore
-from reports.page_path import MAX_NAMED_RUNS, several_runs_name
-from reports.render import Chart, Section
-from reports.report import build_report
-from reports.runs import load_run
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.summary import summarize_requests
+from moeperf.collectors.sweep_records import SweepPointSummary, SweepSummary
+from moeperf.collectors.tables import records_frame
+from moeperf.reports.appendix import CHART_KINDS, appendix_html
+from moeperf.reports.baselines import BaselineStore
+from moeperf.reports.page_path import MAX_NAMED_RUNS, several_runs_name
+from moeperf.reports.render import Chart, Section
+from moeperf.reports.report import build_report
+from moeperf.reports.runs import load_run
 
 MS = 1_000_000
 

@@ -12,16 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collectors.records import RequestRecord
-from collectors.request_settings import RequestSettings, Sampling, legacy_request_settings
-from collectors.store import RunReader, RunStore
 from moeperf.cli import main
-from reports.comparability import check_specs, request_differences
-from reports.compare import compare_command
-from reports.errors import SpecMismatchError
-from reports.gate_output import gate_command
-from reports.runs import load_run
-from suites.spec import load_spec
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.request_settings import RequestSettings, Sampling, legacy_request_settings
+from moeperf.collectors.store import RunReader, RunStore
+from moeperf.reports.comparability import check_specs, request_differences
+from moeperf.reports.compare import compare_command
+from moeperf.reports.errors import SpecMismatchError
+from moeperf.reports.gate_output import gate_command
+from moeperf.reports.runs import load_run
+from moeperf.suites.spec import load_spec
 
 S = 1_000_000_000
 BASELINE_V2 = Path(__file__).resolve().parents[2] / "reports/baselines/nightly/v2"

@@ -8,18 +8,18 @@ from typing import Any
 
 import pytest
 
-from collectors.errors import MoeperfUsageError
-from suites.errors import SpecError
-from suites.serving.load.auth import (
+from moeperf.collectors.errors import MoeperfUsageError
+from moeperf.suites.errors import SpecError
+from moeperf.suites.serving.load.auth import (
     NO_HEADERS,
     MissingHeaderValue,
     redact,
     request_headers,
     without_header_values,
 )
-from suites.serving.load.plan import WorkerConfig
-from suites.serving.preflight import Answer, TargetUnauthorized, check_target
-from suites.spec import TargetSpec, validate_spec
+from moeperf.suites.serving.load.plan import WorkerConfig
+from moeperf.suites.serving.preflight import Answer, TargetUnauthorized, check_target
+from moeperf.suites.spec import TargetSpec, validate_spec
 
 KEY = "sk-moeperf-unit-5f0c1d"
 GATEWAY = "gw-token-77aa"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from collectors.errors import CollectorError
-from collectors.manifest import RunManifest
-from collectors.request_settings import (
+from moeperf.collectors.errors import CollectorError
+from moeperf.collectors.manifest import RunManifest
+from moeperf.collectors.request_settings import (
     GREEDY,
     LEGACY_SAMPLING,
     RequestSettings,
@@ -19,11 +19,11 @@ from collectors.request_settings import (
     legacy_request_settings,
     run_request_settings,
 )
-from collectors.store import RunReader, RunStore
-from reports.request_view import DERIVED_NOTE, request_facts
-from suites.serving.load.plan import WorkerConfig
-from suites.serving.load.request_settings import request_settings
-from suites.spec import load_spec
+from moeperf.collectors.store import RunReader, RunStore
+from moeperf.reports.request_view import DERIVED_NOTE, request_facts
+from moeperf.suites.serving.load.plan import WorkerConfig
+from moeperf.suites.serving.load.request_settings import request_settings
+from moeperf.suites.spec import load_spec
 
 BASELINES = Path(__file__).resolve().parents[2] / "reports/baselines/nightly"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.request_settings import GREEDY, Sampling
-from suites.errors import SpecError
-from suites.serving.load.openai_api import rejected_field_hint, request_body
-from suites.spec import load_spec, validate_spec
+from moeperf.collectors.request_settings import GREEDY, Sampling
+from moeperf.suites.errors import SpecError
+from moeperf.suites.serving.load.openai_api import rejected_field_hint, request_body
+from moeperf.suites.spec import load_spec, validate_spec
 
 
 def sampling_of(**fields: object) -> Sampling:

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import torch
 
-from targets.serving.engine.api import EngineConfig, InvalidRequestError, SamplingParams
-from targets.serving.engine.sampler import sample, sampling_probs
-from targets.serving.engine.validation import MIN_TEMPERATURE, validate_request
-from targets.serving.http_limits import (
+from moeperf.targets.serving.engine.api import EngineConfig, InvalidRequestError, SamplingParams
+from moeperf.targets.serving.engine.sampler import sample, sampling_probs
+from moeperf.targets.serving.engine.validation import MIN_TEMPERATURE, validate_request
+from moeperf.targets.serving.http_limits import (
     BodyReadTimeout,
     HttpGuard,
     HttpLimits,
@@ -57,7 +57,7 @@ class Exchange:
 async def reading_app(scope: Any, receive: Any, send: Any) -> None:
     """Reads the whole body, answers 200 with its length; an ApiError becomes its status
     (as the real app's handlers do)."""
-    from targets.openai_wire import ApiError
+    from moeperf.targets.openai_wire import ApiError
 
     try:
         size = 0

@@ -9,11 +9,11 @@ import re
 
 import pytest
 
-from collectors.dist_training_summary import DistTrainingSummary, LinkCalibration
-from collectors.summary_json import summary_to_json
-from collectors.training_summary import PeakFlopsSummary
-from suites.errors import SpecError
-from suites.spec import load_spec
+from moeperf.collectors.dist_training_summary import DistTrainingSummary, LinkCalibration
+from moeperf.collectors.summary_json import summary_to_json
+from moeperf.collectors.training_summary import PeakFlopsSummary
+from moeperf.suites.errors import SpecError
+from moeperf.suites.spec import load_spec
 
 JOB = """
 suite = "simulation"

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from moeperf.cli import main
-from suites.errors import SpecError
-from suites.spec import load_spec
-from targets.cluster_sim import routing
+from moeperf.suites.errors import SpecError
+from moeperf.suites.spec import load_spec
+from moeperf.targets.cluster_sim import routing
 
 JOB = """
 suite = "simulation"

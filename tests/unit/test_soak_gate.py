@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from collectors.soak_records import Slope, SoakSummary, SoakThresholds, SoakWindow
-from collectors.soak_slope import fit_slope
-from collectors.soak_verdicts import drift_verdict, expert_verdict, kv_verdict, leak_verdict
-from reports.soak_gate import EXPERT_STATISTIC, STATISTIC, soak_verdicts
-from reports.verdicts import FAILING
+from moeperf.collectors.soak_records import Slope, SoakSummary, SoakThresholds, SoakWindow
+from moeperf.collectors.soak_slope import fit_slope
+from moeperf.collectors.soak_verdicts import drift_verdict, expert_verdict, kv_verdict, leak_verdict
+from moeperf.reports.soak_gate import EXPERT_STATISTIC, STATISTIC, soak_verdicts
+from moeperf.reports.verdicts import FAILING
 
 MIB = 2**20
 T = SoakThresholds(32 * MIB, 2.0, 10.0, 10.0, 5.0, 0.1, 5.0)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from collectors import metric_names as mn
-from collectors import target_metrics as tm
-from collectors.soak_target_series import TargetSeries
-from suites.errors import SpecError
-from suites.spec import ServingSpec, load_spec
-from targets.synthetic.config import SyntheticConfig, SyntheticConfigError
-from targets.synthetic.plan import plan_request
+from moeperf.collectors import metric_names as mn
+from moeperf.collectors import target_metrics as tm
+from moeperf.collectors.soak_target_series import TargetSeries
+from moeperf.suites.errors import SpecError
+from moeperf.suites.spec import ServingSpec, load_spec
+from moeperf.targets.synthetic.config import SyntheticConfig, SyntheticConfigError
+from moeperf.targets.synthetic.plan import plan_request
 
 S = 1_000_000_000
 

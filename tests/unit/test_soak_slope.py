@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from collectors.soak_records import SoakThresholds, VerdictName
-from collectors.soak_slope import fit_slope
-from collectors.soak_verdicts import drift_verdict, expert_verdict, kv_verdict, leak_verdict
-from suites.serving.soak.spec import SoakSpec
+from moeperf.collectors.soak_records import SoakThresholds, VerdictName
+from moeperf.collectors.soak_slope import fit_slope
+from moeperf.collectors.soak_verdicts import drift_verdict, expert_verdict, kv_verdict, leak_verdict
+from moeperf.suites.serving.soak.spec import SoakSpec
 
 MIB = 2**20
 DEFAULTS = SoakThresholds(

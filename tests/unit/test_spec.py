@@ -3,13 +3,13 @@ import io
 import pytest
 from rich.console import Console
 
-from collectors.store import RunStore
 from moeperf.cli import main
-from suites.errors import SpecError
-from suites.serving.calibrate import CalibrationOptions, run_calibration
-from suites.spec import SPEC_DIR, ServingSpec, load_spec, validate_spec
-from suites.spec_overrides import apply_overrides, parse_override
-from targets.synthetic.config import SyntheticConfig
+from moeperf.collectors.store import RunStore
+from moeperf.suites.errors import SpecError
+from moeperf.suites.serving.calibrate import CalibrationOptions, run_calibration
+from moeperf.suites.spec import SPEC_DIR, ServingSpec, load_spec, validate_spec
+from moeperf.suites.spec_overrides import apply_overrides, parse_override
+from moeperf.targets.synthetic.config import SyntheticConfig
 
 
 def write(tmp_path, text: str):

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from moeperf import cli
-from suites import spec
-from suites.errors import SpecError
-from suites.serving.embedded.reference import (
+from moeperf.suites import spec
+from moeperf.suites.errors import SpecError
+from moeperf.suites.serving.embedded.reference import (
     default_model_dir,
     describe,
     host_threads,
@@ -22,8 +22,8 @@ from suites.serving.embedded.reference import (
     usable_cores,
     with_reference_defaults,
 )
-from suites.spec import load_spec, reference_config
-from targets.serving.config import ReferenceTargetConfig
+from moeperf.suites.spec import load_spec, reference_config
+from moeperf.targets.serving.config import ReferenceTargetConfig
 
 
 def write(tmp_path: Path, text: str) -> str:

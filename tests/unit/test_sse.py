@@ -1,7 +1,7 @@
 import pytest
 
-from suites.serving.load.openai_api import parse_chunk, rejected_field_hint, request_body
-from suites.serving.load.sse import SSEParser
+from moeperf.suites.serving.load.openai_api import parse_chunk, rejected_field_hint, request_body
+from moeperf.suites.serving.load.sse import SSEParser
 
 
 def test_events_split_across_reads_are_joined():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reports import stats
-from reports.stats import (
+from moeperf.reports import stats
+from moeperf.reports.stats import (
     benjamini_hochberg,
     bootstrap_ratio_ci,
     bootstrap_statistic,

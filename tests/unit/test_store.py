@@ -15,13 +15,13 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from collectors.errors import CollectorError, RunNotFoundError, SchemaVersionError
-from collectors.manifest import RunManifest
-from collectors.records import REQUEST_FIELDS, STEP_FIELDS, RequestRecord, StepRecord
-from collectors.schema import SCHEMA_VERSION, SUMMARY_SCHEMA_VERSION
-from collectors.serving_records import ServingSummary, empty_scenario
-from collectors.store import RunInterrupted, RunReader, RunStore
-from collectors.tables import records_frame
+from moeperf.collectors.errors import CollectorError, RunNotFoundError, SchemaVersionError
+from moeperf.collectors.manifest import RunManifest
+from moeperf.collectors.records import REQUEST_FIELDS, STEP_FIELDS, RequestRecord, StepRecord
+from moeperf.collectors.schema import SCHEMA_VERSION, SUMMARY_SCHEMA_VERSION
+from moeperf.collectors.serving_records import ServingSummary, empty_scenario
+from moeperf.collectors.store import RunInterrupted, RunReader, RunStore
+from moeperf.collectors.tables import records_frame
 
 MS = 1_000_000
 
@@ -185,7 +185,7 @@ def test_amended_records_read_back_once_in_first_order_across_batches(
     # A record is amended when client-side token counts come after its level: readers,
     # the writer's own read-back and the parquet file keep its last version, in the order
     # requests first appeared, also when the versions fall in different parse batches.
-    monkeypatch.setattr("collectors.store._BATCH_ROWS", batch_rows)
+    monkeypatch.setattr("moeperf.collectors.store._BATCH_ROWS", batch_rows)
     run = store.create("serving")
     for i in range(7):
         run.append_request(request(i, client_output_tokens=None))
@@ -439,7 +439,7 @@ def test_directories_without_a_manifest_are_not_runs(tmp_path):
 
 def test_latest_is_the_run_created_last_within_one_second(store, monkeypatch):
     suffixes = iter(["ffffff", "000000"])
-    monkeypatch.setattr("collectors.store.secrets.token_hex", lambda _n: next(suffixes))
+    monkeypatch.setattr("moeperf.collectors.store.secrets.token_hex", lambda _n: next(suffixes))
     first = store.create("serving")
     second = store.create("serving")
     first.complete()
@@ -631,7 +631,7 @@ def test_an_ended_run_is_not_touched_by_the_orphan_check(store):
 
 
 def test_sample_records_round_trip(store):
-    from collectors.records import SampleRecord
+    from moeperf.collectors.records import SampleRecord
 
     run = store.create("micro")
     run.append_sample(SampleRecord("sse_parse", 1.5e-5, "s", "lower", scenario="x"))
@@ -649,7 +649,7 @@ def test_list_column_helpers_agree_for_numpy_and_arrow_backed_columns():
     import pandas as pd
     import pyarrow as pa
 
-    from collectors.tables import flatten_list_column, list_column_lengths
+    from moeperf.collectors.tables import flatten_list_column, list_column_lengths
 
     values = [[1, 2, 3], [], None, [4]]
     arrow = pa.array(values, type=pa.list_(pa.int32())).to_pandas(types_mapper=pd.ArrowDtype)

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from collectors.store import RunStore
+from moeperf.collectors.store import RunStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent(
     """
     import sys, time
-    from collectors.records import RequestRecord, StepRecord
-    from collectors.store import RunStore, interrupts_end_runs
+    from moeperf.collectors.records import RequestRecord, StepRecord
+    from moeperf.collectors.store import RunStore, interrupts_end_runs
 
     store = RunStore(sys.argv[1])
     with store.create("crashtest") as run, interrupts_end_runs():

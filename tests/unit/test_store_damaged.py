@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from collectors.errors import CorruptRunFileError
-from collectors.records import RequestRecord
-from collectors.serving_records import ServingSummary, empty_scenario
-from collectors.store import RunStore, RunWriter
 from moeperf.cli import main
+from moeperf.collectors.errors import CorruptRunFileError
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.serving_records import ServingSummary, empty_scenario
+from moeperf.collectors.store import RunStore, RunWriter
 
 
 def finished_run(store: RunStore) -> RunWriter:

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from targets.synthetic.slots import StreamSlots
+from moeperf.targets.synthetic.slots import StreamSlots
 
 
 async def _settle() -> None:

@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from collectors.errors import CollectorError, SchemaVersionError
-from collectors.micro_summary import MicroSummary, summarize_rounds
-from collectors.quantiles import describe
-from collectors.serving_records import ServingSummary, empty_scenario
-from collectors.store import RunReader, RunStore
-from collectors.summary_json import summary_from_json, summary_to_json
-from collectors.training_summary import (
+from moeperf.collectors.errors import CollectorError, SchemaVersionError
+from moeperf.collectors.micro_summary import MicroSummary, summarize_rounds
+from moeperf.collectors.quantiles import describe
+from moeperf.collectors.serving_records import ServingSummary, empty_scenario
+from moeperf.collectors.store import RunReader, RunStore
+from moeperf.collectors.summary_json import summary_from_json, summary_to_json
+from moeperf.collectors.training_summary import (
     BudgetCalibration,
     PeakFlopsSummary,
     ScenarioOutcome,

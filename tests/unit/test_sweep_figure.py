@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from collectors.quantiles import EMPTY, Described, QuantileEstimate
-from collectors.serving_records import LevelStatus, ScenarioSummary, empty_scenario
-from collectors.sweep_records import SweepPointSummary, SweepSummary
-from collectors.target_counters import TargetCounters
-from reports.figures.sweep import (
+from moeperf.collectors.quantiles import EMPTY, Described, QuantileEstimate
+from moeperf.collectors.serving_records import LevelStatus, ScenarioSummary, empty_scenario
+from moeperf.collectors.sweep_records import SweepPointSummary, SweepSummary
+from moeperf.collectors.target_counters import TargetCounters
+from moeperf.reports.figures.sweep import (
     COLUMNS,
     NO_KV,
     NO_TPOT,

@@ -6,15 +6,15 @@ from typing import Any
 
 import pytest
 
-from suites.errors import SpecError, UsageError
-from suites.serving.workload.sweep import (
+from moeperf.suites.errors import SpecError, UsageError
+from moeperf.suites.serving.workload.sweep import (
     CHAT_TEMPLATE_ALLOWANCE,
     ContextLimit,
     context_limit,
     log_spaced,
     sweep_points,
 )
-from suites.spec import InputTokensSweep, validate_spec
+from moeperf.suites.spec import InputTokensSweep, validate_spec
 
 TARGET = ContextLimit(2048, "target: max_model_len at URL")
 UNKNOWN = ContextLimit(None, "not stated by the target")

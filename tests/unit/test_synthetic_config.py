@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from targets.openai_wire import WireVariant
-from targets.synthetic.config import JITTER_KINDS, SyntheticConfig, SyntheticConfigError
-from targets.synthetic.plan import NS_PER_S, plan_request
-from targets.synthetic.tokenizer import (
+from moeperf.targets.openai_wire import WireVariant
+from moeperf.targets.synthetic.config import JITTER_KINDS, SyntheticConfig, SyntheticConfigError
+from moeperf.targets.synthetic.plan import NS_PER_S, plan_request
+from moeperf.targets.synthetic.tokenizer import (
     VOCAB_SIZE,
     count_tokens,
     encode,

@@ -9,11 +9,11 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from collectors.records import REQUEST_FIELDS, RequestRecord, StreamEnd
-from collectors.store import RunReader, RunStore
-from collectors.tables import request_records
-from suites.errors import SpecError
-from suites.spec import validate_spec
+from moeperf.collectors.records import REQUEST_FIELDS, RequestRecord, StreamEnd
+from moeperf.collectors.store import RunReader, RunStore
+from moeperf.collectors.tables import request_records
+from moeperf.suites.errors import SpecError
+from moeperf.suites.spec import validate_spec
 
 BASELINE = Path(__file__).resolve().parents[2] / "reports/baselines/nightly/v1"
 

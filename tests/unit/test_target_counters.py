@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from collectors.target_counters import TargetCounters, level_target_counters
-from collectors.target_metrics import CounterWindow, read_exposition
-from targets.serving.engine.api import EngineCounters, EngineStats
-from targets.serving.metrics import ReferenceMetrics
-from targets.synthetic.metrics import SyntheticMetrics
-from targets.synthetic.slots import StreamSlots
+from moeperf.collectors.target_counters import TargetCounters, level_target_counters
+from moeperf.collectors.target_metrics import CounterWindow, read_exposition
+from moeperf.targets.serving.engine.api import EngineCounters, EngineStats
+from moeperf.targets.serving.metrics import ReferenceMetrics
+from moeperf.targets.synthetic.metrics import SyntheticMetrics
+from moeperf.targets.synthetic.slots import StreamSlots
 
 
 class Scrapes:

@@ -7,15 +7,15 @@ import asyncio
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from collectors import metric_names as mn
-from collectors.metric_names import (
+from moeperf.collectors import metric_names as mn
+from moeperf.collectors.metric_names import (
     TARGET_ACCEPT_LENGTH,
     TARGET_FINISHED_REQUESTS,
     TARGET_GENERATION_TOKENS,
     TARGET_PREFIX_HIT_RATIO,
     TARGET_PROMPT_TOKENS,
 )
-from collectors.target_metrics import (
+from moeperf.collectors.target_metrics import (
     REFERENCE_CONTRACT,
     TARGET_ACCEPTED_PER_POSITION,
     TARGET_DRAFTS,
@@ -31,10 +31,10 @@ from collectors.target_metrics import (
     parse_exposition,
     read_exposition,
 )
-from targets.serving.engine.api import EngineCounters, EngineStats
-from targets.serving.metrics import ReferenceMetrics
-from targets.synthetic.metrics import SyntheticMetrics
-from targets.synthetic.slots import StreamSlots
+from moeperf.targets.serving.engine.api import EngineCounters, EngineStats
+from moeperf.targets.serving.metrics import ReferenceMetrics
+from moeperf.targets.synthetic.metrics import SyntheticMetrics
+from moeperf.targets.synthetic.slots import StreamSlots
 
 # vLLM 0.10 (V1 engine, two data-parallel engines): old and new names side by side,
 # counters with _total, histograms, info metrics, and the process/python collectors.

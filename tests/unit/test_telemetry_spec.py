@@ -9,25 +9,25 @@ from typing import Any
 
 import pytest
 
-from collectors.accel_records import (
+from moeperf.cli import main
+from moeperf.collectors.accel_records import (
     AcceleratorFigures,
     DeviceFigures,
     SamplerCost,
     SourceErrors,
     Unavailable,
 )
-from collectors.nvml_source import open_nvml
-from collectors.serving_records import ServingSummary, empty_scenario
-from collectors.store import RunStore
-from collectors.summary_json import summary_from_json, summary_to_json
-from collectors.telemetry_records import SourceStatus, TelemetrySummary
-from moeperf.cli import main
-from suites.errors import SpecError
-from suites.serving.telemetry import with_figures
-from suites.spec import ServingSpec, validate_spec
-from suites.telemetry import NOT_STARTED_BY_US, Telemetry
-from suites.telemetry_spec import TelemetrySpec
-from suites.telemetry_tables import telemetry_lines
+from moeperf.collectors.nvml_source import open_nvml
+from moeperf.collectors.serving_records import ServingSummary, empty_scenario
+from moeperf.collectors.store import RunStore
+from moeperf.collectors.summary_json import summary_from_json, summary_to_json
+from moeperf.collectors.telemetry_records import SourceStatus, TelemetrySummary
+from moeperf.suites.errors import SpecError
+from moeperf.suites.serving.telemetry import with_figures
+from moeperf.suites.spec import ServingSpec, validate_spec
+from moeperf.suites.telemetry import NOT_STARTED_BY_US, Telemetry
+from moeperf.suites.telemetry_spec import TelemetrySpec
+from moeperf.suites.telemetry_tables import telemetry_lines
 
 
 def serving(telemetry: dict[str, Any]) -> ServingSpec:

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from suites.serving.workload.tokenizer import (
+from moeperf.suites.serving.workload.tokenizer import (
     HFTokenizer,
     ServerTokenizer,
     TokenizerError,

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from collectors.errors import MoeperfUsageError
-from suites.serving.embedded.reference import default_model_dir
-from suites.serving.workload import make_trace
-from suites.serving.workload.sources import Prompt, WorkloadError
-from suites.serving.workload.tokenizer import HFTokenizer
-from suites.serving.workload.trace import Trace, TraceRequest, read_trace, trace_prompts
+from moeperf.collectors.errors import MoeperfUsageError
+from moeperf.suites.serving.embedded.reference import default_model_dir
+from moeperf.suites.serving.workload import make_trace
+from moeperf.suites.serving.workload.sources import Prompt, WorkloadError
+from moeperf.suites.serving.workload.tokenizer import HFTokenizer
+from moeperf.suites.serving.workload.trace import Trace, TraceRequest, read_trace, trace_prompts
 
 SHIPPED = Path(make_trace.__file__).parents[2] / "specs" / "traces" / "small-mooncake.jsonl"
 SHIPPED_BLOCK_TOKENS = 64

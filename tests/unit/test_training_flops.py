@@ -24,9 +24,9 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
-from targets.model.config import MoEConfig
-from targets.model.model import MoETransformer
-from targets.training.flops import (
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.training.flops import (
     MEGATRON_CAUSAL_FACTOR,
     TrainingFlops,
     flops_breakdown,

@@ -11,16 +11,16 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from targets.model import MoEConfig, MoETransformer
-from targets.model.model import DIRECT, Op, Routing
-from targets.training.memory import (
+from moeperf.targets.model import MoEConfig, MoETransformer
+from moeperf.targets.model.model import DIRECT, Op, Routing
+from moeperf.targets.training.memory import (
     OOM_ERRORS,
     AccountedBudget,
     AccountedOutOfMemoryError,
     CudaBudget,
     training_static_bytes,
 )
-from targets.training.memory_calibrate import calibrate_working_set
+from moeperf.targets.training.memory_calibrate import calibrate_working_set
 
 SMALL = MoEConfig(
     vocab_size=512, hidden_size=64, expert_hidden_size=32, num_layers=4, num_heads=4,

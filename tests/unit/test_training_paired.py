@@ -9,9 +9,9 @@ import statistics
 
 import pytest
 
-from collectors.records import StepRecord
-from collectors.training_summary import PredictedScenario, ScenarioOutcome
-from suites.training.predict import paired_step_s
+from moeperf.collectors.records import StepRecord
+from moeperf.collectors.training_summary import PredictedScenario, ScenarioOutcome
+from moeperf.suites.training.predict import paired_step_s
 
 S = 1_000_000_000
 # The host's pace per round: round 0 is a fresh trainer's warm-up, left out.

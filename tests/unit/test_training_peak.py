@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from targets.training.peak import (
+from moeperf.targets.training.peak import (
     CPU_MATMUL_SIZE,
     CpuMatmulDetail,
     DatasheetEntry,

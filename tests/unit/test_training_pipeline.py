@@ -2,7 +2,7 @@
 
 import pytest
 
-from targets.training.pipeline import max_in_flight, one_f_one_b
+from moeperf.targets.training.pipeline import max_in_flight, one_f_one_b
 
 
 @pytest.mark.parametrize(

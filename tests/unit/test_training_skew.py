@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from targets.model.config import MoEConfig
-from targets.model.model import MoETransformer
-from targets.training.skew import (
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.training.skew import (
     CALM_MEDIAN_EXCESS,
     CALM_SIGMA,
     LONG_RUN_IMBALANCE_LIMIT,
@@ -28,7 +28,7 @@ from targets.training.skew import (
     profile_by_name,
     replay_line,
 )
-from targets.training.skew_fit import fit_router_bias, install, routed_counts, target_counts
+from moeperf.targets.training.skew_fit import fit_router_bias, install, routed_counts, target_counts
 
 REPLAY_EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "routing_replay_example.jsonl"
 SHAPE = RoutingShape(num_layers=4, num_experts=8, top_k=2)

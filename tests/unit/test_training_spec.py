@@ -8,9 +8,9 @@ import json
 import pytest
 
 from moeperf.cli import main
-from suites.errors import SpecError
-from suites.spec import load_spec
-from suites.training.plan import scenarios
+from moeperf.suites.errors import SpecError
+from moeperf.suites.spec import load_spec
+from moeperf.suites.training.plan import scenarios
 
 BASE = """
 suite = "training"

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from collectors.records import StepRecord
-from collectors.training_summary import (
+from moeperf.collectors.records import StepRecord
+from moeperf.collectors.training_summary import (
     BudgetCalibration,
     PeakFlopsSummary,
     ScenarioOutcome,
     summarize_scenario,
     summarize_training,
 )
-from suites.training.tables import training_tables
+from moeperf.suites.training.tables import training_tables
 
 S = 1_000_000_000
 

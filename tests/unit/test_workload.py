@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from suites.serving.workload.sources import (
+from moeperf.suites.serving.workload.sources import (
     LengthDist,
     Prompt,
     WorkloadError,
     load_dataset,
     random_prompts,
 )
-from suites.serving.workload.tokenizer import HFTokenizer
+from moeperf.suites.serving.workload.tokenizer import HFTokenizer
 
 
 @pytest.fixture(scope="module")

@@ -8,18 +8,18 @@ import html
 import pandas as pd
 import pytest
 
-from collectors.quantiles import Described, QuantileEstimate
-from collectors.records import RequestRecord
-from collectors.serving_records import ScenarioSummary, ServingSummary, empty_scenario
-from collectors.tables import SCHEMAS, records_frame, table_to_frame
-from collectors.target_counters import NOT_AVAILABLE, TargetCounters
-from collectors.workload_records import RepeatLevel, RepeatMetric, TraceReplay, TurnSummary
-from collectors.workload_summary import repeat_levels
-from reports.appendix import appendix_html
-from reports.figures.trace_replay import BIN_S, MAX_BINS, arrival_series, bin_width
-from reports.figures.turns import turns_chart
-from reports.render import Chart, Section, Table, render_page
-from reports.workload_blocks import (
+from moeperf.collectors.quantiles import Described, QuantileEstimate
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.serving_records import ScenarioSummary, ServingSummary, empty_scenario
+from moeperf.collectors.tables import SCHEMAS, records_frame, table_to_frame
+from moeperf.collectors.target_counters import NOT_AVAILABLE, TargetCounters
+from moeperf.collectors.workload_records import RepeatLevel, RepeatMetric, TraceReplay, TurnSummary
+from moeperf.collectors.workload_summary import repeat_levels
+from moeperf.reports.appendix import appendix_html
+from moeperf.reports.figures.trace_replay import BIN_S, MAX_BINS, arrival_series, bin_width
+from moeperf.reports.figures.turns import turns_chart
+from moeperf.reports.render import Chart, Section, Table, render_page
+from moeperf.reports.workload_blocks import (
     NOT_ASKED,
     cache_table,
     hit_rate,

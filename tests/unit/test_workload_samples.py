@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.records import RequestRecord
-from collectors.tables import records_frame
-from reports.gate import gate
-from reports.samples import serving_samples
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.tables import records_frame
+from moeperf.reports.gate import gate
+from moeperf.reports.samples import serving_samples
 
 MS = 1_000_000
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from suites.errors import SpecError
-from suites.serving.schedule import level_schedule, pool_keys, scenario_name
-from suites.serving.workload.prompts import PoolKey, pool_seed
-from suites.spec import ServingSpec, validate_spec
+from moeperf.suites.errors import SpecError
+from moeperf.suites.serving.schedule import level_schedule, pool_keys, scenario_name
+from moeperf.suites.serving.workload.prompts import PoolKey, pool_seed
+from moeperf.suites.spec import ServingSpec, validate_spec
 
 
 def _spec(**workload) -> ServingSpec:

@@ -8,11 +8,16 @@ import math
 import pytest
 from scipy import stats
 
-from collectors.quantiles import Described, QuantileEstimate
-from collectors.records import RequestRecord
-from collectors.serving_records import empty_scenario
-from collectors.tables import records_frame
-from collectors.workload_summary import repeat_base, repeat_levels, trace_replay, turn_summaries
+from moeperf.collectors.quantiles import Described, QuantileEstimate
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.serving_records import empty_scenario
+from moeperf.collectors.tables import records_frame
+from moeperf.collectors.workload_summary import (
+    repeat_base,
+    repeat_levels,
+    trace_replay,
+    turn_summaries,
+)
 
 MS = 1_000_000
 

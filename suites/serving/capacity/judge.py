@@ -11,10 +11,10 @@ set its numbers), which stops the search.
 
 from __future__ import annotations
 
-from collectors.quantiles import Described
-from collectors.serving_records import ScenarioSummary
-from suites.serving.capacity.search import Verdict
-from suites.spec import CapacitySpec
+from moeperf.collectors.quantiles import Described
+from moeperf.collectors.serving_records import ScenarioSummary
+from moeperf.suites.serving.capacity.search import Verdict
+from moeperf.suites.spec import CapacitySpec
 
 
 def criteria_text(capacity: CapacitySpec) -> str:

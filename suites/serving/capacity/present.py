@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from collectors.capacity_records import CapacitySummary
+from moeperf.collectors.capacity_records import CapacitySummary
 
 _VERDICT = {True: "held", False: "failed", None: "not judged"}
 

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from collectors.capacity_records import CapacityProbe, CapacitySummary
-from collectors.serving_records import Slo
-from collectors.summary import summarize_requests
-from suites.serving.capacity.judge import criteria_text, judge_probe
-from suites.serving.capacity.search import SearchSettings, Verdict, capacity_search
-from suites.spec import CapacitySpec, ServingSpec
+from moeperf.collectors.capacity_records import CapacityProbe, CapacitySummary
+from moeperf.collectors.serving_records import Slo
+from moeperf.collectors.summary import summarize_requests
+from moeperf.suites.serving.capacity.judge import criteria_text, judge_probe
+from moeperf.suites.serving.capacity.search import SearchSettings, Verdict, capacity_search
+from moeperf.suites.spec import CapacitySpec, ServingSpec
 
 if TYPE_CHECKING:
-    from suites.serving.runner import LevelOutcome
+    from moeperf.suites.serving.runner import LevelOutcome
 
 _STATUS_TEXT = {
     "resolved": "resolved to the resolution",

@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
-from suites.errors import TargetError
-from targets.ready_line import ChildNotReady, ReadyChild, start_ready
+from moeperf.suites.errors import TargetError
+from moeperf.targets.ready_line import ChildNotReady, ReadyChild, start_ready
 
 _READY_TIMEOUT_S = 30.0
 _STDERR_TAIL_CHARS = 500

@@ -15,11 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from suites.errors import UsageError
-from suites.serving.embedded.process import EmbeddedTarget, embedded_target
-from suites.spec import ServingSpec, reference_config
+from moeperf.suites.errors import UsageError
+from moeperf.suites.serving.embedded.process import EmbeddedTarget, embedded_target
+from moeperf.suites.spec import ServingSpec, reference_config
 
-MODULE = "targets.serving"
+MODULE = "moeperf.targets.serving"
 # Importing torch and loading the weights on a slow, busy 2-core machine.
 READY_TIMEOUT_S = 180.0
 _RECIPE_FILE = "recipe.json"
@@ -28,7 +28,7 @@ _CONFIG_FILE = "config.json"
 
 def default_model_dir() -> Path:
     """The model shipped in ``targets/model/default``, found without importing torch."""
-    found = importlib.util.find_spec("targets.model")
+    found = importlib.util.find_spec("moeperf.targets.model")
     if found is None or not found.submodule_search_locations:
         raise RuntimeError("the targets.model package is not installed")
     return Path(next(iter(found.submodule_search_locations))) / "default"

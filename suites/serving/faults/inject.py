@@ -16,10 +16,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-from collectors.drill_records import FaultEvent
-from suites.errors import SuiteError
-from suites.serving.embedded.process import EmbeddedTarget
-from suites.serving.faults.spec import DrillSpec, FaultSpec
+from moeperf.collectors.drill_records import FaultEvent
+from moeperf.suites.errors import SuiteError
+from moeperf.suites.serving.embedded.process import EmbeddedTarget
+from moeperf.suites.serving.faults.spec import DrillSpec, FaultSpec
 
 _HEALTH_POLL_S = 0.05
 _CONTROL_TIMEOUT_S = 5.0

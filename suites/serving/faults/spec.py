@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from suites.spec_base import Positive, Strict
+from moeperf.suites.spec_base import Positive, Strict
 
 FaultKind = Literal["kill", "stall", "http_error", "reset", "malformed", "drop_pool", "hook"]
 # What each target can be made to do: the process faults need a process the harness

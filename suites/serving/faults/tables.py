@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from collectors.drill_records import DrillSummary, LatencyWindow
+from moeperf.collectors.drill_records import DrillSummary, LatencyWindow
 
 
 def _s(value: float | None) -> str:

@@ -3,8 +3,8 @@ failed (failing them is what a drill is for)."""
 
 from __future__ import annotations
 
-from collectors.drill_records import DrillSummary
-from collectors.request_audit import audit_text
+from moeperf.collectors.drill_records import DrillSummary
+from moeperf.collectors.request_audit import audit_text
 
 
 def drill_verdict(drill: DrillSummary, status: str, reason: str | None) -> tuple[str, str | None]:

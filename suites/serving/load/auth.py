@@ -20,10 +20,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from suites.errors import UsageError
+from moeperf.suites.errors import UsageError
 
 if TYPE_CHECKING:  # the workers unpickle RequestHeaders without loading the spec models
-    from suites.spec import TargetSpec
+    from moeperf.suites.spec import TargetSpec
 
 MASK = "***"
 AUTHORIZATION = "Authorization"

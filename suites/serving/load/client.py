@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 import aiohttp
 
-from collectors.records import RequestRecord
-from suites.serving.load.openai_api import Api
-from suites.serving.load.stream_state import (
+from moeperf.collectors.records import RequestRecord
+from moeperf.suites.serving.load.openai_api import Api
+from moeperf.suites.serving.load.stream_state import (
     RequestFailed,
     StreamResult,
     StreamState,

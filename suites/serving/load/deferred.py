@@ -14,7 +14,7 @@ import pickle
 import tempfile
 from collections.abc import Generator
 
-from suites.serving.load.stream_state import StreamResult
+from moeperf.suites.serving.load.stream_state import StreamResult
 
 
 class DeferredSpool:

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from collectors.request_settings import GREEDY, Sampling
+from moeperf.collectors.request_settings import GREEDY, Sampling
 
 Api = Literal["chat", "completions"]
 # OpenAI's newer name for the output cap; some servers accept only one of the two.

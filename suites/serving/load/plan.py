@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from collectors.request_settings import GREEDY, Sampling
-from suites.serving.load.auth import NO_HEADERS, RequestHeaders
-from suites.serving.load.openai_api import Api, MaxTokensField
-from suites.serving.workload.sources import Prompt
+from moeperf.collectors.request_settings import GREEDY, Sampling
+from moeperf.suites.serving.load.auth import NO_HEADERS, RequestHeaders
+from moeperf.suites.serving.load.openai_api import Api, MaxTokensField
+from moeperf.suites.serving.workload.sources import Prompt
 
 LoadMode = Literal["concurrency", "poisson", "gamma"]
 

@@ -8,11 +8,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from collectors.records import RequestRecord
-from collectors.serving_records import WorkerSummary
-from suites.errors import SuiteError
-from suites.serving.load.plan import LevelPlan, WorkerConfig
-from suites.serving.load.worker import worker_main
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.serving_records import WorkerSummary
+from moeperf.suites.errors import SuiteError
+from moeperf.suites.serving.load.plan import LevelPlan, WorkerConfig
+from moeperf.suites.serving.load.worker import worker_main
 
 _POLL_S = 0.1
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from collectors.records import Phase, RequestRecord
-from suites.serving.load.openai_api import request_body
-from suites.serving.load.plan import LevelPlan, WorkerConfig
-from suites.serving.workload.sources import Prompt
+from moeperf.collectors.records import Phase, RequestRecord
+from moeperf.suites.serving.load.openai_api import request_body
+from moeperf.suites.serving.load.plan import LevelPlan, WorkerConfig
+from moeperf.suites.serving.workload.sources import Prompt
 
 
 def body_of(

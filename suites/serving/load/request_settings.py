@@ -8,8 +8,8 @@ spec said. Headers are left out on purpose: their values may be credentials.
 
 from __future__ import annotations
 
-from collectors.request_settings import RequestSettings
-from suites.serving.load.plan import WorkerConfig
+from moeperf.collectors.request_settings import RequestSettings
+from moeperf.suites.serving.load.plan import WorkerConfig
 
 
 def request_settings(config: WorkerConfig, scrape_interval_s: float | None) -> RequestSettings:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from collectors.serving_records import SelfWatchSummary
+from moeperf.collectors.serving_records import SelfWatchSummary
 
 PROBE_INTERVAL_S = 0.01
 

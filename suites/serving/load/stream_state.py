@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from collectors.records import ChunkTokensSource, RequestRecord, StreamEnd
-from suites.serving.load.auth import redact
-from suites.serving.load.openai_api import Api, parse_chunk, rejected_field_hint
-from suites.serving.load.sse import SSEParser
+from moeperf.collectors.records import ChunkTokensSource, RequestRecord, StreamEnd
+from moeperf.suites.serving.load.auth import redact
+from moeperf.suites.serving.load.openai_api import Api, parse_chunk, rejected_field_hint
+from moeperf.suites.serving.load.sse import SSEParser
 
 ERROR_BODY_LIMIT = 500
 

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from collectors.manifest import RunStatus
-from collectors.records import RequestRecord
-from collectors.serving_records import LevelStatus, WorkerSummary
+from moeperf.collectors.manifest import RunStatus
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.serving_records import LevelStatus, WorkerSummary
 
 # More than this share of a level's measured requests not ok: the level failed.
 FAILED_SHARE = 0.5

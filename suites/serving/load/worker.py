@@ -31,17 +31,17 @@ from typing import Any
 
 import aiohttp
 
-from collectors.records import RequestRecord
-from collectors.serving_records import WorkerSummary
-from suites.serving.load.backoff import ConnectBackoff
-from suites.serving.load.client import StreamResult, set_token_times, stream_request
-from suites.serving.load.deferred import DeferredSpool
-from suites.serving.load.openai_api import ENDPOINTS
-from suites.serving.load.plan import LevelPlan, WorkerConfig
-from suites.serving.load.request_of import body_of, new_record
-from suites.serving.load.selfwatch import SelfWatch
-from suites.serving.workload.sources import Prompt
-from suites.serving.workload.tokenizer import (
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.serving_records import WorkerSummary
+from moeperf.suites.serving.load.backoff import ConnectBackoff
+from moeperf.suites.serving.load.client import StreamResult, set_token_times, stream_request
+from moeperf.suites.serving.load.deferred import DeferredSpool
+from moeperf.suites.serving.load.openai_api import ENDPOINTS
+from moeperf.suites.serving.load.plan import LevelPlan, WorkerConfig
+from moeperf.suites.serving.load.request_of import body_of, new_record
+from moeperf.suites.serving.load.selfwatch import SelfWatch
+from moeperf.suites.serving.workload.sources import Prompt
+from moeperf.suites.serving.workload.tokenizer import (
     ServerTokenizer,
     TargetTokenizer,
     TokenizerError,

@@ -17,12 +17,12 @@ from dataclasses import dataclass, replace
 
 import gevent
 
-from collectors.records import RequestRecord
-from collectors.serving_records import WorkerSummary
-from suites.serving.load.plan import LevelPlan, WorkerConfig
-from suites.serving.load.request_of import body_of, new_record
-from suites.serving.locust_engine.selfwatch import GeventSelfWatch
-from suites.serving.workload.sources import Prompt
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.serving_records import WorkerSummary
+from moeperf.suites.serving.load.plan import LevelPlan, WorkerConfig
+from moeperf.suites.serving.load.request_of import body_of, new_record
+from moeperf.suites.serving.locust_engine.selfwatch import GeventSelfWatch
+from moeperf.suites.serving.workload.sources import Prompt
 
 _POLL_S = 0.005
 

@@ -1,4 +1,4 @@
-"""``python -m suites.serving.locust_engine.master``: the Locust master of a moeperf run,
+"""``python -m moeperf.suites.serving.locust_engine.master``: the Locust master of a moeperf run,
 started by the harness (suites/serving/locust_pool.py), which it answers on stdout.
 
 It waits for its workers, measures each one's clock offset (ping-pong, the least
@@ -37,10 +37,10 @@ from locust.argument_parser import get_parser  # noqa: E402
 from locust.env import Environment  # noqa: E402
 from locust.runners import MasterRunner  # noqa: E402
 
-from suites.serving.load.plan import LevelPlan, WorkerConfig  # noqa: E402
-from suites.serving.locust_engine import messages  # noqa: E402
-from suites.serving.locust_engine.level import WorkerRun  # noqa: E402
-from suites.serving.locust_engine.user import StreamUser  # noqa: E402
+from moeperf.suites.serving.load.plan import LevelPlan, WorkerConfig  # noqa: E402
+from moeperf.suites.serving.locust_engine import messages  # noqa: E402
+from moeperf.suites.serving.locust_engine.level import WorkerRun  # noqa: E402
+from moeperf.suites.serving.locust_engine.user import StreamUser  # noqa: E402
 
 _PINGS = 7
 _POLL_S = 0.01
@@ -216,7 +216,7 @@ def _level(master: _Master, plan: LevelPlan) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m suites.serving.locust_engine.master")
+    parser = argparse.ArgumentParser(prog="python -m moeperf.suites.serving.locust_engine.master")
     parser.add_argument("--bind", default="127.0.0.1", help="where workers connect")
     parser.add_argument("--port", type=int, default=5557)
     parser.add_argument("--workers", type=int, required=True, help="workers to wait for")

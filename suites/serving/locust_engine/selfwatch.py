@@ -10,8 +10,8 @@ import time
 import gevent
 import gevent.event
 
-from collectors.serving_records import SelfWatchSummary
-from suites.serving.load.selfwatch import watch_summary
+from moeperf.collectors.serving_records import SelfWatchSummary
+from moeperf.suites.serving.load.selfwatch import watch_summary
 
 PROBE_INTERVAL_S = 0.01
 

@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 
 import gevent
 
-from collectors.records import RequestRecord
-from suites.serving.load.openai_api import ENDPOINTS, Api
-from suites.serving.load.stream_state import (
+from moeperf.collectors.records import RequestRecord
+from moeperf.suites.serving.load.openai_api import ENDPOINTS, Api
+from moeperf.suites.serving.load.stream_state import (
     RequestFailed,
     StreamResult,
     StreamState,

@@ -9,11 +9,11 @@ from __future__ import annotations
 import gevent
 from locust import User, constant, task
 
-from collectors.latency import request_latencies
-from collectors.records import RequestRecord
-from suites.serving.load.stream_state import set_token_times
-from suites.serving.locust_engine.level import Cancelled, RunningLevel
-from suites.serving.locust_engine.transport import Connection
+from moeperf.collectors.latency import request_latencies
+from moeperf.collectors.records import RequestRecord
+from moeperf.suites.serving.load.stream_state import set_token_times
+from moeperf.suites.serving.locust_engine.level import Cancelled, RunningLevel
+from moeperf.suites.serving.locust_engine.transport import Connection
 
 _IDLE_S = 0.005
 

@@ -1,4 +1,4 @@
-"""``python -m suites.serving.locust_engine.worker --master-host H --master-port P``: a
+"""``python -m moeperf.suites.serving.locust_engine.worker --master-host H --master-port P``: a
 Locust worker of the moeperf engine. It answers the master's clock pings, takes the run's
 config, runs each level's share with its users (user.py, level.py), sends its records to
 the master as they end (every 100 ms) and its summary when the level is done.
@@ -24,10 +24,10 @@ from typing import Any  # noqa: E402
 import gevent  # noqa: E402
 from locust.env import Environment  # noqa: E402
 
-from collectors.records import RequestRecord  # noqa: E402
-from suites.serving.locust_engine import messages  # noqa: E402
-from suites.serving.locust_engine.level import RunningLevel, WorkerRun  # noqa: E402
-from suites.serving.locust_engine.user import STATE, StreamUser  # noqa: E402
+from moeperf.collectors.records import RequestRecord  # noqa: E402
+from moeperf.suites.serving.locust_engine import messages  # noqa: E402
+from moeperf.suites.serving.locust_engine.level import RunningLevel, WorkerRun  # noqa: E402
+from moeperf.suites.serving.locust_engine.user import STATE, StreamUser  # noqa: E402
 
 _FLUSH_S = 0.1
 _PARENT_POLL_S = 0.5
@@ -95,7 +95,7 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m suites.serving.locust_engine.worker")
+    parser = argparse.ArgumentParser(prog="python -m moeperf.suites.serving.locust_engine.worker")
     parser.add_argument("--master-host", default="127.0.0.1")
     parser.add_argument("--master-port", type=int, default=5557)
     parser.add_argument("--exit-with-parent", action="store_true")

@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.mtp_ab_records import MtpAbBlock, block_scenario
-from suites.errors import UsageError
-from suites.serving.embedded.reference import running_reference
-from suites.serving.preflight import TargetUnreachable, check_target
-from suites.spec import MtpAbSpec, ServingSpec
+from moeperf.collectors.mtp_ab_records import MtpAbBlock, block_scenario
+from moeperf.suites.errors import UsageError
+from moeperf.suites.serving.embedded.reference import running_reference
+from moeperf.suites.serving.preflight import TargetUnreachable, check_target
+from moeperf.suites.spec import MtpAbSpec, ServingSpec
 
 _HEALTH_POLL_S = 0.5
 

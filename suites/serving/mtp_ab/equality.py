@@ -17,9 +17,9 @@ from typing import Any
 
 import aiohttp
 
-from collectors.mtp_ab_records import MtpAbEquality, MtpAbMismatch
-from suites.serving.load.auth import RequestHeaders
-from suites.serving.workload.sources import Prompt
+from moeperf.collectors.mtp_ab_records import MtpAbEquality, MtpAbMismatch
+from moeperf.suites.serving.load.auth import RequestHeaders
+from moeperf.suites.serving.workload.sources import Prompt
 
 _TIMEOUT_S = 120.0
 

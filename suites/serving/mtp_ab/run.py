@@ -22,19 +22,19 @@ from typing import Any
 
 import aiohttp
 
-from collectors.mtp_ab_records import MtpAbBlock, MtpAbEquality, MtpAbSummary, arm_name
-from collectors.records import RequestRecord
-from collectors.store import RunStore, RunWriter, interrupts_end_runs
-from suites.serving.load.auth import RequestHeaders, request_headers, without_header_values
-from suites.serving.load.pool import WorkerPool
-from suites.serving.load.request_settings import request_settings
-from suites.serving.load.validity import judged_level, run_verdict
-from suites.serving.mtp_ab.arms import Arm, prepare, schedule, serving_arms
-from suites.serving.mtp_ab.equality import arm_outputs, compare
-from suites.serving.observe.live import LiveObservers
-from suites.serving.observe.scraper import TargetScraper
-from suites.serving.preflight import check_target, http_get, served_model
-from suites.serving.runner import (
+from moeperf.collectors.mtp_ab_records import MtpAbBlock, MtpAbEquality, MtpAbSummary, arm_name
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
+from moeperf.suites.serving.load.auth import RequestHeaders, request_headers, without_header_values
+from moeperf.suites.serving.load.pool import WorkerPool
+from moeperf.suites.serving.load.request_settings import request_settings
+from moeperf.suites.serving.load.validity import judged_level, run_verdict
+from moeperf.suites.serving.mtp_ab.arms import Arm, prepare, schedule, serving_arms
+from moeperf.suites.serving.mtp_ab.equality import arm_outputs, compare
+from moeperf.suites.serving.observe.live import LiveObservers
+from moeperf.suites.serving.observe.scraper import TargetScraper
+from moeperf.suites.serving.preflight import check_target, http_get, served_model
+from moeperf.suites.serving.runner import (
     LevelOutcome,
     Progress,
     plan_level,
@@ -42,11 +42,11 @@ from suites.serving.runner import (
     worker_count,
     write_summary,
 )
-from suites.serving.workload.cache_reset import CacheResetter
-from suites.serving.workload.prompts import PoolKey, build_prompt_pools
-from suites.serving.workload.sources import Prompt
-from suites.spec import MtpAbSpec, ServingSpec
-from suites.telemetry import Telemetry
+from moeperf.suites.serving.workload.cache_reset import CacheResetter
+from moeperf.suites.serving.workload.prompts import PoolKey, build_prompt_pools
+from moeperf.suites.serving.workload.sources import Prompt
+from moeperf.suites.spec import MtpAbSpec, ServingSpec
+from moeperf.suites.telemetry import Telemetry
 
 _START_DELAY_S = 0.3  # workers start a block together this long after it is planned
 _NO_POLLING_S = 1e9  # the arms' scrapers scrape at block edges only

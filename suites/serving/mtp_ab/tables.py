@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from collectors.mtp_ab_records import MtpAbEquality, MtpAbSummary, arm_name
+from moeperf.collectors.mtp_ab_records import MtpAbEquality, MtpAbSummary, arm_name
 
 
 def _ms(value_s: float | None) -> str:

@@ -14,8 +14,8 @@ import aiohttp
 import numpy as np
 import pandas as pd
 
-from collectors.quantiles import Described, describe
-from collectors.serving_records import MeasurementErrors
+from moeperf.collectors.quantiles import Described, describe
+from moeperf.collectors.serving_records import MeasurementErrors
 
 _BATCH = 2000
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from collectors.serving_records import ScenarioSummary
-from collectors.store import RunReader
-from collectors.target_counters import level_target_counters
+from moeperf.collectors.serving_records import ScenarioSummary
+from moeperf.collectors.store import RunReader
+from moeperf.collectors.target_counters import level_target_counters
 
 
 def with_target_counters(

@@ -6,16 +6,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from collectors.accel_records import DeviceSample
-from collectors.live_export import LiveExporter
-from collectors.push import push_run
-from collectors.records import RequestRecord
-from collectors.store import RunWriter
-from collectors.summary import Slo
-from collectors.target_counters import TargetCounters, level_target_counters
-from suites.serving.load.auth import NO_HEADERS, RequestHeaders
-from suites.serving.load.pool import WorkerHealth
-from suites.spec import ServingSpec
+from moeperf.collectors.accel_records import DeviceSample
+from moeperf.collectors.live_export import LiveExporter
+from moeperf.collectors.push import push_run
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.store import RunWriter
+from moeperf.collectors.summary import Slo
+from moeperf.collectors.target_counters import TargetCounters, level_target_counters
+from moeperf.suites.serving.load.auth import NO_HEADERS, RequestHeaders
+from moeperf.suites.serving.load.pool import WorkerHealth
+from moeperf.suites.spec import ServingSpec
 
 
 class LiveObservers:
@@ -42,7 +42,7 @@ class LiveObservers:
         self.exporter = LiveExporter(spec.name, target_name, slo=slo) if wanted else None
         self._scraper = None
         if spec.export.scrape_target:
-            from suites.serving.observe.scraper import ThreadedScraper
+            from moeperf.suites.serving.observe.scraper import ThreadedScraper
 
             anchor_ns = run.manifest.anchor_monotonic_ns
             self._scraper = ThreadedScraper(

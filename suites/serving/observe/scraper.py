@@ -27,8 +27,8 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from collectors.target_metrics import CounterWindow, ExpositionError, read_exposition
-from suites.serving.load.auth import NO_HEADERS, RequestHeaders
+from moeperf.collectors.target_metrics import CounterWindow, ExpositionError, read_exposition
+from moeperf.suites.serving.load.auth import NO_HEADERS, RequestHeaders
 
 OnSample = Callable[[dict[str, Any]], None]
 ClockNs = Callable[[], int]

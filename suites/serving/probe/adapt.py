@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from suites.serving.probe.result import ProbeResult
-from suites.spec import TargetSpec
+from moeperf.suites.serving.probe.result import ProbeResult
+from moeperf.suites.spec import TargetSpec
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from typing import Any
 
 import aiohttp
 
-from suites.serving.load.openai_api import ENDPOINTS, Api, parse_chunk
-from suites.serving.load.sse import SSEParser
+from moeperf.suites.serving.load.openai_api import ENDPOINTS, Api, parse_chunk
+from moeperf.suites.serving.load.sse import SSEParser
 
 PROBE_MAX_TOKENS = 8
 _BODY_LIMIT = 300

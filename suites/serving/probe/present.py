@@ -7,7 +7,7 @@ import json
 
 from rich.table import Table
 
-from suites.serving.probe.result import ProbeResult
+from moeperf.suites.serving.probe.result import ProbeResult
 
 _USAGE = {
     "every_chunk": "on every chunk",

@@ -20,13 +20,13 @@ from typing import Any
 
 import aiohttp
 
-import collectors.metric_names as mn
-from collectors.target_metrics import ExpositionError, TargetSample, read_exposition
-from suites.errors import UsageError
-from suites.serving.load.auth import NO_HEADERS, RequestHeaders
-from suites.serving.load.openai_api import ENDPOINTS, Api
-from suites.serving.probe.exchange import Mask, StreamAnswer, base_body, exchange
-from suites.serving.probe.result import (
+import moeperf.collectors.metric_names as mn
+from moeperf.collectors.target_metrics import ExpositionError, TargetSample, read_exposition
+from moeperf.suites.errors import UsageError
+from moeperf.suites.serving.load.auth import NO_HEADERS, RequestHeaders
+from moeperf.suites.serving.load.openai_api import ENDPOINTS, Api
+from moeperf.suites.serving.probe.exchange import Mask, StreamAnswer, base_body, exchange
+from moeperf.suites.serving.probe.result import (
     FieldCheck,
     Honoured,
     MetricsFacts,

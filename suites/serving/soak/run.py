@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from collectors.soak_records import SoakSummary, SoakThresholds
-from collectors.soak_summary import SoakPlan, summarize_soak
-from collectors.store import RunReader, RunWriter
-from suites.serving.embedded.process import EmbeddedTarget
-from suites.serving.soak.memory import MemoryWatch
-from suites.serving.soak.spec import SoakSpec
-from suites.spec import ServingSpec
+from moeperf.collectors.soak_records import SoakSummary, SoakThresholds
+from moeperf.collectors.soak_summary import SoakPlan, summarize_soak
+from moeperf.collectors.store import RunReader, RunWriter
+from moeperf.suites.serving.embedded.process import EmbeddedTarget
+from moeperf.suites.serving.soak.memory import MemoryWatch
+from moeperf.suites.serving.soak.spec import SoakSpec
+from moeperf.suites.spec import ServingSpec
 
 MIB = 2**20
 

@@ -33,7 +33,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from suites.spec_base import NonNegative, Positive, Strict
+from moeperf.suites.spec_base import NonNegative, Positive, Strict
 
 MIN_WINDOWS = 3  # a slope's interval needs n - 2 >= 1 degrees of freedom
 

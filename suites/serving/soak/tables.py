@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from collectors.soak_records import SoakSummary, SoakWindow
+from moeperf.collectors.soak_records import SoakSummary, SoakWindow
 
 MIB = 2**20
 

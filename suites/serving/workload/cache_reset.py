@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from suites.serving.load.auth import NO_HEADERS, RequestHeaders
-from suites.serving.preflight import Answer, http_post
+from moeperf.suites.serving.load.auth import NO_HEADERS, RequestHeaders
+from moeperf.suites.serving.preflight import Answer, http_post
 
 # Tried in this order; the reference target answers the first.
 RESET_ENDPOINTS = ("/reset_prefix_cache", "/flush_cache")

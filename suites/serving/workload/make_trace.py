@@ -1,4 +1,5 @@
-"""Synthetic request traces in Mooncake's format (`python -m suites.serving.workload.make_trace`).
+"""Synthetic request traces in Mooncake's format
+(`python -m moeperf.suites.serving.workload.make_trace`).
 
 A stand-in for a recorded trace with the structure that matters to a serving system: when
 requests arrive, how long they are, and which prompt blocks they share (the prefix cache's
@@ -37,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from suites.serving.workload.sources import WorkloadError
-from suites.serving.workload.trace import TraceRequest
+from moeperf.suites.serving.workload.sources import WorkloadError
+from moeperf.suites.serving.workload.trace import TraceRequest
 
 # How far back a follow-up turn looks for the conversation it continues, in requests.
 _RECENT = 16
@@ -167,7 +168,7 @@ def shared_first_block_share(requests: Sequence[TraceRequest]) -> float:
 def _parser() -> argparse.ArgumentParser:
     d = TraceShape(requests=1, rate=1.0)  # the defaults, shown in --help
     parser = argparse.ArgumentParser(
-        prog="python -m suites.serving.workload.make_trace",
+        prog="python -m moeperf.suites.serving.workload.make_trace",
         description="Write a synthetic request trace in Mooncake's JSONL format.",
     )
     parser.add_argument("--out", required=True, help="the JSONL file to write")

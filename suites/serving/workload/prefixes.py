@@ -12,13 +12,13 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from suites.serving.workload.sources import (
+from moeperf.suites.serving.workload.sources import (
     LengthDist,
     Prompt,
     WorkloadError,
     _prefixed_texts,
 )
-from suites.serving.workload.tokenizer import TargetTokenizer
+from moeperf.suites.serving.workload.tokenizer import TargetTokenizer
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,19 +6,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from suites.errors import UsageError
-from suites.serving.load.auth import NO_HEADERS, RequestHeaders
-from suites.serving.workload.prefixes import PrefixPlan, prefixed_prompts
-from suites.serving.workload.sources import (
+from moeperf.suites.errors import UsageError
+from moeperf.suites.serving.load.auth import NO_HEADERS, RequestHeaders
+from moeperf.suites.serving.workload.prefixes import PrefixPlan, prefixed_prompts
+from moeperf.suites.serving.workload.sources import (
     LengthDist,
     Prompt,
     WorkloadError,
     load_dataset,
     random_prompts,
 )
-from suites.serving.workload.tokenizer import TargetTokenizer, TokenizerError, resolve_tokenizer
-from suites.serving.workload.trace import Trace, read_trace, trace_prompts
-from suites.spec import SPEC_DIR, LengthSpec, ServingSpec, spec_data_path
+from moeperf.suites.serving.workload.tokenizer import (
+    TargetTokenizer,
+    TokenizerError,
+    resolve_tokenizer,
+)
+from moeperf.suites.serving.workload.trace import Trace, read_trace, trace_prompts
+from moeperf.suites.spec import SPEC_DIR, LengthSpec, ServingSpec, spec_data_path
 
 
 def length_dist(spec: LengthSpec) -> LengthDist:

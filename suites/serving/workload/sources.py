@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from suites.errors import UsageError
-from suites.serving.workload.tokenizer import TargetTokenizer
+from moeperf.suites.errors import UsageError
+from moeperf.suites.serving.workload.tokenizer import TargetTokenizer
 
 log = logging.getLogger(__name__)
 

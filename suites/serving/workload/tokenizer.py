@@ -24,8 +24,8 @@ from typing import Protocol
 import aiohttp
 from tokenizers import Tokenizer
 
-from suites.errors import SuiteError
-from suites.serving.load.auth import NO_HEADERS, RequestHeaders
+from moeperf.suites.errors import SuiteError
+from moeperf.suites.serving.load.auth import NO_HEADERS, RequestHeaders
 
 
 class TokenizerError(SuiteError):

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from suites.serving.workload.sources import JoinError, Prompt, WorkloadError, exact_suffixes
-from suites.serving.workload.tokenizer import TargetTokenizer
+from moeperf.suites.serving.workload.sources import JoinError, Prompt, WorkloadError, exact_suffixes
+from moeperf.suites.serving.workload.tokenizer import TargetTokenizer
 
 TraceFormat = Literal["mooncake", "jsonl"]
 

@@ -1,7 +1,7 @@
 """Continuous batching with a paged KV cache, prefix caching, chunked prefill, preemption
 by recompute and MTP speculative decoding, for ``targets.model.MoETransformer``."""
 
-from targets.serving.engine.api import (
+from moeperf.targets.serving.engine.api import (
     EngineConfig,
     EngineError,
     EngineStats,

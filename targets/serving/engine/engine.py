@@ -26,10 +26,10 @@ from copy import deepcopy
 import torch
 from torch import Tensor
 
-from targets.model.hybrid import HybridMoETransformer
-from targets.model.model import MoETransformer
-from targets.serving.engine import prompt_logprobs, sampler
-from targets.serving.engine.api import (
+from moeperf.targets.model.hybrid import HybridMoETransformer
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.serving.engine import prompt_logprobs, sampler
+from moeperf.targets.serving.engine.api import (
     EngineConfig,
     EngineCounters,
     EngineStats,
@@ -39,14 +39,14 @@ from targets.serving.engine.api import (
     SamplingParams,
     TokenLogprob,
 )
-from targets.serving.engine.block_pool import BlockPool, block_hash
-from targets.serving.engine.kv_cache import KVCache
-from targets.serving.engine.linear_state import LinearSegment, LinearStateCache, PagedLinear
-from targets.serving.engine.mtp_drafter import MTPDrafter
-from targets.serving.engine.paged_attention import PagedAttention, Segment
-from targets.serving.engine.scheduler import ScheduledSeq, Scheduler
-from targets.serving.engine.sequence import Sequence
-from targets.serving.engine.validation import validate_request
+from moeperf.targets.serving.engine.block_pool import BlockPool, block_hash
+from moeperf.targets.serving.engine.kv_cache import KVCache
+from moeperf.targets.serving.engine.linear_state import LinearSegment, LinearStateCache, PagedLinear
+from moeperf.targets.serving.engine.mtp_drafter import MTPDrafter
+from moeperf.targets.serving.engine.paged_attention import PagedAttention, Segment
+from moeperf.targets.serving.engine.scheduler import ScheduledSeq, Scheduler
+from moeperf.targets.serving.engine.sequence import Sequence
+from moeperf.targets.serving.engine.validation import validate_request
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # Why a hybrid model serves without prefix caching (its metrics and the README say so): a

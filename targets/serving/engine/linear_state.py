@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from targets.model.hybrid import GatedDeltaNet, HybridMoETransformer, LinearState
-from targets.serving.engine.sequence import Sequence
+from moeperf.targets.model.hybrid import GatedDeltaNet, HybridMoETransformer, LinearState
+from moeperf.targets.serving.engine.sequence import Sequence
 
 _BATCHED_MAX_TOKENS = 8  # segments this short (decode, verification) run batched
 

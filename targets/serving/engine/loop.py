@@ -12,8 +12,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
-from targets.serving.engine.api import EngineStats, RequestOutput, SamplingParams
-from targets.serving.engine.engine import Engine
+from moeperf.targets.serving.engine.api import EngineStats, RequestOutput, SamplingParams
+from moeperf.targets.serving.engine.engine import Engine
 
 _IDLE_WAIT_S = 0.5  # how often an idle loop looks at its stop flag
 

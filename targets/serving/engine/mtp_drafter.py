@@ -22,12 +22,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from targets.model.hybrid import HybridMoETransformer
-from targets.model.model import MoETransformer
-from targets.serving.engine import sampler
-from targets.serving.engine.kv_cache import KVCache
-from targets.serving.engine.paged_attention import PagedAttention, Segment
-from targets.serving.engine.sequence import Sequence
+from moeperf.targets.model.hybrid import HybridMoETransformer
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.serving.engine import sampler
+from moeperf.targets.serving.engine.kv_cache import KVCache
+from moeperf.targets.serving.engine.paged_attention import PagedAttention, Segment
+from moeperf.targets.serving.engine.sequence import Sequence
 
 _MODULE = 0  # drafts chain the first MTP module
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from targets.serving.engine.kv_cache import KVCache
+from moeperf.targets.serving.engine.kv_cache import KVCache
 
 _BATCHED_MAX_QUERIES = 8  # segments this short are padded together
 

@@ -19,11 +19,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from targets.model.hybrid import HybridMoETransformer
-from targets.model.model import MoETransformer
-from targets.serving.engine.api import TokenLogprob
-from targets.serving.engine.scheduler import ScheduledSeq
-from targets.serving.engine.sequence import Sequence
+from moeperf.targets.model.hybrid import HybridMoETransformer
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.serving.engine.api import TokenLogprob
+from moeperf.targets.serving.engine.scheduler import ScheduledSeq
+from moeperf.targets.serving.engine.sequence import Sequence
 
 
 def collect(

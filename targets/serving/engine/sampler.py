@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from targets.serving.engine.api import SamplingParams, TokenLogprob
+from moeperf.targets.serving.engine.api import SamplingParams, TokenLogprob
 
 
 def sampling_probs(logits: Tensor, params: SamplingParams) -> Tensor:

@@ -17,9 +17,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from targets.serving.engine.api import EngineConfig
-from targets.serving.engine.block_pool import BlockPool, NoFreeBlocksError, chain_hashes
-from targets.serving.engine.sequence import Sequence
+from moeperf.targets.serving.engine.api import EngineConfig
+from moeperf.targets.serving.engine.block_pool import BlockPool, NoFreeBlocksError, chain_hashes
+from moeperf.targets.serving.engine.sequence import Sequence
 
 
 @dataclass

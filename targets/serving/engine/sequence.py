@@ -7,8 +7,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from targets.serving.engine.api import FinishReason, RequestOutput, SamplingParams, TokenLogprob
-from targets.serving.engine.block_pool import Block
+from moeperf.targets.serving.engine.api import (
+    FinishReason,
+    RequestOutput,
+    SamplingParams,
+    TokenLogprob,
+)
+from moeperf.targets.serving.engine.block_pool import Block
 
 
 @dataclass(eq=False)

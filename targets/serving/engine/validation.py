@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from targets.serving.engine.api import EngineConfig, InvalidRequestError, SamplingParams
+from moeperf.targets.serving.engine.api import EngineConfig, InvalidRequestError, SamplingParams
 
 # vLLM's _SAMPLING_EPS: a temperature below it is greedy at the API (openai_request.py).
 MIN_TEMPERATURE = 1e-5

@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from targets.model.model import MoE, Routing
-from targets.training.distributed.comm import Comm, ExpertTraffic
+from moeperf.targets.model.model import MoE, Routing
+from moeperf.targets.training.distributed.comm import Comm, ExpertTraffic
 
 
 class ExpertParallelMoE(MoE):

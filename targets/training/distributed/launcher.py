@@ -30,9 +30,14 @@ from typing import Literal
 
 import torch
 
-from targets.training.distributed.rank_step import RankEvent, RankStep, read_line, records_path
-from targets.training.distributed.rank_trainer import DistConfig
-from targets.training.distributed.worker import CONFIG_EXIT, OOM_EXIT, STORE_FILE_ENV
+from moeperf.targets.training.distributed.rank_step import (
+    RankEvent,
+    RankStep,
+    read_line,
+    records_path,
+)
+from moeperf.targets.training.distributed.rank_trainer import DistConfig
+from moeperf.targets.training.distributed.worker import CONFIG_EXIT, OOM_EXIT, STORE_FILE_ENV
 
 POLL_S = 0.01
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
@@ -103,7 +108,7 @@ def prepare_token_stream(config: DistConfig) -> DistConfig:
     """Tokenize the corpus once for every rank and attempt (a saved tensor they load)."""
     if config.trainer.token_stream_path is not None:
         return config
-    from targets.training.setup import _model, training_stream
+    from moeperf.targets.training.setup import _model, training_stream
 
     _, tokenizer = _model(dataclasses.replace(config.trainer, token_stream_path=None))
     assert tokenizer is not None
@@ -327,7 +332,12 @@ def _start(config: DistConfig, out: Path) -> list[subprocess.Popen[bytes]]:
         with log.open("wb") as log_file:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "targets.training.distributed.worker", str(path)],
+                    [
+                        sys.executable,
+                        "-m",
+                        "moeperf.targets.training.distributed.worker",
+                        str(path),
+                    ],
                     env=env,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,

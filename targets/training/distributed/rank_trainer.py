@@ -29,23 +29,23 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from targets.model.config import MoEConfig
-from targets.model.train import make_optimizer
-from targets.training.checkpoint import TrainState
-from targets.training.distributed.comm import Comm, ExpertTraffic
-from targets.training.distributed.layout import Layout, local_experts, stage_layers
-from targets.training.distributed.rank_step import RankStep
-from targets.training.distributed.shards import ShardedCheckpoints
-from targets.training.distributed.stage import (
+from moeperf.targets.model.config import MoEConfig
+from moeperf.targets.model.train import make_optimizer
+from moeperf.targets.training.checkpoint import TrainState
+from moeperf.targets.training.distributed.comm import Comm, ExpertTraffic
+from moeperf.targets.training.distributed.layout import Layout, local_experts, stage_layers
+from moeperf.targets.training.distributed.rank_step import RankStep
+from moeperf.targets.training.distributed.shards import ShardedCheckpoints
+from moeperf.targets.training.distributed.stage import (
     StagePlan,
     cut_to_stage,
     spread_experts,
     stage_forward,
 )
-from targets.training.memory import AccountedBudget, CudaBudget, training_static_bytes
-from targets.training.pipeline import one_f_one_b
-from targets.training.policies import AdaptivePolicy
-from targets.training.setup import TrainerConfig, TrainingConfigError, build
+from moeperf.targets.training.memory import AccountedBudget, CudaBudget, training_static_bytes
+from moeperf.targets.training.pipeline import one_f_one_b
+from moeperf.targets.training.policies import AdaptivePolicy
+from moeperf.targets.training.setup import TrainerConfig, TrainingConfigError, build
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from targets.training.checkpoint import TrainState, load_checkpoint, save_checkpoint
+from moeperf.targets.training.checkpoint import TrainState, load_checkpoint, save_checkpoint
 
 COMPLETE = "COMPLETE"
 

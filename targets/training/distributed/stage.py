@@ -14,9 +14,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from targets.model.model import MoE, MoETransformer, batch_output, causal_attention, rotary_cos_sin
-from targets.training.distributed.comm import Comm
-from targets.training.distributed.ep_moe import ExpertParallelMoE
+from moeperf.targets.model.model import (
+    MoE,
+    MoETransformer,
+    batch_output,
+    causal_attention,
+    rotary_cos_sin,
+)
+from moeperf.targets.training.distributed.comm import Comm
+from moeperf.targets.training.distributed.ep_moe import ExpertParallelMoE
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """One rank of a distributed training job.
 
-    python -m targets.training.distributed.worker CONFIG.json
+    python -m moeperf.targets.training.distributed.worker CONFIG.json
 
 torchrun's environment contract: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and LOCAL_RANK
-for the GPU), so ``torchrun --nproc-per-node N -m targets.training.distributed.worker
+for the GPU), so ``torchrun --nproc-per-node N -m moeperf.targets.training.distributed.worker
 CONFIG.json`` runs it as well as the launcher does (which has its ranks meet through a
 file, ``MOEPERF_DIST_STORE_FILE``, rather than a TCP store). The rank starts from the newest
 complete sharded checkpoint in the config's ``out_dir`` (writing step 0's first when there
@@ -24,13 +24,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from targets.training.checkpoint import TrainState
-from targets.training.distributed.comm import Comm, make_groups, ping_pong
-from targets.training.distributed.layout import LayoutError
-from targets.training.distributed.rank_step import RankEvent, RecordsFile, records_path
-from targets.training.distributed.rank_trainer import DistConfig, RankTrainer
-from targets.training.setup import TrainingConfigError
-from targets.training.skew import SkewProfileError
+from moeperf.targets.training.checkpoint import TrainState
+from moeperf.targets.training.distributed.comm import Comm, make_groups, ping_pong
+from moeperf.targets.training.distributed.layout import LayoutError
+from moeperf.targets.training.distributed.rank_step import RankEvent, RecordsFile, records_path
+from moeperf.targets.training.distributed.rank_trainer import DistConfig, RankTrainer
+from moeperf.targets.training.setup import TrainingConfigError
+from moeperf.targets.training.skew import SkewProfileError
 
 OOM_EXIT = 3
 STORE_FILE_ENV = "MOEPERF_DIST_STORE_FILE"  # set by the launcher: the rendezvous file
@@ -41,7 +41,10 @@ COLLECTIVE_TIMEOUT_S = 120  # a peer that never comes (a hung rank) ends the job
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m targets.training.distributed.worker CONFIG.json", file=sys.stderr)
+        print(
+            "usage: python -m moeperf.targets.training.distributed.worker CONFIG.json",
+            file=sys.stderr,
+        )
         return 2
     config = DistConfig.from_json(Path(argv[0]).read_text())
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
