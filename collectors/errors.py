@@ -38,3 +38,12 @@ class CorruptRunFileError(CollectorError, MoeperfUsageError):
 
 class RunsDirError(CollectorError, MoeperfUsageError):
     """The runs directory given is not one (a file)."""
+
+
+class RunInterrupted(BaseException):
+    """Raised in the main thread when SIGINT or SIGTERM asks a run to stop (a
+    BaseException, as KeyboardInterrupt is: no ``except Exception`` swallows it)."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from moeperf.collectors.request_settings import RequestSettings
+from moeperf.collectors.request_settings import RequestSettings, legacy_request_settings
 from moeperf.collectors.schema import SCHEMA_VERSION, check_schema_version
 
 # complete: every level ok. failed: it ran to its end, but some level's requests mostly
@@ -42,7 +42,7 @@ class RunManifest:
     # Plain statements about how to read the results, e.g. what warm-up excluded.
     notes: list[str] = field(default_factory=list)
     # What every request asked of the target (serving runs); None in runs stored before
-    # it was recorded: collectors.request_settings.run_request_settings derives theirs.
+    # it was recorded: run_request_settings (below) derives theirs.
     request_settings: RequestSettings | None = None
     schema_version: int = SCHEMA_VERSION
 
@@ -60,3 +60,13 @@ class RunManifest:
                 fields["request_settings"], where
             )
         return cls(**fields)
+
+
+def run_request_settings(manifest: RunManifest) -> RequestSettings | None:
+    """A serving run's settings: as recorded, else derived (``legacy_request_settings``);
+    None for runs of other suites, which send no requests."""
+    if manifest.request_settings is not None:
+        return manifest.request_settings
+    if manifest.suite != "serving":
+        return None
+    return legacy_request_settings(manifest.spec_resolved)

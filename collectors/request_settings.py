@@ -21,12 +21,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from moeperf.collectors.errors import CollectorError
-
-if TYPE_CHECKING:
-    from moeperf.collectors.manifest import RunManifest
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,16 +150,6 @@ def legacy_request_settings(spec_resolved: Mapping[str, Any]) -> RequestSettings
         extra_body=dict(target.get("extra_body") or {}),
         scrape_interval_s=float(export.get("scrape_interval_s", 2.0)) if scraped else None,
     )
-
-
-def run_request_settings(manifest: RunManifest) -> RequestSettings | None:
-    """A serving run's settings: as recorded, else derived (``legacy_request_settings``);
-    None for runs of other suites, which send no requests."""
-    if manifest.request_settings is not None:
-        return manifest.request_settings
-    if manifest.suite != "serving":
-        return None
-    return legacy_request_settings(manifest.spec_resolved)
 
 
 def _table(spec: Mapping[str, Any], name: str) -> Mapping[str, Any]:

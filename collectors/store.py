@@ -32,6 +32,7 @@ from moeperf.collectors.accel_records import DeviceSample
 from moeperf.collectors.errors import (
     CollectorError,
     CorruptRunFileError,
+    RunInterrupted,
     RunNotFoundError,
     RunsDirError,
     SchemaVersionError,
@@ -95,14 +96,6 @@ def _jsonl_table(kind: str, path: Path) -> pa.Table:
     if not batches:
         return SCHEMAS[kind].empty_table()
     return _latest_table(kind, pa.concat_tables(batches))
-
-
-class RunInterrupted(BaseException):
-    """Raised in the main thread when SIGINT or SIGTERM asks a run to stop."""
-
-    def __init__(self, signal_name: str):
-        super().__init__(signal_name)
-        self.signal_name = signal_name
 
 
 @contextmanager

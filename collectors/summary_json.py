@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from pydantic import TypeAdapter, ValidationError
@@ -35,18 +35,12 @@ from moeperf.collectors.schema import (
 from moeperf.collectors.serving_records import ServingSummary, empty_scenario
 from moeperf.collectors.simulation_summary import SimulationSummary
 from moeperf.collectors.training_summary import TrainingSummary
+from moeperf.registry import find_suite, suite_names
 
 RunSummary = (
     ServingSummary | TrainingSummary | DistTrainingSummary | MicroSummary | AccuracySummary
     | SimulationSummary
 )  # fmt: skip
-_BY_SUITE: dict[str, type[RunSummary]] = {
-    cls.SUITE: cls
-    for cls in (
-        ServingSummary, TrainingSummary, DistTrainingSummary, MicroSummary, AccuracySummary,
-        SimulationSummary,
-    )
-}  # fmt: skip
 # A benchmark's rounds (a Described) are written inline in its entry, as version 1 did.
 _ROUNDS_FIELDS = ("count", "mean", "quantiles")
 
@@ -71,10 +65,12 @@ def summary_from_json(data: Any, where: str) -> RunSummary:
     if data["schema_version"] == 1:
         data = _from_version_1(data)
     suite = data.get("suite")
-    cls = _BY_SUITE.get(suite) if isinstance(suite, str) else None
-    if cls is None:
-        known = ", ".join(sorted(_BY_SUITE))
+    # The record is the one the suite registry names for the file's tag.
+    entry = find_suite(suite)
+    if entry is None:
+        known = ", ".join(sorted(suite_names()))
         raise SummaryFormatError(f"{where}: suite {suite!r} is not one of {known}")
+    cls = cast(type[RunSummary], entry.summary.load())
     if cls is MicroSummary and isinstance(data.get("benchmarks"), dict):
         benchmarks = {name: _nested_benchmark(e) for name, e in data["benchmarks"].items()}
         data = {**data, "benchmarks": benchmarks}

@@ -10,33 +10,17 @@ from typing import TYPE_CHECKING, Literal
 
 from rich.console import Console
 
+# Only what every command needs is imported here: each command imports its own modules
+# when it runs, so `moeperf --help` and `moeperf runs list` start fast (benchmarks/cli_startup.py).
 from moeperf import report_commands, target_commands
-from moeperf.collectors.accuracy_records import AccuracySummary
-from moeperf.collectors.dist_training_summary import DistTrainingSummary
-from moeperf.collectors.errors import MoeperfError
-from moeperf.collectors.request_audit import audit_text
-from moeperf.collectors.serving_records import ServingSummary
-from moeperf.collectors.simulation_summary import SimulationSummary
-from moeperf.collectors.store import RunInterrupted, RunStore
-from moeperf.collectors.target_counters import metrics_unavailable
-from moeperf.collectors.training_summary import TrainingSummary
+from moeperf.collectors.errors import MoeperfError, RunInterrupted
 from moeperf.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_code
 from moeperf.plan_command import add_plan_commands
 from moeperf.probe_command import add_probe_command
-from moeperf.reports.request_view import request_facts
 from moeperf.suites.errors import UsageError
-from moeperf.suites.present import (
-    ProgressBar,
-    announce_run,
-    latency_table,
-    plain_lines,
-    runs_table,
-    target_counters_line,
-    throughput_line,
-)
-from moeperf.suites.spec import LoadedSpec, load_spec
 
 if TYPE_CHECKING:
+    from moeperf.collectors.store import RunStore
     from moeperf.suites.serving.calibrate import CalibrationOptions
 
 PUSHGATEWAY_ENV = "MOEPERF_PUSHGATEWAY_URL"
@@ -69,30 +53,26 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         overrides.append(f"export.metrics_port={args.metrics_port}")
     if args.repeat is not None:
         overrides.append(f"load.repeats={args.repeat}")
-    loaded = load_spec(args.spec, overrides)
-    store = RunStore(args.runs_dir)
-    if loaded.spec.suite == "training":
-        return _run_training(args, console, store, loaded)
-    if loaded.spec.suite == "training-dist":
-        return _run_training_dist(args, console, store, loaded)
-    if loaded.spec.suite == "accuracy":
-        return _run_accuracy(args, console, store, loaded)
-    if loaded.spec.suite == "simulation":
-        return _run_simulation(args, console, store, loaded)
-    from moeperf.suites.serving.runner import run_serving
+    from moeperf.specs import load_spec, runnable_suite
+    from moeperf.suites.present import ProgressBar, announce_run, plain_lines
+    from moeperf.suites.run_options import RunOptions
 
+    loaded = load_spec(args.spec, overrides)
+    run = runnable_suite(loaded.suite, loaded.source).run
+    assert run is not None  # runnable_suite checked it
+    from moeperf.collectors.store import RunStore
+
+    store = RunStore(args.runs_dir)
     bar = ProgressBar(console)
+    options = RunOptions(
+        on_started=lambda writer: announce_run(writer, console),
+        say=plain_lines(console),
+        pushgateway_url=_pushgateway_url(args),
+        progress=bar,
+        warn_only=args.warn_only,
+    )
     try:
-        run_id = run_serving(
-            loaded.serving,
-            loaded.given,
-            store,
-            bar,
-            lambda run: announce_run(run, console),
-            pushgateway_url=_pushgateway_url(args),
-            say=plain_lines(console),
-            warn_only=args.warn_only,
-        )
+        run_id = run.load()(loaded.spec, loaded.given, store, options)
     finally:
         bar.close()
     return _show_ended(store, run_id, console, warn_only=args.warn_only)
@@ -135,68 +115,6 @@ def _locust_worker(args: argparse.Namespace) -> int:
     return subprocess.call(command)
 
 
-def _run_training(
-    args: argparse.Namespace, console: Console, store: RunStore, loaded: LoadedSpec
-) -> int:
-    from moeperf.suites.training.runner import run_training
-
-    run_id = run_training(
-        loaded.training,
-        loaded.given,
-        store,
-        lambda run: announce_run(run, console),
-        pushgateway_url=_pushgateway_url(args),
-        say=plain_lines(console),
-    )
-    return _show_ended(store, run_id, console, warn_only=args.warn_only)
-
-
-def _run_training_dist(
-    args: argparse.Namespace, console: Console, store: RunStore, loaded: LoadedSpec
-) -> int:
-    from moeperf.suites.training.dist_runner import run_training_dist
-
-    run_id = run_training_dist(
-        loaded.training_dist,
-        loaded.given,
-        store,
-        lambda run: announce_run(run, console),
-        pushgateway_url=_pushgateway_url(args),
-        say=plain_lines(console),
-    )
-    return _show_ended(store, run_id, console, warn_only=args.warn_only)
-
-
-def _run_accuracy(
-    args: argparse.Namespace, console: Console, store: RunStore, loaded: LoadedSpec
-) -> int:
-    from moeperf.suites.accuracy.run import run_accuracy
-
-    run_id = run_accuracy(
-        loaded.accuracy,
-        loaded.given,
-        store,
-        lambda run: announce_run(run, console),
-        say=plain_lines(console),
-    )
-    return _show_ended(store, run_id, console, warn_only=args.warn_only)
-
-
-def _run_simulation(
-    args: argparse.Namespace, console: Console, store: RunStore, loaded: LoadedSpec
-) -> int:
-    from moeperf.suites.simulation.run import run_simulation
-
-    run_id = run_simulation(
-        loaded.simulation,
-        loaded.given,
-        store,
-        lambda run: announce_run(run, console),
-        say=plain_lines(console),
-    )
-    return _show_ended(store, run_id, console, warn_only=args.warn_only)
-
-
 def _pushgateway_url(args: argparse.Namespace) -> str | None:
     """--pushgateway, else $MOEPERF_PUSHGATEWAY_URL; never stored in the run."""
     return args.pushgateway or os.environ.get(PUSHGATEWAY_ENV) or None
@@ -225,6 +143,9 @@ def _show_ended(store: RunStore, run_id: str, console: Console, *, warn_only: bo
 
 
 def _show(store: RunStore, run: str, console: Console) -> None:
+    from moeperf.registry import find_suite
+    from moeperf.reports.request_view import request_facts
+
     reader = store.open(run)
     m = reader.manifest
     status = m.status + (f" ({m.status_reason})" if m.status_reason else "")
@@ -242,109 +163,20 @@ def _show(store: RunStore, run: str, console: Console) -> None:
     if summary is None:
         console.print("no summary (the run ended before one was written)")
         return
-    if isinstance(summary, TrainingSummary):
-        from moeperf.suites.training.tables import training_tables
-
-        for table in training_tables(summary):
-            console.print(table)
-        if summary.telemetry is not None:
-            from moeperf.suites.telemetry_tables import telemetry_lines
-
-            figures = {name: entry.accelerator for name, entry in summary.scenarios.items()}
-            for item in telemetry_lines(summary.telemetry, figures, training=True):
-                console.print(item, markup=False, highlight=False)
-        console.print(f"results: {reader.directory}")
-        return
-    if isinstance(summary, DistTrainingSummary):
-        from moeperf.suites.training.dist_tables import dist_training_tables
-
-        for table in dist_training_tables(summary):
-            console.print(table)
-        if summary.telemetry is not None:
-            from moeperf.suites.telemetry_tables import telemetry_lines
-
-            figures = {name: entry.accelerator for name, entry in summary.scenarios.items()}
-            lines = telemetry_lines(
-                summary.telemetry, figures, training=True, missing="no completed job step"
-            )
-            for item in lines:
-                console.print(item, markup=False, highlight=False)
-        console.print(f"results: {reader.directory}")
-        return
-    if isinstance(summary, SimulationSummary):
-        from moeperf.suites.simulation.tables import simulation_tables
-
-        for table in simulation_tables(summary):
-            console.print(table)
-        for assumption in summary.assumptions:
-            console.print(f"assumption: {assumption}", markup=False, highlight=False)
-        console.print(f"results: {reader.directory}")
-        return
-    if isinstance(summary, AccuracySummary):
-        from moeperf.suites.accuracy.tables import accuracy_tables
-
-        for item in accuracy_tables(summary):
-            console.print(item, markup=False, highlight=False)
-        console.print(f"results: {reader.directory}")
-        return
-    if isinstance(summary, ServingSummary):
-        unavailable = metrics_unavailable(reader.server_metrics())
-        for scenario, entry in summary.scenarios.items():
-            console.print(latency_table(scenario, entry))
-            console.print(throughput_line(scenario, entry))
-            line = target_counters_line(scenario, entry, unavailable)
+    suite = find_suite(m.suite)
+    lines = suite.present.load()(summary, reader) if suite is not None else []
+    for line in lines:
+        if isinstance(line, str):
             console.print(line, markup=False, highlight=False)
-        if summary.capacity is not None:
-            from moeperf.suites.serving.capacity.present import capacity_table
-
-            console.print(capacity_table(summary.capacity))
-        if summary.sweep is not None:
-            from moeperf.suites.serving.sweep_table import fit_table, plan_table, sweep_table
-
-            console.print(sweep_table(summary.sweep, summary.scenarios))
-            for extra in (fit_table(summary.sweep), plan_table(summary.sweep, summary.scenarios)):
-                if extra is not None:
-                    console.print(extra)
-        if summary.interference is not None:
-            from moeperf.suites.serving.interference_table import interference_table
-
-            console.print(interference_table(summary.interference, summary.scenarios))
-        if summary.request_audit is not None:
-            console.print(audit_text(summary.request_audit), markup=False, highlight=False)
-        if summary.drill is not None:
-            from moeperf.suites.serving.faults.tables import drill_table
-
-            console.print(drill_table(summary.drill))
-            console.print(audit_text(summary.drill.audit), markup=False, highlight=False)
-        if summary.soak is not None:
-            from moeperf.suites.serving.soak.tables import verdicts_table, windows_table
-
-            console.print(windows_table(summary.soak))
-            console.print(verdicts_table(summary.soak))
-        if summary.telemetry is not None:
-            from moeperf.suites.telemetry_tables import telemetry_lines
-
-            figures = summary.accelerator_levels()
-            for item in telemetry_lines(summary.telemetry, figures):
-                console.print(item, markup=False, highlight=False)
-        if summary.mtp_ab is not None:
-            from moeperf.suites.serving.mtp_ab.tables import mtp_ab_tables
-
-            for item in mtp_ab_tables(summary.mtp_ab):
-                console.print(item, markup=False, highlight=False)
-        from moeperf.suites.serving.workload_tables import workload_tables
-
-        scenarios = summary.scenarios.values()
-        cache_known = any(
-            e.cache_reset is not None or e.target_counters is not None for e in scenarios
-        )
-        for table in workload_tables(summary.scenarios, summary.repeats, cache_known):
-            console.print(table)
-    console.print(f"percentiles: {summary.percentile_estimator}; CI: {summary.confidence_interval}")
+        else:
+            console.print(line)
     console.print(f"results: {reader.directory}")
 
 
 def _runs_list(args: argparse.Namespace, console: Console) -> int:
+    from moeperf.collectors.store import RunStore
+    from moeperf.suites.present import runs_table
+
     manifests, problems = RunStore(args.runs_dir).scan()
     console.print(runs_table(manifests))
     for problem in problems:
@@ -356,6 +188,8 @@ def _runs_list(args: argparse.Namespace, console: Console) -> int:
 
 
 def _runs_show(args: argparse.Namespace, console: Console) -> int:
+    from moeperf.collectors.store import RunStore
+
     _show(RunStore(args.runs_dir), args.run, console)
     return EXIT_OK
 
@@ -384,6 +218,7 @@ def _calibration_options(args: argparse.Namespace) -> CalibrationOptions:
 
 
 def _calibrate(args: argparse.Namespace, console: Console) -> int:
+    from moeperf.collectors.store import RunStore
     from moeperf.suites.serving.calibrate import run_calibration
 
     return run_calibration(_calibration_options(args), RunStore(args.runs_dir), console)
@@ -391,6 +226,7 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
 
 def _ingest_benchmark(args: argparse.Namespace, console: Console) -> int:
     from moeperf.suites.ingest import ingest_command
+    from moeperf.suites.present import plain_lines
 
     return ingest_command(
         args.json,

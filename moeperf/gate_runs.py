@@ -41,10 +41,11 @@ from moeperf.reports.gate_output import format_gate, write_gate
 from moeperf.reports.runs import load_run
 from moeperf.reports.samples import MetricSamples, pool_samples, run_samples
 from moeperf.reports.verdicts import GateResult
+from moeperf.specs import LoadedSpec, load_spec
 from moeperf.suites.errors import SpecError, UsageError
 from moeperf.suites.serving.embedded.process import running_target
 from moeperf.suites.serving.runner import run_serving
-from moeperf.suites.spec import LoadedSpec, ServingSpec, load_spec
+from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.spec_errors import synthetic_problems
 from moeperf.targets.synthetic.config import SyntheticConfig, SyntheticConfigError
 
@@ -59,7 +60,7 @@ def load_serving_spec(spec_ref: str, overrides: Sequence[str]) -> LoadedSpec:
     if not isinstance(loaded.spec, ServingSpec):
         raise SpecError(
             f"{spec_ref}: the paired gate and gate calibrate run serving specs; this one is "
-            f"suite {loaded.spec.suite!r} (gate a training run against a baseline instead)"
+            f"suite {loaded.suite!r} (gate a training run against a baseline instead)"
         )
     return loaded
 

@@ -88,7 +88,7 @@ def probe_command(args: argparse.Namespace, console: Console) -> int:
     from moeperf.suites.serving.preflight import check_target, http_get, served_model
     from moeperf.suites.serving.probe.present import probe_table, target_toml
     from moeperf.suites.serving.probe.probe import probe_target
-    from moeperf.suites.spec import TargetSpec
+    from moeperf.suites.serving.target_spec import TargetSpec
     from moeperf.suites.spec_errors import problems_of, spec_error
 
     url = args.url.rstrip("/")

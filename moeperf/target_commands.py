@@ -19,17 +19,17 @@ from typing import Any
 from rich.console import Console
 
 from moeperf.exits import EXIT_INTERRUPTED
-from moeperf.suites import spec
+from moeperf.suites import reference_install
 from moeperf.suites.errors import UsageError
 
-_INSTALL = spec.REFERENCE_INSTALL
+_INSTALL = reference_install.REFERENCE_INSTALL
 SERVE_PROG = "moeperf target serve"
 TRAIN_PROG = "moeperf target train"
 
 
 def _entry_point(module: str) -> Callable[..., int | None]:
     """``module.main``, or a UsageError (exit 2) saying how to install what it needs."""
-    if not spec.torch_installed():
+    if not reference_install.torch_installed():
         raise UsageError(f"{module} needs PyTorch and the reference extra: {_INSTALL}")
     try:
         return importlib.import_module(module).main

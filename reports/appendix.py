@@ -106,8 +106,14 @@ CHART_KINDS: dict[str, ModuleType] = {m.__name__.rsplit(".", 1)[-1]: m for m in 
 
 
 def docstrings(modules: tuple[ModuleType, ...]) -> list[tuple[str, str]]:
-    """(module name, cleaned docstring) of each module that has one."""
-    return [(m.__name__, inspect.cleandoc(m.__doc__)) for m in modules if m.__doc__]
+    """(module name, cleaned docstring) of each module that has one; named as the file is
+    in the repository (``reports.figures.cdf`` is reports/figures/cdf.py), without the
+    ``moeperf.`` every module is imported under."""
+    return [
+        (m.__name__.removeprefix("moeperf."), inspect.cleandoc(m.__doc__))
+        for m in modules
+        if m.__doc__
+    ]
 
 
 def _entries(modules: tuple[ModuleType, ...]) -> str:

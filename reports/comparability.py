@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from moeperf.collectors.fingerprint import fingerprint_key
-from moeperf.collectors.manifest import RunManifest
-from moeperf.collectors.request_settings import run_request_settings, unset_meaning
+from moeperf.collectors.manifest import RunManifest, run_request_settings
+from moeperf.collectors.request_settings import unset_meaning
 from moeperf.reports.errors import ReportUsageError, SpecMismatchError
 
 # The resolved spec's fields (dotted paths into manifest.spec_resolved) that must match,

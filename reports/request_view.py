@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from moeperf.collectors.manifest import RunManifest
-from moeperf.collectors.request_settings import run_request_settings, unset_meaning
+from moeperf.collectors.manifest import RunManifest, run_request_settings
+from moeperf.collectors.request_settings import unset_meaning
 
 DERIVED_NOTE = (
     "derived from the run's spec: it was stored before request settings were recorded, "

@@ -39,6 +39,11 @@ class RunData:
         return self.manifest.suite
 
 
+def resolved_spec(run: RunData) -> dict[str, Any]:
+    """The run's spec as resolved (as given, for a run that stored none)."""
+    return run.manifest.spec_resolved or run.manifest.spec_given or {}
+
+
 def load_run(store: RunStore, run: str) -> RunData:
     """A run by id, prefix, directory or "latest"; a clear usage error if unreadable."""
     try:

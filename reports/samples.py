@@ -57,6 +57,7 @@ import pandas as pd
 from moeperf.collectors.accel_records import DeviceSample
 from moeperf.collectors.latency import NS_PER_S, itl_samples_s, per_request
 from moeperf.collectors.serving_records import ServingSummary
+from moeperf.registry import find_suite
 from moeperf.reports.energy_samples import energy_per_token_slices
 from moeperf.reports.runs import RunData
 from moeperf.reports.stats import RATE_STATISTIC, point_value, rate_of_totals
@@ -120,11 +121,27 @@ class MetricSamples:
 
 
 def run_samples(run: RunData) -> list[MetricSamples]:
-    """Every gate metric of a run (a ``reports.runs.RunData``)."""
-    if run.kind == "micro":
-        return micro_samples(run.samples)
-    if run.kind == "training":
-        return training_samples(run.steps)
+    """Every gate metric of a run (a ``reports.runs.RunData``): its suite's gate samples
+    (the suite registry names them); none for a suite without gate metrics."""
+    suite = find_suite(run.kind)
+    if suite is None or suite.gate_samples is None:
+        return []
+    return suite.gate_samples.load()(run)
+
+
+def micro_run_samples(run: RunData) -> list[MetricSamples]:
+    """A micro run's gate metrics: each benchmark's rounds."""
+    return micro_samples(run.samples)
+
+
+def training_run_samples(run: RunData) -> list[MetricSamples]:
+    """A training run's gate metrics: its steps' figures per scenario."""
+    return training_samples(run.steps)
+
+
+def serving_run_samples(run: RunData) -> list[MetricSamples]:
+    """A serving run's gate metrics: per-level request figures, and energy per output
+    token where the run sampled accelerators."""
     if isinstance(run.summary, ServingSummary) and run.summary.interference is not None:
         # An interference level's two scenarios share every second: a second's energy
         # cannot be split between them (its figures are per level, in the summary).

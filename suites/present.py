@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -16,8 +16,10 @@ from moeperf.collectors.manifest import RunManifest
 from moeperf.collectors.serving_records import ScenarioSummary, ServingSummary, TokenDiscrepancy
 from moeperf.collectors.store import RunWriter
 from moeperf.collectors.target_counters import NOT_AVAILABLE
-from moeperf.suites.serving.runner import LevelOutcome
-from moeperf.suites.serving.runner import Progress as RunProgress
+from moeperf.suites.run_options import Progress as RunProgress
+
+if TYPE_CHECKING:
+    from moeperf.suites.serving.level_plan import LevelOutcome
 
 
 def plain_lines(console: Console) -> Callable[[str], None]:

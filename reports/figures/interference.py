@@ -7,7 +7,7 @@ request) p50 and p99, alone ("quiet", dashed) and while the long prompts arrive
 ("mixed", solid), with the 95% intervals of ``collectors.quantiles`` as error bars; the
 gap between a mixed and its quiet line is the interference. Right: the long prompts'
 TTFT p50 and p99 with their intervals: what a smaller chunk costs them (more steps).
-Values come from ``collectors.interference_records.interference_rows``; a quantile
+Values come from ``collectors.interference_rows.interference_rows``; a quantile
 without samples has no point.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from moeperf.collectors.interference_records import InterferenceRow
+from moeperf.collectors.interference_rows import InterferenceRow
 from moeperf.collectors.quantiles import QuantileEstimate
 from moeperf.reports.figures.text import color, empty, styled
 

@@ -33,11 +33,12 @@ from moeperf.suites.accuracy.reference_side import ReferenceModel
 from moeperf.suites.accuracy.spec import AccuracySpec
 from moeperf.suites.accuracy.target_side import TargetClient, TargetOutput
 from moeperf.suites.errors import UsageError
+from moeperf.suites.run_options import RunOptions
 from moeperf.suites.serving.embedded import reference as embedded
 from moeperf.suites.serving.embedded.process import running_target
 from moeperf.suites.serving.load.auth import RequestHeaders, request_headers, without_header_values
 from moeperf.suites.serving.preflight import check_target, http_get, served_model
-from moeperf.suites.spec import reference_config
+from moeperf.suites.serving.target_spec import reference_config
 
 Say = Callable[[str], None]
 _METRICS_TIMEOUT_S = 5.0
@@ -251,3 +252,17 @@ def _bound(figure: Figure) -> str:
     if figure.comparison.startswith("within"):
         return f"within 1/{figure.threshold:g} and {figure.threshold:g}"
     return f"{figure.comparison} {figure.threshold:g}"
+
+
+def run_suite(
+    spec: AccuracySpec, spec_given: dict[str, Any], store: RunStore, options: RunOptions
+) -> str:
+    """``run_accuracy`` as the suite registry calls every suite's run (no live
+    export: no Pushgateway)."""
+    return run_accuracy(
+        spec,
+        spec_given,
+        store,
+        options.on_started,
+        say=options.say,
+    )

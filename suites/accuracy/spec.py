@@ -18,9 +18,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from moeperf.suites.spec import SPEC_DIR, TargetSpec, reference_config
+from moeperf.suites.serving.target_spec import TargetSpec, reference_config
 from moeperf.suites.spec_base import NonNegative, Positive, Strict
 from moeperf.suites.spec_errors import problems_of, spec_error
+from moeperf.suites.spec_files import SPEC_DIR
 
 Fraction = Annotated[float, Field(ge=0, le=1)]
 MAX_TOP_K = 20  # vLLM's default max_logprobs, and OpenAI's top_logprobs limit

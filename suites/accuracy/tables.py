@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from moeperf.collectors.accuracy_records import AccuracySummary, Figure
+from moeperf.collectors.store import RunReader
 
 _STYLES = {"pass": "green", "fail": "bold red", "not available": "yellow"}
 
@@ -94,3 +95,8 @@ def prompts_table(summary: AccuracySummary) -> Table:
 
 def accuracy_tables(summary: AccuracySummary) -> list[Table | str]:
     return [figures_table(summary), *detail_lines(summary), prompts_table(summary)]
+
+
+def accuracy_lines(summary: AccuracySummary, reader: RunReader) -> list[Table | str]:
+    """What ``moeperf runs show`` prints of an accuracy run after its header."""
+    return accuracy_tables(summary)

@@ -22,7 +22,7 @@ from moeperf.suites.present import (
     harness_error_table,
 )
 from moeperf.suites.serving.runner import run_serving
-from moeperf.suites.spec import validate_spec
+from moeperf.suites.serving.validate import validate_serving
 
 # The goals of issue 2 at 64 streams: |p50 error| <= 1 ms (TTFT) and <= 0.5 ms (ITL).
 ERROR_BUDGET = ErrorBudget(ttft_p50_s=0.001, itl_p50_s=0.0005)
@@ -42,7 +42,7 @@ class CalibrationOptions:
 
 
 def calibration_spec(options: CalibrationOptions) -> dict[str, Any]:
-    """The spec data of a calibration run, validated like any spec by ``validate_spec``."""
+    """The spec data of a calibration run, validated as any serving spec is."""
     return {
         "name": "calibrate",
         "description": "harness measurement error against the synthetic target",
@@ -70,12 +70,11 @@ def calibration_spec(options: CalibrationOptions) -> dict[str, Any]:
 
 
 def run_calibration(options: CalibrationOptions, store: RunStore, console: Console) -> int:
-    loaded = validate_spec(calibration_spec(options), "calibrate")
+    given = calibration_spec(options)
+    spec = validate_serving(given, "calibrate")
     bar = ProgressBar(console)
     try:
-        run_id = run_serving(
-            loaded.serving, loaded.given, store, bar, lambda run: announce_run(run, console)
-        )
+        run_id = run_serving(spec, given, store, bar, lambda run: announce_run(run, console))
     finally:
         bar.close()
     summary = store.open(run_id).summary()

@@ -34,27 +34,26 @@ from moeperf.collectors.interference_records import InterferenceArm, Interferenc
 from moeperf.collectors.records import RequestRecord
 from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
 from moeperf.suites.errors import UsageError
+from moeperf.suites.run_options import Progress
 from moeperf.suites.serving.embedded.process import EmbeddedTarget
 from moeperf.suites.serving.embedded.reference import embedded_reference
+from moeperf.suites.serving.level_plan import LevelOutcome, worker_config
 from moeperf.suites.serving.load.arrivals import arrival_offsets_s
 from moeperf.suites.serving.load.auth import request_headers, without_header_values
 from moeperf.suites.serving.load.plan import LevelPlan
 from moeperf.suites.serving.load.pool import WorkerPool
 from moeperf.suites.serving.load.request_settings import request_settings
 from moeperf.suites.serving.load.validity import judged_level, run_verdict
+from moeperf.suites.serving.mode_spec import InterferenceSpec
 from moeperf.suites.serving.observe.live import LiveObservers
 from moeperf.suites.serving.preflight import check_target, http_get, served_model
-from moeperf.suites.serving.runner import (
-    LevelOutcome,
-    Progress,
-    PromptPool,
-    worker_config,
-    write_summary,
-)
+from moeperf.suites.serving.run_summary import write_summary
+from moeperf.suites.serving.schedule import PromptPool
+from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.workload.prompts import PoolKey, build_prompt_pools
 from moeperf.suites.serving.workload.sources import Prompt
-from moeperf.suites.spec import InterferenceSpec, LengthSpec, ServingSpec
 from moeperf.suites.telemetry import Telemetry
+from moeperf.suites.workload_spec import LengthSpec
 
 _START_DELAY_S = 0.3  # workers start a level together this long after it is planned
 _DEFAULT_STEP_BUDGET = 512  # targets.serving.engine.api.EngineConfig.max_num_batched_tokens

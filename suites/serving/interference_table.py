@@ -6,7 +6,8 @@ from collections.abc import Mapping
 
 from rich.table import Table
 
-from moeperf.collectors.interference_records import InterferenceSummary, interference_rows
+from moeperf.collectors.interference_records import InterferenceSummary
+from moeperf.collectors.interference_rows import interference_rows
 from moeperf.collectors.serving_records import ScenarioSummary
 from moeperf.suites.serving.cells import ms_cell as _ms
 

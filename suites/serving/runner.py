@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -17,64 +16,47 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from moeperf.collectors.capacity_records import CapacitySummary
 from moeperf.collectors.drill_records import DrillSummary, FaultEvent
 from moeperf.collectors.drill_summary import summarize_drill
-from moeperf.collectors.interference_records import InterferenceSummary
-from moeperf.collectors.mtp_ab_records import MtpAbSummary
-from moeperf.collectors.mtp_ab_summary import with_figures
 from moeperf.collectors.records import RequestRecord
-from moeperf.collectors.request_audit import RequestAudit, audit_requests, audit_text
-from moeperf.collectors.serving_records import (
-    ServingSummary,
-    Slo,
-    WorkerSummary,
-    empty_scenario,
-)
-from moeperf.collectors.soak_records import SoakSummary
+from moeperf.collectors.request_audit import audit_requests, audit_text
 from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
-from moeperf.collectors.summary import summarize_requests
-from moeperf.collectors.sweep_records import SweepPlan, SweepPointSummary, SweepSummary, fit_answer
-from moeperf.collectors.workload_summary import repeat_levels, trace_replay, turn_summaries
+from moeperf.collectors.sweep_records import fit_answer
 from moeperf.suites.errors import UsageError
+from moeperf.suites.run_options import Progress, RunOptions
 from moeperf.suites.serving.capacity.run import capacity_note, capacity_verdict, search_capacity
 from moeperf.suites.serving.capacity.search import Verdict as FitVerdict
 from moeperf.suites.serving.embedded.process import EmbeddedTarget, embedded_target
 from moeperf.suites.serving.embedded.reference import embedded_reference, with_reference_defaults
 from moeperf.suites.serving.faults.inject import Drill
 from moeperf.suites.serving.faults.verdict import drill_verdict
-from moeperf.suites.serving.load.arrivals import arrival_offsets_s, split_evenly, split_round_robin
+from moeperf.suites.serving.level_plan import LevelOutcome, plan_level, worker_config, worker_count
 from moeperf.suites.serving.load.auth import (
     NO_HEADERS,
     RequestHeaders,
     request_headers,
     without_header_values,
 )
-from moeperf.suites.serving.load.plan import LevelPlan, WorkerConfig
+from moeperf.suites.serving.load.plan import WorkerConfig
 from moeperf.suites.serving.load.pool import WorkerPool
 from moeperf.suites.serving.load.request_settings import request_settings
 from moeperf.suites.serving.load.validity import (
     LevelVerdict,
     MeasuredTally,
     client_bottlenecks,
-    error_counts_text,
     judge_level,
     run_verdict,
 )
 from moeperf.suites.serving.locust_pool import LocustPool, locust_note
-from moeperf.suites.serving.observe.ground_truth import (
-    fetch_ground_truth,
-    measurement_errors,
-    summarize_errors,
-)
-from moeperf.suites.serving.observe.level_counters import with_target_counters
+from moeperf.suites.serving.mode_spec import FitSpec
 from moeperf.suites.serving.observe.live import LiveObservers
 from moeperf.suites.serving.preflight import TargetCheck, check_target, http_get, served_model
 from moeperf.suites.serving.probe.adapt import adapt_target
 from moeperf.suites.serving.probe.probe import probe_target
+from moeperf.suites.serving.run_summary import SweepRun, ground_truth, write_summary
 from moeperf.suites.serving.schedule import (
     ALL_PROMPTS,
     PROBE_DRAW,
@@ -85,67 +67,20 @@ from moeperf.suites.serving.schedule import (
     scenario_name,
 )
 from moeperf.suites.serving.soak.run import Soak, soak_verdict
+from moeperf.suites.serving.spec import ServingSpec
+from moeperf.suites.serving.spec_tables import LoadSpec
 from moeperf.suites.serving.sweep_fit import fit_scenario, fit_verdict, search_fit
 from moeperf.suites.serving.sweep_plan import resolve_plan, sweep_plan
-from moeperf.suites.serving.telemetry import serving_telemetry, with_interference_figures
-from moeperf.suites.serving.telemetry import with_figures as with_device_figures
-from moeperf.suites.serving.workload.cache_reset import CacheReset, CacheResetter
+from moeperf.suites.serving.telemetry import serving_telemetry
+from moeperf.suites.serving.workload.cache_reset import CacheResetter
 from moeperf.suites.serving.workload.prompts import PoolKey, build_prompt_pools, read_spec_trace
 from moeperf.suites.serving.workload.sources import Prompt
 from moeperf.suites.serving.workload.sweep import (
-    ContextLimit,
-    SweepPoint,
     context_limit,
     sweep_points,
 )
 from moeperf.suites.serving.workload.trace import Trace
-from moeperf.suites.spec import FitSpec, LoadSpec, ServingSpec
 from moeperf.suites.telemetry import Telemetry
-
-# One worker process per this many streams (or requests/s open loop), up to the cores.
-_STREAMS_PER_WORKER = 128
-_RATE_PER_WORKER = 100.0
-# A trace level's window lasts past its last arrival by this much (the send is never late
-# for want of a window); requests still running then are drained as at any level's end.
-_TRACE_END_MARGIN_S = 1.0
-
-
-@dataclass(frozen=True)
-class LevelOutcome:
-    scenario: str
-    level: float
-    reports: list[WorkerSummary]
-    verdict: LevelVerdict
-    input_tokens: int | None = None  # a sweep's prompt length
-    fit_probe: bool = False  # a probe of [sweep.fit], not a load level of the sweep
-    # Before the level: the target's prefix cache reset, or why not (None: not asked).
-    cache_reset: CacheReset | None = None
-    repeat: int | None = None  # 1-based, with load.repeats > 1
-    unique: bool = False  # the no-reuse control of a prefix workload
-    start_ns: int = 0  # when its workers started sending (time.monotonic_ns)
-
-    @property
-    def invalid_reasons(self) -> tuple[str, ...]:
-        """Why the client may have set this level's numbers (empty: it did not)."""
-        return self.verdict.client_bottleneck
-
-
-class Progress:
-    """What the runner tells its caller as it goes (the CLI draws a progress bar)."""
-
-    def level_started(self, scenario: str, duration_s: float) -> None: ...
-    def finished(self, status: str) -> None: ...
-    def tick(self) -> None: ...
-    def level_done(self, outcome: LevelOutcome) -> None: ...
-
-
-def worker_count(spec: ServingSpec) -> int:
-    if spec.load.workers != "auto":
-        return spec.load.workers
-    top = max(spec.load.levels)
-    per_worker = _STREAMS_PER_WORKER if spec.load.mode == "concurrency" else _RATE_PER_WORKER
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(cores or 1, math.ceil(top / per_worker)))
 
 
 @dataclass(frozen=True)
@@ -174,80 +109,6 @@ def running(spec: ServingSpec) -> Iterator[RunningTarget]:
     with embedded_target("moeperf.targets.synthetic", config) as process:
         described = {"kind": "synthetic", "url": process.url, "config": config, "simulated": True}
         yield RunningTarget(process.url, described, process)
-
-
-def plan_level(
-    spec: ServingSpec,
-    level: float,
-    index: int,
-    workers: int,
-    start_ns: int,
-    prompts: int,
-    pool: PromptPool = ALL_PROMPTS,
-    scenario: str | None = None,
-    trace: Trace | None = None,
-) -> dict[int, LevelPlan]:
-    """Each worker's share of one level; ``prompts`` is the size of ``pool``. A trace
-    level (``load.mode = "trace"``, ``trace`` given) sends request i of the trace, with
-    prompt i of the pool, at its recorded time divided by the level (the speed-up)."""
-    load = spec.load
-    scenario = scenario or scenario_name(load.mode, level, pool.input_tokens)
-    duration_s = load.level_limit_s
-    if trace is not None:
-        duration_s = min(duration_s, trace.span_s / level + _TRACE_END_MARGIN_S)
-    # What every worker's plan shares; each worker's share is filled in below.
-    common = LevelPlan(
-        scenario=scenario,
-        mode="poisson" if load.mode == "trace" else load.mode,
-        start_ns=start_ns,
-        duration_s=duration_s,
-        warmup_s=load.warmup_s,
-        cooldown_s=load.cooldown_s,
-        drain_timeout_s=load.drain_timeout_s,
-        concurrency=0,
-        prompt_start=pool.start,
-        prompt_count=pool.count,
-    )
-    if load.mode == "concurrency":
-        streams = int(level)
-        active = min(workers, streams)
-        shares = split_evenly(streams, active)
-        budgets = split_evenly(load.max_requests, active) if load.max_requests else [None] * active
-        return {
-            i: dataclasses.replace(
-                common,
-                concurrency=shares[i],
-                max_requests=budgets[i],
-                prompt_offset=(i * prompts) // active,
-            )
-            for i in range(active)
-        }
-    if trace is not None:
-        offsets = np.array([r.timestamp_s for r in trace.requests]) / level
-        if load.max_requests:
-            offsets = offsets[: load.max_requests]
-    else:
-        offsets = arrival_offsets_s(
-            level,
-            load.level_limit_s,
-            burstiness=load.burstiness if load.mode == "gamma" else 1.0,
-            max_requests=load.max_requests,
-            seed=load.seed + index,
-        )
-    active = max(1, min(workers, len(offsets)))
-    caps = split_evenly(load.max_concurrency, active) if load.max_concurrency else [0] * active
-    end = pool.start + len(offsets)
-    return {
-        i: dataclasses.replace(
-            common,
-            concurrency=caps[i],
-            arrivals_s=share,
-            prompt_offset=(i * prompts) // active,
-            # A trace's request k has its own prompt (its length, its shared blocks): k.
-            prompt_indices=tuple(range(pool.start + i, end, active)) if trace else (),
-        )
-        for i, share in enumerate(split_round_robin(offsets, active))
-    }
 
 
 def run_serving(
@@ -344,17 +205,7 @@ def run_serving(
         return run.run_id
 
 
-@dataclass(frozen=True, slots=True)
-class _Sweep:
-    """A sweep's prompt lengths, fit to the target's context limit before anything is sent."""
-
-    points: tuple[SweepPoint, ...]
-    limit: ContextLimit
-    max_output_tokens: int
-    plan: SweepPlan | None = None  # [plan]: the planner's prediction per length sent
-
-
-def _sweep(spec: ServingSpec, check: TargetCheck, model: str) -> _Sweep | None:
+def _sweep(spec: ServingSpec, check: TargetCheck, model: str) -> SweepRun | None:
     if spec.sweep is None:
         return None
     lengths = spec.sweep.input_tokens
@@ -369,7 +220,7 @@ def _sweep(spec: ServingSpec, check: TargetCheck, model: str) -> _Sweep | None:
     if spec.plan is not None:
         sent = [p.input_tokens for p in points if p.sent]
         predicted = sweep_plan(resolve_plan(spec), sent, spec.max_output_tokens)
-    return _Sweep(points, limit, spec.max_output_tokens, predicted)
+    return SweepRun(points, limit, spec.max_output_tokens, predicted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,7 +230,7 @@ class _Levels:
     prompts: list[Prompt]  # all pools, one after another (the workers get them once)
     pools: dict[PoolKey, PromptPool]  # where each pool lies in ``prompts``
     schedule: list[PlannedLevel]  # empty for a capacity search (it plans as it goes)
-    sweep: _Sweep | None
+    sweep: SweepRun | None
     trace: Trace | None
 
     def probe_pool(self, spec: ServingSpec, input_tokens: int | None) -> PromptPool:
@@ -396,7 +247,7 @@ def _planned(
     spec: ServingSpec,
     base_url: str,
     headers: RequestHeaders,
-    sweep: _Sweep | None,
+    sweep: SweepRun | None,
     trace: Trace | None = None,
 ) -> _Levels:
     """The run's schedule and its prompts, one pool per key (suites/serving/schedule.py).
@@ -655,7 +506,7 @@ def _run_levels(
     frame = run.requests_frame()
     truth = None
     if drill is None or not drill.kills:  # a restarted target numbers its answers anew
-        truth = _ground_truth(spec, base_url, frame)
+        truth = ground_truth(spec, base_url, frame)
     drilled = _drill_summary(drill, outcomes, frame, run)
     soaked = soak.summary(frame) if soak is not None else None
     audit = None
@@ -783,38 +634,6 @@ def _cache_note(spec: ServingSpec, outcomes: list[LevelOutcome]) -> str:
     )
 
 
-def worker_config(
-    spec: ServingSpec,
-    base_url: str,
-    model: str,
-    prompts: list[Prompt],
-    run: RunWriter,
-    headers: RequestHeaders,
-) -> WorkerConfig:
-    """What every load worker of the run is told once: where, what and how to send."""
-    conversation = spec.workload.conversation
-    return WorkerConfig(
-        base_url=base_url,
-        api=spec.target.api,
-        model=model,
-        prompts=tuple(prompts),
-        anchor_ns=run.manifest.anchor_monotonic_ns,
-        request_timeout_s=spec.harness.request_timeout_s,
-        stall_timeout_s=spec.harness.stall_timeout_s,
-        continuous_usage=spec.target.continuous_usage,
-        ignore_eos=spec.target.ignore_eos,
-        tokenizer=spec.workload.tokenizer,
-        extra_body=dict(spec.target.extra_body),
-        include_usage=spec.target.include_usage,
-        max_tokens_field=spec.target.max_tokens_field,
-        min_tokens=spec.target.min_tokens,
-        sampling=spec.sampling.as_sent(),
-        headers=headers,
-        conversation_turns=conversation.turns if conversation else 0,
-        think_time_s=conversation.think_time_s if conversation else 0.0,
-    )
-
-
 def _window_note(spec: ServingSpec, trace: Trace | None = None) -> str:
     load = spec.load
     if trace is not None:
@@ -855,7 +674,7 @@ def _fit_load(fit: FitSpec, load: LoadSpec) -> LoadSpec:
     )
 
 
-def _sweep_note(sweep: _Sweep) -> str:
+def _sweep_note(sweep: SweepRun) -> str:
     lengths = ", ".join(str(p.input_tokens) for p in sweep.points if p.sent)
     limit = sweep.limit
     known = (
@@ -885,114 +704,17 @@ def _note_count_limit(run: RunWriter, spec: ServingSpec, outcome: LevelOutcome) 
         )
 
 
-def _ground_truth(
-    spec: ServingSpec, base_url: str, frame: pd.DataFrame
-) -> dict[str, dict[str, Any]] | None:
-    if spec.target.kind != "synthetic":
-        return None
-    ids = [i for i in frame["server_request_id"] if isinstance(i, str) and i]
-    return asyncio.run(fetch_ground_truth(base_url, ids))
-
-
-def write_summary(
-    run: RunWriter,
-    spec: ServingSpec,
-    frame: pd.DataFrame,
-    outcomes: list[LevelOutcome],
-    truth: dict[str, dict[str, Any]] | None,
-    capacity: CapacitySummary | None = None,
-    sweep: _Sweep | None = None,
-    fits: dict[int, CapacitySummary] | None = None,
-    interference: InterferenceSummary | None = None,
-    trace: Trace | None = None,
-    mtp_ab: MtpAbSummary | None = None,
-    drill: DrillSummary | None = None,
-    soak: SoakSummary | None = None,
-    audit: RequestAudit | None = None,
-    telemetry: Telemetry | None = None,
-) -> None:
-    slo = Slo(**spec.slo.model_dump())
-    summary = summarize_requests(frame, slo) if len(frame) else ServingSummary()
-    scenarios = dict(summary.scenarios)
-    for outcome in outcomes:
-        harness_error_s = None
-        level_frame = frame[frame["scenario"] == outcome.scenario] if len(frame) else frame
-        if truth is not None:
-            measured = level_frame[level_frame["phase"] == "measure"]
-            errors = measurement_errors(measured, truth, run.manifest.anchor_monotonic_ns)
-            ok = int((measured["status"] == "ok").sum())
-            harness_error_s = summarize_errors(errors, ok)
-        scenarios[outcome.scenario] = dataclasses.replace(
-            scenarios.get(outcome.scenario) or empty_scenario(slo),
-            level=outcome.level,
-            harness=tuple(outcome.reports),
-            client_bottleneck=outcome.verdict.client_bottleneck,
-            harness_error_s=harness_error_s,
-            status=outcome.verdict.status,
-            status_reason=outcome.verdict.reason,
-            input_tokens=outcome.input_tokens,
-            cache_reset_done=outcome.cache_reset.done if outcome.cache_reset else None,
-            cache_reset=outcome.cache_reset.detail if outcome.cache_reset else None,
-            repeat=outcome.repeat,
-            unique=outcome.unique,
-            turns=turn_summaries(level_frame) if len(frame) else (),
-            trace_replay=(
-                trace_replay(level_frame, trace.count, outcome.level)
-                if trace is not None and len(frame)
-                else None
-            ),
-        )
-    judged = {o.scenario for o in outcomes}
-    for name, entry in scenarios.items():
-        if name not in judged:  # the level a stop interrupted: its numbers are partial
-            reason = "interrupted before the level ended"
-            if entry.error_types:
-                reason += f" (errors so far: {error_counts_text(entry.error_types)})"
-            scenarios[name] = dataclasses.replace(entry, status="invalid", status_reason=reason)
-    scenarios = with_target_counters(scenarios, run.directory)  # from the stored scrapes
-    telemetry_summary = None
-    if telemetry is not None and interference is not None:  # per arm and level
-        interference, telemetry_summary = with_interference_figures(
-            telemetry, interference, scenarios, frame
-        )
-    elif telemetry is not None:  # each level's figures over its measured window
-        scenarios, telemetry_summary = with_device_figures(telemetry, scenarios, frame)
-    swept = _sweep_summary(sweep, outcomes, fits or {}) if sweep is not None else None
-    if mtp_ab is not None and len(frame):
-        mtp_ab = with_figures(mtp_ab, frame, scenarios)
-    run.write_summary(
-        dataclasses.replace(
-            summary,
-            scenarios=scenarios,
-            capacity=capacity,
-            sweep=swept,
-            interference=interference,
-            # An A/B run's blocks repeat each arm: its own summary compares them.
-            repeats=repeat_levels(scenarios) if mtp_ab is None else (),
-            mtp_ab=mtp_ab,
-            drill=drill,
-            soak=soak,
-            request_audit=audit,
-            telemetry=telemetry_summary,
-        )
-    )
-
-
-def _sweep_summary(
-    sweep: _Sweep, outcomes: list[LevelOutcome], fits: dict[int, CapacitySummary]
-) -> SweepSummary:
-    def scenarios(length: int) -> tuple[str, ...]:
-        return tuple(o.scenario for o in outcomes if o.input_tokens == length and not o.fit_probe)
-
-    return SweepSummary(
-        context_tokens=sweep.limit.tokens,
-        context_source=sweep.limit.source,
-        max_output_tokens=sweep.max_output_tokens,
-        points=tuple(
-            SweepPointSummary(
-                p.input_tokens, scenarios(p.input_tokens), p.not_available, fits.get(p.input_tokens)
-            )
-            for p in sweep.points
-        ),
-        plan=sweep.plan,
+def run_suite(
+    spec: ServingSpec, spec_given: dict[str, Any], store: RunStore, options: RunOptions
+) -> str:
+    """``run_serving`` as the suite registry calls every suite's run."""
+    return run_serving(
+        spec,
+        spec_given,
+        store,
+        options.progress,
+        options.on_started,
+        pushgateway_url=options.pushgateway_url,
+        say=options.say,
+        warn_only=options.warn_only,
     )

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from moeperf.collectors.workload_records import UNIQUE_SUFFIX
+from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.workload.prompts import PoolKey
-from moeperf.suites.spec import ServingSpec
 
 # The pool that fit probes (and a capacity search) draw from, cycled on from probe to
 # probe: their levels are decided as the run goes, so they cannot each have their own.

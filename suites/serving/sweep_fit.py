@@ -25,7 +25,7 @@ from collections.abc import Callable
 from moeperf.collectors.capacity_records import CapacityProbe, CapacitySummary
 from moeperf.collectors.target_counters import NOT_AVAILABLE, TargetCounters
 from moeperf.suites.serving.capacity.search import SearchSettings, Verdict, capacity_search
-from moeperf.suites.spec import FitSpec
+from moeperf.suites.serving.mode_spec import FitSpec
 
 CRITERIA = "every stream's request running at once, none preempted"
 

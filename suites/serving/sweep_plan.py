@@ -23,7 +23,9 @@ from moeperf.suites.plan.deploy import DeployConfig, load_deploy, parse_deploy
 from moeperf.suites.plan.errors import PlanError
 from moeperf.suites.plan.model_config import ModelShape, load_model_config
 from moeperf.suites.plan.plan import Plan, plan_memory
-from moeperf.suites.spec import ServingSpec, reference_config, spec_data_path
+from moeperf.suites.serving.spec import ServingSpec
+from moeperf.suites.serving.target_spec import reference_config
+from moeperf.suites.spec_files import spec_data_path
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 from moeperf.collectors.records import StepRecord
 from moeperf.collectors.simulation_summary import SimulationSummary
 from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
+from moeperf.suites.run_options import RunOptions
 from moeperf.suites.simulation.compute import ablation, reproduction, scenario_of
 from moeperf.suites.simulation.spec import JobSpec, SimulationSpec
 from moeperf.targets.cluster_sim.simulate import JobResult, simulate
@@ -112,3 +113,17 @@ def _write_steps(run: RunWriter, scenario: str, result: JobResult) -> None:
             mfu=None if r.oom else r.mfu, peak_memory_bytes=int(r.peak_memory_bytes.max()),
             events=events, simulated=True,
         ))  # fmt: skip
+
+
+def run_suite(
+    spec: SimulationSpec, spec_given: dict[str, Any], store: RunStore, options: RunOptions
+) -> str:
+    """``run_simulation`` as the suite registry calls every suite's run (no live
+    export: no Pushgateway)."""
+    return run_simulation(
+        spec,
+        spec_given,
+        store,
+        options.on_started,
+        say=options.say,
+    )

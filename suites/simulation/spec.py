@@ -25,9 +25,9 @@ from moeperf.collectors.dist_training_summary import DistTrainingSummary
 from moeperf.collectors.errors import CollectorError
 from moeperf.collectors.summary_json import summary_from_json
 from moeperf.suites.errors import SpecError
-from moeperf.suites.spec import spec_data_path
 from moeperf.suites.spec_base import NonNegative, Positive, Strict
 from moeperf.suites.spec_errors import problems_of, spec_error
+from moeperf.suites.spec_files import spec_data_path
 from moeperf.targets.cluster_sim import presets
 from moeperf.targets.cluster_sim.config import ClusterSimConfigError, Parallel, SimConfig
 from moeperf.targets.cluster_sim.routing import SkewName

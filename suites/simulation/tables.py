@@ -9,6 +9,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from moeperf.collectors.simulation_summary import SimulationSummary
+from moeperf.collectors.store import RunReader
 from moeperf.suites.present import cell, headed_table
 
 GB = 1e9
@@ -69,3 +70,10 @@ def simulation_tables(summary: SimulationSummary) -> list[Table]:
     if summary.reproductions:
         tables.append(reproduction_table(summary))
     return tables
+
+
+def simulation_lines(summary: SimulationSummary, reader: RunReader) -> list[Table | str]:
+    """What ``moeperf runs show`` prints of a simulation run after its header: its tables,
+    then every assumption the simulator made."""
+    lines: list[Table | str] = [*simulation_tables(summary)]
+    return lines + [f"assumption: {assumption}" for assumption in summary.assumptions]

@@ -22,6 +22,7 @@ from moeperf.collectors.live_export import LiveExporter
 from moeperf.collectors.records import StepRecord
 from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
 from moeperf.suites.errors import SpecError, TargetError
+from moeperf.suites.run_options import RunOptions
 from moeperf.suites.telemetry import Telemetry
 from moeperf.suites.training.dist_export import JobExport
 from moeperf.suites.training.dist_spec import DistTrainingSpec, LayoutSpec
@@ -333,4 +334,18 @@ def _step_record(step: RankStep, scenario: str, anchor_ns: int, peak: PeakFlops)
         tokens_per_local_expert=step.tokens_per_local_expert,
         dispatched_tokens=step.dispatched_tokens,
         received_tokens=step.received_tokens,
+    )
+
+
+def run_suite(
+    spec: DistTrainingSpec, spec_given: dict[str, Any], store: RunStore, options: RunOptions
+) -> str:
+    """``run_training_dist`` as the suite registry calls every suite's run."""
+    return run_training_dist(
+        spec,
+        spec_given,
+        store,
+        options.on_started,
+        pushgateway_url=options.pushgateway_url,
+        say=options.say,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from moeperf.collectors.dist_training_summary import DistTrainingSummary
+from moeperf.collectors.store import RunReader
 from moeperf.suites.present import cell, headed_table
 
 MIB = 2**20
@@ -151,3 +152,16 @@ def dist_training_tables(summary: DistTrainingSummary) -> list[Table]:
     recovery = recovery_table(summary)
     tables = [layout_table(summary), straggler_table(summary), link_table(summary)]
     return tables + ([recovery] if recovery is not None else [])
+
+
+def dist_training_lines(summary: DistTrainingSummary, reader: RunReader) -> list[Table | str]:
+    """What ``moeperf runs show`` prints of a training-dist run after its header."""
+    lines: list[Table | str] = [*dist_training_tables(summary)]
+    if summary.telemetry is not None:
+        from moeperf.suites.telemetry_tables import telemetry_lines
+
+        figures = {name: entry.accelerator for name, entry in summary.scenarios.items()}
+        lines += telemetry_lines(
+            summary.telemetry, figures, training=True, missing="no completed job step"
+        )
+    return lines

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
 
 from moeperf.suites.errors import SpecError
+from moeperf.suites.spec_errors import problems_of, spec_error
 from moeperf.suites.training.spec import TrainingSpec, model_config
 from moeperf.targets.model.checkpoint import ModelDirError
 from moeperf.targets.model.config import MoEConfig
@@ -117,3 +122,16 @@ def build_trainer(config: TrainerConfig, what: str) -> tuple[Trainer, float]:
     except CONFIG_ERRORS as exc:
         raise SpecError(f"{what}: {exc}") from None
     return trainer, time.perf_counter() - started
+
+
+def validate_training(
+    data: dict[str, Any], source: str, overrides: Sequence[str] = ()
+) -> TrainingSpec:
+    """The spec in ``data`` validated (pydantic, then every scenario by the trainer's own
+    checks); a ``SpecError`` naming the field (or the ``overrides`` entry) otherwise."""
+    try:
+        spec = TrainingSpec.model_validate(data)
+    except ValidationError as exc:
+        raise spec_error(source, problems_of(exc, TrainingSpec), overrides) from None
+    check_runnable(spec, source)
+    return spec

@@ -31,6 +31,7 @@ from moeperf.collectors.training_summary import (
     summarize_training,
 )
 from moeperf.suites.errors import SpecError
+from moeperf.suites.run_options import RunOptions
 from moeperf.suites.telemetry import Telemetry
 from moeperf.suites.training.budget import Budgets
 from moeperf.suites.training.dist_spec import DistTrainingSpec
@@ -251,4 +252,18 @@ def _check_simulator(
         peak.flops_per_s,
         host_copy,
         paired=spec.matrix.order == "interleaved",
+    )
+
+
+def run_suite(
+    spec: TrainingSpec, spec_given: dict[str, Any], store: RunStore, options: RunOptions
+) -> str:
+    """``run_training`` as the suite registry calls every suite's run."""
+    return run_training(
+        spec,
+        spec_given,
+        store,
+        options.on_started,
+        pushgateway_url=options.pushgateway_url,
+        say=options.say,
     )

@@ -19,15 +19,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
+from pydantic import BaseModel, Field, create_model, model_validator
 
 from moeperf.suites.errors import SpecError
 from moeperf.suites.spec_base import STRICT
-from moeperf.suites.spec_errors import problems_of, spec_error
 from moeperf.suites.telemetry_spec import TelemetrySpec
 from moeperf.targets.model.checkpoint import default_model_dir
 from moeperf.targets.model.config import MoEConfig
@@ -242,18 +240,3 @@ def model_config(trainer: TrainerSpec, overrides: dict[str, Any] | None = None) 
                 f"config.json ({exc}); give a model directory, 'default' or {NO_INIT!r}"
             ) from None
     return config if trainer.mtp else dataclasses.replace(config, mtp_depth=0)
-
-
-def validate_training(
-    data: dict[str, Any], source: str, overrides: Sequence[str] = ()
-) -> TrainingSpec:
-    """The spec in ``data`` validated (pydantic, then every scenario by the trainer's own
-    checks); a ``SpecError`` naming the field (or the ``overrides`` entry) otherwise."""
-    from moeperf.suites.training.plan import check_runnable
-
-    try:
-        spec = TrainingSpec.model_validate(data)
-    except ValidationError as exc:
-        raise spec_error(source, problems_of(exc, TrainingSpec), overrides) from None
-    check_runnable(spec, source)
-    return spec

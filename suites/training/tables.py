@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from rich.table import Table
 
+from moeperf.collectors.store import RunReader
 from moeperf.collectors.training_summary import (
     BudgetCalibration,
     SimulatorCheck,
@@ -171,3 +172,14 @@ def training_tables(summary: TrainingSummary) -> list[Table]:
     if summary.simulator is not None and summary.simulator.scenarios:
         tables.append(simulator_table(summary.simulator))
     return tables
+
+
+def training_lines(summary: TrainingSummary, reader: RunReader) -> list[Table | str]:
+    """What ``moeperf runs show`` prints of a training run after its header."""
+    lines: list[Table | str] = [*training_tables(summary)]
+    if summary.telemetry is not None:
+        from moeperf.suites.telemetry_tables import telemetry_lines
+
+        figures = {name: entry.accelerator for name, entry in summary.scenarios.items()}
+        lines += telemetry_lines(summary.telemetry, figures, training=True)
+    return lines

@@ -24,7 +24,7 @@ from __future__ import annotations
 import pytest
 
 from moeperf.cli import main
-from moeperf.collectors.interference_records import interference_rows
+from moeperf.collectors.interference_rows import interference_rows
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunStore
 

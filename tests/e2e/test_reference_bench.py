@@ -38,7 +38,7 @@ def window_totals(run, scenario: str) -> dict[str, float]:
 def test_the_tables_agree_with_the_stored_runs(tmp_path):
     rows_path = tmp_path / "rows.json"
     result = subprocess.run(
-        [sys.executable, "-m", "moeperf.bench.reference", "--runs-dir",
+        [sys.executable, "benchmarks/reference.py", "--runs-dir",
          str(tmp_path / "runs"), "--json", str(rows_path), *TINY,
          "--set", "workload.shared_prefix_tokens=48"],
         cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=840,

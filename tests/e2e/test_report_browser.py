@@ -28,7 +28,7 @@ from moeperf.reports.report import build_report
 from moeperf.reports.runs import RunData, load_run
 from moeperf.suites.serving.embedded.process import running_target
 from moeperf.suites.serving.runner import run_serving
-from moeperf.suites.spec import ServingSpec
+from moeperf.suites.serving.spec import ServingSpec
 
 pytestmark = pytest.mark.slow
 

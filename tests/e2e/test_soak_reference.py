@@ -32,7 +32,7 @@ from moeperf.collectors import target_metrics as tm
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.soak_records import SoakSummary
 from moeperf.collectors.store import RunStore
-from moeperf.suites.spec import load_spec
+from moeperf.specs import load_spec
 
 pytestmark = pytest.mark.slow
 

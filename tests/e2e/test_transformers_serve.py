@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from transformers_serve import TransformersServe, running
 
-from moeperf.bench.transformers_serve import TransformersServe, running
 from moeperf.cli import main
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunStore

@@ -25,7 +25,7 @@ from moeperf.collectors.store import RunStore
 from moeperf.suites.serving.load.auth import MissingHeaderValue
 from moeperf.suites.serving.preflight import TargetUnauthorized
 from moeperf.suites.serving.runner import run_serving
-from moeperf.suites.spec import ServingSpec
+from moeperf.suites.serving.spec import ServingSpec
 from moeperf.targets.synthetic.config import SyntheticConfig
 from moeperf.targets.synthetic.server import build_app
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+import gate_power
 import pytest
 
-from moeperf.bench import gate_power
 from moeperf.cli import main
 from moeperf.collectors.store import RunStore
 from moeperf.gate_calibration import calibrate_command
@@ -16,8 +16,8 @@ from moeperf.gate_runs import (
     paired_gate,
     parse_target,
 )
+from moeperf.specs import load_spec
 from moeperf.suites.errors import SpecError, UsageError
-from moeperf.suites.spec import load_spec
 
 pytestmark = pytest.mark.slow
 

@@ -32,9 +32,11 @@ from moeperf.collectors.records import StepRecord
 from moeperf.collectors.store import RunStore
 from moeperf.collectors.tables import request_records
 from moeperf.dashboards.queries import panel_queries, substitute_variables
+from moeperf.suites.run_options import Progress
+from moeperf.suites.serving.level_plan import LevelOutcome
 from moeperf.suites.serving.observe.scraper import ThreadedScraper
-from moeperf.suites.serving.runner import LevelOutcome, Progress, run_serving
-from moeperf.suites.spec import ServingSpec
+from moeperf.suites.serving.runner import run_serving
+from moeperf.suites.serving.spec import ServingSpec
 
 pytestmark = pytest.mark.slow
 

@@ -26,7 +26,7 @@ from moeperf.suites.serving.probe.adapt import adapt_target
 from moeperf.suites.serving.probe.present import target_toml
 from moeperf.suites.serving.probe.probe import ProbeFailed, probe_target
 from moeperf.suites.serving.probe.result import ProbeResult
-from moeperf.suites.spec import TargetSpec
+from moeperf.suites.serving.target_spec import TargetSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STREAMS = REPO_ROOT / "tests" / "data" / "streams"

@@ -20,8 +20,8 @@ from aiohttp import web
 from moeperf.cli import main
 from moeperf.collectors.request_settings import RequestSettings, Sampling
 from moeperf.collectors.store import RunReader, RunStore
+from moeperf.specs import validate_spec
 from moeperf.suites.serving.runner import run_serving
-from moeperf.suites.spec import validate_spec
 
 pytestmark = pytest.mark.slow
 

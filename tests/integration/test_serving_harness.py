@@ -18,7 +18,7 @@ from moeperf.collectors.store import RunStore
 from moeperf.suites.serving.embedded.process import running_target
 from moeperf.suites.serving.preflight import TargetUnreachable
 from moeperf.suites.serving.runner import run_serving
-from moeperf.suites.spec import ServingSpec
+from moeperf.suites.serving.spec import ServingSpec
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from moeperf.collectors.store import RunStore
 from moeperf.collectors.target_counters import NOT_AVAILABLE
 from moeperf.suites.present import target_counters_line
 from moeperf.suites.serving.runner import run_serving
-from moeperf.suites.spec import ServingSpec
+from moeperf.suites.serving.spec import ServingSpec
 
 pytestmark = pytest.mark.slow
 

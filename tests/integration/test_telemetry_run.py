@@ -13,7 +13,7 @@ from moeperf.cli import main
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunStore
 from moeperf.suites.serving.runner import run_serving
-from moeperf.suites.spec import ServingSpec
+from moeperf.suites.serving.spec import ServingSpec
 
 pytestmark = pytest.mark.slow
 

@@ -12,6 +12,7 @@ from moeperf.collectors.accuracy_records import NOT_AVAILABLE, AccuracySummary, 
 from moeperf.collectors.summary_json import summary_from_json, summary_to_json
 from moeperf.reports.accuracy_blocks import accuracy_blocks
 from moeperf.reports.render import table_html
+from moeperf.specs import load_spec, validate_spec
 from moeperf.suites.accuracy.compare import (
     compare_under_load,
     prompt_figures,
@@ -29,7 +30,6 @@ from moeperf.suites.accuracy.target_side import (
     parse_choice,
 )
 from moeperf.suites.errors import SpecError
-from moeperf.suites.spec import load_spec, validate_spec
 
 LN = math.log
 

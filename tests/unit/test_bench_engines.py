@@ -1,4 +1,4 @@
-"""The engines benchmark's own parts (moeperf/bench/engines.py): the spec it runs, the
+"""The engines benchmark's own parts (benchmarks/engines.py): the spec it runs, the
 order of the engines, what it reads from a summary, the error budget and the table."""
 
 from __future__ import annotations
@@ -6,9 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from rich.console import Console
-
-from moeperf.bench.engines import (
+from engines import (
     NO_SAMPLES,
     ErrorBudget,
     LevelResult,
@@ -23,6 +21,8 @@ from moeperf.bench.engines import (
     results_table,
     within_line,
 )
+from rich.console import Console
+
 from moeperf.collectors.quantiles import describe
 from moeperf.collectors.serving_records import (
     MeasurementErrors,
@@ -31,7 +31,7 @@ from moeperf.collectors.serving_records import (
     WorkerSummary,
     empty_scenario,
 )
-from moeperf.suites.spec import validate_spec
+from moeperf.specs import validate_spec
 
 MS = 1e-3
 

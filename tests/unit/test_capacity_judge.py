@@ -13,10 +13,11 @@ from moeperf.collectors.serving_records import NO_SLO, ScenarioSummary, ServingS
 from moeperf.collectors.summary import summarize_requests
 from moeperf.collectors.summary_json import summary_from_json, summary_to_json
 from moeperf.collectors.tables import records_frame
+from moeperf.specs import load_spec, validate_spec
 from moeperf.suites.errors import SpecError
 from moeperf.suites.serving.capacity.judge import criteria_text, judge_probe
 from moeperf.suites.serving.capacity.run import probe_budget
-from moeperf.suites.spec import CapacitySpec, load_spec, validate_spec
+from moeperf.suites.serving.mode_spec import CapacitySpec
 
 MS = 1_000_000
 

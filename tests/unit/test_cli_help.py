@@ -13,8 +13,9 @@ import tomllib
 import pytest
 
 from moeperf.cli import build_parser, main
+from moeperf.suites.errors import SpecError
 from moeperf.suites.serving.calibrate import calibration_exit_code
-from moeperf.suites.spec import SPEC_DIR, SpecError, resolve_spec_path
+from moeperf.suites.spec_files import SPEC_DIR, resolve_spec_path
 from moeperf.targets.serving.__main__ import _KNOB_FLAGS
 from moeperf.targets.serving.config import ReferenceTargetConfig
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from moeperf.specs import validate_spec
 from moeperf.suites.errors import SpecError
-from moeperf.suites.spec import validate_spec
 
 BASE = {
     "name": "drill",
@@ -19,7 +19,7 @@ def _spec(faults, **drill):
 
 
 def test_the_shipped_drill_spec_validates():
-    from moeperf.suites.spec import load_spec
+    from moeperf.specs import load_spec
 
     spec = load_spec("faults").serving
     assert spec.drill is not None
@@ -66,7 +66,7 @@ def test_a_drill_runs_one_level():
 
 
 def test_the_shipped_reference_drill_validates():
-    from moeperf.suites.spec import load_spec
+    from moeperf.specs import load_spec
 
     spec = load_spec("faults-reference").serving
     assert spec.drill is not None and spec.target.kind == "reference"

@@ -15,8 +15,8 @@ from moeperf.reports.baselines import BaselineStore
 from moeperf.reports.errors import ReportUsageError, SpecMismatchError
 from moeperf.reports.gate_output import gate_command, parse_min_effects
 from moeperf.reports.runs import load_run
+from moeperf.specs import load_spec, validate_spec
 from moeperf.suites.errors import SpecError
-from moeperf.suites.spec import load_spec, validate_spec
 
 S = 1_000_000_000
 

@@ -1,4 +1,4 @@
-"""The harness stress benchmark's own parts (moeperf/bench/harness_stress.py): which
+"""The harness stress benchmark's own parts (benchmarks/harness_stress.py): which
 processes count as load workers, the peaks, the target's counters, the exactness checks."""
 
 from __future__ import annotations
@@ -8,10 +8,7 @@ import math
 import multiprocessing as mp
 import time
 
-from prometheus_client import CollectorRegistry, generate_latest
-from rich.console import Console
-
-from moeperf.bench.harness_stress import (
+from harness_stress import (
     CaseResult,
     MemoryPeaks,
     RssSampler,
@@ -23,7 +20,10 @@ from moeperf.bench.harness_stress import (
     stress_spec,
     target_counts,
 )
-from moeperf.suites.spec import validate_spec
+from prometheus_client import CollectorRegistry, generate_latest
+from rich.console import Console
+
+from moeperf.specs import validate_spec
 from moeperf.targets.synthetic.metrics import SyntheticMetrics
 from moeperf.targets.synthetic.slots import StreamSlots
 
@@ -39,7 +39,7 @@ def test_spawned_load_workers_and_the_target_are_told_apart():
     assert classify_process(target) == "target"
     assert classify_process(tracker) == "other"
     # Between fork and exec a child still shows its parent's command line.
-    assert classify_process(["python", "-m", "moeperf.bench.harness_stress"]) == "other"
+    assert classify_process(["python", "benchmarks/harness_stress.py"]) == "other"
 
 
 def test_peaks_keep_the_largest_sum_over_workers_and_the_largest_worker():

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from moeperf.cli import main
 from moeperf.collectors.errors import MoeperfUsageError
+from moeperf.specs import load_spec, validate_spec
 from moeperf.suites.errors import SpecError
-from moeperf.suites.spec import SPEC_DIR, load_spec, validate_spec
+from moeperf.suites.spec_files import SPEC_DIR
 
 SHIPPED = {p.stem: tomllib.loads(p.read_text()) for p in sorted(SPEC_DIR.glob("*.toml"))}
 FUZZ = settings(

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from moeperf.specs import validate_spec
 from moeperf.suites.errors import SpecError, UsageError
 from moeperf.suites.serving.interference import arm_spec, step_budget
-from moeperf.suites.spec import validate_spec
 
 BASE: dict[str, Any] = {
     "name": "i",

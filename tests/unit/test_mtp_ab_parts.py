@@ -7,10 +7,11 @@ import pytest
 
 from moeperf.collectors.mtp_ab_records import MtpAbEffect
 from moeperf.collectors.mtp_ab_summary import crossover
+from moeperf.specs import load_spec
 from moeperf.suites.errors import SpecError
+from moeperf.suites.serving.mode_spec import MtpAbSpec
 from moeperf.suites.serving.mtp_ab.arms import order, schedule
 from moeperf.suites.serving.mtp_ab.equality import ArmOutput, compare
-from moeperf.suites.spec import MtpAbSpec, load_spec
 
 
 @pytest.mark.parametrize(

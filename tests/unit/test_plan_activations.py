@@ -1,13 +1,13 @@
 """The planner's activation estimate against the reference engine's measured peak, and the
-meter itself (``moeperf.bench.live_tensors``) against allocations of known size."""
+meter itself (``benchmarks/live_tensors.py``) against allocations of known size."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from live_tensors import LiveTensorBytes
+from plan_check import ACTIVATION_TOLERANCE, CASES, TORCH_DTYPES, measure
 
-from moeperf.bench.live_tensors import LiveTensorBytes
-from moeperf.bench.plan_check import ACTIVATION_TOLERANCE, CASES, TORCH_DTYPES, measure
 from moeperf.suites.plan.model_config import load_model_config
 from moeperf.targets.model.checkpoint import default_model_dir, load_mixtral_dir
 

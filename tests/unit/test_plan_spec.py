@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from moeperf.cli import main
+from moeperf.specs import load_spec
 from moeperf.suites.errors import SpecError
+from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.sweep_plan import resolve_plan, sweep_plan
-from moeperf.suites.spec import ServingSpec, load_spec
 
 SWEEP = "[sweep.input_tokens]\nvalues = [1000, 2000]\n"
 QWEN = "tests/data/plan/qwen3-30b-a3b.json"

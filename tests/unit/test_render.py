@@ -276,7 +276,8 @@ def test_report_command_refuses_unknown_runs(tmp_path):
 
 
 def test_the_benchmark_generator_makes_a_run_the_report_reads(tmp_path):
-    from moeperf.bench.report_scale import synthetic_requests, write_run
+    from report_scale import synthetic_requests, write_run
+
     from moeperf.collectors.latency import per_request
 
     table = synthetic_requests(2_000, seed=3)

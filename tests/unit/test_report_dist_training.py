@@ -23,6 +23,7 @@ from moeperf.collectors.records import StepRecord
 from moeperf.collectors.store import RunStore
 from moeperf.collectors.tables import SCHEMAS, rows_to_table, table_to_frame
 from moeperf.collectors.training_summary import PeakFlopsSummary
+from moeperf.registry import find_suite
 from moeperf.reports.figures.dist_training import (
     layout_frame,
     link_frame,
@@ -31,8 +32,9 @@ from moeperf.reports.figures.dist_training import (
     time_split_chart,
 )
 from moeperf.reports.render import Chart, Table
-from moeperf.reports.report import _BLOCKS, _dist_training_blocks, build_report, run_section
+from moeperf.reports.report import build_report, run_section
 from moeperf.reports.runs import RunData, load_run
+from moeperf.reports.training_blocks import dist_training_blocks as _dist_training_blocks
 
 MIB = 2**20
 MS = 1_000_000
@@ -190,7 +192,8 @@ def write_run(root: Path, *, with_summary: bool = True) -> RunData:
 
 
 def test_the_report_picks_the_dist_blocks_for_training_dist(tmp_path):
-    assert _BLOCKS["training-dist"] is _dist_training_blocks
+    suite = find_suite("training-dist")  # the registry is where the report finds them
+    assert suite is not None and suite.report_blocks.load() is _dist_training_blocks
     run = write_run(tmp_path / "runs")
     assert isinstance(run.summary, DistTrainingSummary)  # round-tripped through JSON
     section = run_section(run)

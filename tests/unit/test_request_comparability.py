@@ -21,7 +21,7 @@ from moeperf.reports.compare import compare_command
 from moeperf.reports.errors import SpecMismatchError
 from moeperf.reports.gate_output import gate_command
 from moeperf.reports.runs import load_run
-from moeperf.suites.spec import load_spec
+from moeperf.specs import load_spec
 
 S = 1_000_000_000
 BASELINE_V2 = Path(__file__).resolve().parents[2] / "reports/baselines/nightly/v2"

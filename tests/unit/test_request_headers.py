@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from moeperf.collectors.errors import MoeperfUsageError
+from moeperf.specs import validate_spec
 from moeperf.suites.errors import SpecError
 from moeperf.suites.serving.load.auth import (
     NO_HEADERS,
@@ -19,7 +20,7 @@ from moeperf.suites.serving.load.auth import (
 )
 from moeperf.suites.serving.load.plan import WorkerConfig
 from moeperf.suites.serving.preflight import Answer, TargetUnauthorized, check_target
-from moeperf.suites.spec import TargetSpec, validate_spec
+from moeperf.suites.serving.target_spec import TargetSpec
 
 KEY = "sk-moeperf-unit-5f0c1d"
 GATEWAY = "gw-token-77aa"

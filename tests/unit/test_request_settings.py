@@ -10,20 +10,19 @@ from pathlib import Path
 import pytest
 
 from moeperf.collectors.errors import CollectorError
-from moeperf.collectors.manifest import RunManifest
+from moeperf.collectors.manifest import RunManifest, run_request_settings
 from moeperf.collectors.request_settings import (
     GREEDY,
     LEGACY_SAMPLING,
     RequestSettings,
     Sampling,
     legacy_request_settings,
-    run_request_settings,
 )
 from moeperf.collectors.store import RunReader, RunStore
 from moeperf.reports.request_view import DERIVED_NOTE, request_facts
+from moeperf.specs import load_spec
 from moeperf.suites.serving.load.plan import WorkerConfig
 from moeperf.suites.serving.load.request_settings import request_settings
-from moeperf.suites.spec import load_spec
 
 BASELINES = Path(__file__).resolve().parents[2] / "reports/baselines/nightly"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from moeperf.collectors.request_settings import GREEDY, Sampling
+from moeperf.specs import load_spec, validate_spec
 from moeperf.suites.errors import SpecError
 from moeperf.suites.serving.load.openai_api import rejected_field_hint, request_body
-from moeperf.suites.spec import load_spec, validate_spec
 
 
 def sampling_of(**fields: object) -> Sampling:

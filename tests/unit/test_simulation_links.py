@@ -12,8 +12,8 @@ import pytest
 from moeperf.collectors.dist_training_summary import DistTrainingSummary, LinkCalibration
 from moeperf.collectors.summary_json import summary_to_json
 from moeperf.collectors.training_summary import PeakFlopsSummary
+from moeperf.specs import load_spec
 from moeperf.suites.errors import SpecError
-from moeperf.suites.spec import load_spec
 
 JOB = """
 suite = "simulation"

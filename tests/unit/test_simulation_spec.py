@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from moeperf.cli import main
+from moeperf.specs import load_spec
 from moeperf.suites.errors import SpecError
-from moeperf.suites.spec import load_spec
 from moeperf.targets.cluster_sim import routing
 
 JOB = """

@@ -8,8 +8,9 @@ import pytest
 from moeperf.collectors import metric_names as mn
 from moeperf.collectors import target_metrics as tm
 from moeperf.collectors.soak_target_series import TargetSeries
+from moeperf.specs import load_spec
 from moeperf.suites.errors import SpecError
-from moeperf.suites.spec import ServingSpec, load_spec
+from moeperf.suites.serving.spec import ServingSpec
 from moeperf.targets.synthetic.config import SyntheticConfig, SyntheticConfigError
 from moeperf.targets.synthetic.plan import plan_request
 

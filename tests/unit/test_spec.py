@@ -5,9 +5,11 @@ from rich.console import Console
 
 from moeperf.cli import main
 from moeperf.collectors.store import RunStore
+from moeperf.specs import load_spec, validate_spec
 from moeperf.suites.errors import SpecError
 from moeperf.suites.serving.calibrate import CalibrationOptions, run_calibration
-from moeperf.suites.spec import SPEC_DIR, ServingSpec, load_spec, validate_spec
+from moeperf.suites.serving.spec import ServingSpec
+from moeperf.suites.spec_files import SPEC_DIR
 from moeperf.suites.spec_overrides import apply_overrides, parse_override
 from moeperf.targets.synthetic.config import SyntheticConfig
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from moeperf import cli
-from moeperf.suites import spec
+from moeperf.specs import load_spec
+from moeperf.suites import reference_install as spec
 from moeperf.suites.errors import SpecError
 from moeperf.suites.serving.embedded.reference import (
     default_model_dir,
@@ -22,7 +23,7 @@ from moeperf.suites.serving.embedded.reference import (
     usable_cores,
     with_reference_defaults,
 )
-from moeperf.suites.spec import load_spec, reference_config
+from moeperf.suites.serving.target_spec import reference_config
 from moeperf.targets.serving.config import ReferenceTargetConfig
 
 

@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
+from moeperf.specs import validate_spec
 from moeperf.suites.errors import SpecError, UsageError
+from moeperf.suites.serving.mode_spec import InputTokensSweep
 from moeperf.suites.serving.workload.sweep import (
     CHAT_TEMPLATE_ALLOWANCE,
     ContextLimit,
@@ -14,7 +16,6 @@ from moeperf.suites.serving.workload.sweep import (
     log_spaced,
     sweep_points,
 )
-from moeperf.suites.spec import InputTokensSweep, validate_spec
 
 TARGET = ContextLimit(2048, "target: max_model_len at URL")
 UNKNOWN = ContextLimit(None, "not stated by the target")

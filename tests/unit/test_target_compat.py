@@ -12,8 +12,8 @@ import pytest
 from moeperf.collectors.records import REQUEST_FIELDS, RequestRecord, StreamEnd
 from moeperf.collectors.store import RunReader, RunStore
 from moeperf.collectors.tables import request_records
+from moeperf.specs import validate_spec
 from moeperf.suites.errors import SpecError
-from moeperf.suites.spec import validate_spec
 
 BASELINE = Path(__file__).resolve().parents[2] / "reports/baselines/nightly/v1"
 

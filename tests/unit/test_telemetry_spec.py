@@ -22,9 +22,10 @@ from moeperf.collectors.serving_records import ServingSummary, empty_scenario
 from moeperf.collectors.store import RunStore
 from moeperf.collectors.summary_json import summary_from_json, summary_to_json
 from moeperf.collectors.telemetry_records import SourceStatus, TelemetrySummary
+from moeperf.specs import validate_spec
 from moeperf.suites.errors import SpecError
+from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.telemetry import with_figures
-from moeperf.suites.spec import ServingSpec, validate_spec
 from moeperf.suites.telemetry import NOT_STARTED_BY_US, Telemetry
 from moeperf.suites.telemetry_spec import TelemetrySpec
 from moeperf.suites.telemetry_tables import telemetry_lines

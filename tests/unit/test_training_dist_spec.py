@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from moeperf.specs import load_spec, validate_spec
 from moeperf.suites.errors import SpecError
-from moeperf.suites.spec import load_spec, validate_spec
 
 BASE = {
     "suite": "training-dist",

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from moeperf.cli import main
+from moeperf.specs import load_spec
 from moeperf.suites.errors import SpecError
-from moeperf.suites.spec import load_spec
 from moeperf.suites.training.plan import scenarios
 
 BASE = """

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from moeperf.suites.spec import load_spec
+from moeperf.specs import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"

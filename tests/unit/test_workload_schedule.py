@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from moeperf.specs import validate_spec
 from moeperf.suites.errors import SpecError
 from moeperf.suites.serving.schedule import level_schedule, pool_keys, scenario_name
+from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.workload.prompts import PoolKey, pool_seed
-from moeperf.suites.spec import ServingSpec, validate_spec
 
 
 def _spec(**workload) -> ServingSpec:

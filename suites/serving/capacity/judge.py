@@ -14,7 +14,7 @@ from __future__ import annotations
 from moeperf.collectors.quantiles import Described
 from moeperf.collectors.serving_records import ScenarioSummary
 from moeperf.suites.serving.capacity.search import Verdict
-from moeperf.suites.spec import CapacitySpec
+from moeperf.suites.serving.mode_spec import CapacitySpec
 
 
 def criteria_text(capacity: CapacitySpec) -> str:

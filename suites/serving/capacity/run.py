@@ -20,10 +20,11 @@ from moeperf.collectors.serving_records import Slo
 from moeperf.collectors.summary import summarize_requests
 from moeperf.suites.serving.capacity.judge import criteria_text, judge_probe
 from moeperf.suites.serving.capacity.search import SearchSettings, Verdict, capacity_search
-from moeperf.suites.spec import CapacitySpec, ServingSpec
+from moeperf.suites.serving.mode_spec import CapacitySpec
+from moeperf.suites.serving.spec import ServingSpec
 
 if TYPE_CHECKING:
-    from moeperf.suites.serving.runner import LevelOutcome
+    from moeperf.suites.serving.level_plan import LevelOutcome
 
 _STATUS_TEXT = {
     "resolved": "resolved to the resolution",

@@ -17,7 +17,8 @@ from typing import Any
 
 from moeperf.suites.errors import UsageError
 from moeperf.suites.serving.embedded.process import EmbeddedTarget, embedded_target
-from moeperf.suites.spec import ServingSpec, reference_config
+from moeperf.suites.serving.spec import ServingSpec
+from moeperf.suites.serving.target_spec import reference_config
 
 MODULE = "moeperf.targets.serving"
 # Importing torch and loading the weights on a slow, busy 2-core machine.

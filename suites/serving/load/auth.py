@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from moeperf.suites.errors import UsageError
 
 if TYPE_CHECKING:  # the workers unpickle RequestHeaders without loading the spec models
-    from moeperf.suites.spec import TargetSpec
+    from moeperf.suites.serving.target_spec import TargetSpec
 
 MASK = "***"
 AUTHORIZATION = "Authorization"

@@ -4,7 +4,7 @@ Why not Locust's own clients: FastHttpUser (geventhttpclient) and HttpUser (requ
 read a streamed body in blocks of their buffer size, so a chunk can wait in the client
 for the next ones before anyone sees it. ``HTTPResponse.read1`` returns what one read of
 the socket gave (for a chunked body, up to the end of the current HTTP chunk), the moment
-it arrives, and the clock is read right then (moeperf/bench/engines.py measures the
+it arrives, and the clock is read right then (benchmarks/engines.py measures the
 difference against the synthetic target's ground truth).
 
 Bytes are interpreted by ``suites.serving.load.stream_state``, as the asyncio engine's.

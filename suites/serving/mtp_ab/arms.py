@@ -21,8 +21,9 @@ from typing import Any
 from moeperf.collectors.mtp_ab_records import MtpAbBlock, block_scenario
 from moeperf.suites.errors import UsageError
 from moeperf.suites.serving.embedded.reference import running_reference
+from moeperf.suites.serving.mode_spec import MtpAbSpec
 from moeperf.suites.serving.preflight import TargetUnreachable, check_target
-from moeperf.suites.spec import MtpAbSpec, ServingSpec
+from moeperf.suites.serving.spec import ServingSpec
 
 _HEALTH_POLL_S = 0.5
 

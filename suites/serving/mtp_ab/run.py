@@ -25,27 +25,23 @@ import aiohttp
 from moeperf.collectors.mtp_ab_records import MtpAbBlock, MtpAbEquality, MtpAbSummary, arm_name
 from moeperf.collectors.records import RequestRecord
 from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
+from moeperf.suites.run_options import Progress
+from moeperf.suites.serving.level_plan import LevelOutcome, plan_level, worker_config, worker_count
 from moeperf.suites.serving.load.auth import RequestHeaders, request_headers, without_header_values
 from moeperf.suites.serving.load.pool import WorkerPool
 from moeperf.suites.serving.load.request_settings import request_settings
 from moeperf.suites.serving.load.validity import judged_level, run_verdict
+from moeperf.suites.serving.mode_spec import MtpAbSpec
 from moeperf.suites.serving.mtp_ab.arms import Arm, prepare, schedule, serving_arms
 from moeperf.suites.serving.mtp_ab.equality import arm_outputs, compare
 from moeperf.suites.serving.observe.live import LiveObservers
 from moeperf.suites.serving.observe.scraper import TargetScraper
 from moeperf.suites.serving.preflight import check_target, http_get, served_model
-from moeperf.suites.serving.runner import (
-    LevelOutcome,
-    Progress,
-    plan_level,
-    worker_config,
-    worker_count,
-    write_summary,
-)
+from moeperf.suites.serving.run_summary import write_summary
+from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.workload.cache_reset import CacheResetter
 from moeperf.suites.serving.workload.prompts import PoolKey, build_prompt_pools
 from moeperf.suites.serving.workload.sources import Prompt
-from moeperf.suites.spec import MtpAbSpec, ServingSpec
 from moeperf.suites.telemetry import Telemetry
 
 _START_DELAY_S = 0.3  # workers start a block together this long after it is planned

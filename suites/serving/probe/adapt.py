@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeperf.suites.serving.probe.result import ProbeResult
-from moeperf.suites.spec import TargetSpec
+from moeperf.suites.serving.target_spec import TargetSpec
 
 
 @dataclass(frozen=True)

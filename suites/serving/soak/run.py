@@ -15,7 +15,7 @@ from moeperf.collectors.store import RunReader, RunWriter
 from moeperf.suites.serving.embedded.process import EmbeddedTarget
 from moeperf.suites.serving.soak.memory import MemoryWatch
 from moeperf.suites.serving.soak.spec import SoakSpec
-from moeperf.suites.spec import ServingSpec
+from moeperf.suites.serving.spec import ServingSpec
 
 MIB = 2**20
 

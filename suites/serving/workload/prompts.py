@@ -8,6 +8,7 @@ from pathlib import Path
 
 from moeperf.suites.errors import UsageError
 from moeperf.suites.serving.load.auth import NO_HEADERS, RequestHeaders
+from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.workload.prefixes import PrefixPlan, prefixed_prompts
 from moeperf.suites.serving.workload.sources import (
     LengthDist,
@@ -22,7 +23,8 @@ from moeperf.suites.serving.workload.tokenizer import (
     resolve_tokenizer,
 )
 from moeperf.suites.serving.workload.trace import Trace, read_trace, trace_prompts
-from moeperf.suites.spec import SPEC_DIR, LengthSpec, ServingSpec, spec_data_path
+from moeperf.suites.spec_files import SPEC_DIR, spec_data_path
+from moeperf.suites.workload_spec import LengthSpec
 
 
 def length_dist(spec: LengthSpec) -> LengthDist:

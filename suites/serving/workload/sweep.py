@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from moeperf.suites.errors import UsageError
-from moeperf.suites.spec import InputTokensSweep
+from moeperf.suites.serving.mode_spec import InputTokensSweep
 
 # Tokens kept free for a chat template around the prompt (the reference target's adds 6,
 # Llama 3's about 30 with its system header; a template longer than this may overflow

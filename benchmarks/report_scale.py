@@ -1,6 +1,6 @@
 """How long and how much memory ``build_report`` takes on a run of 1,000,000 requests.
 
-    python -m moeperf.bench.report_scale [--requests 1000000] [--runs-dir DIR] [--keep]
+    python benchmarks/report_scale.py [--requests 1000000] [--runs-dir DIR] [--keep]
 
 The requests are GENERATED (not measured): a closed-loop sweep over eight concurrency
 levels with realistic shapes (lognormal prompt and output lengths, about 66 chunks per
@@ -177,7 +177,7 @@ def write_run(store: RunStore, table: pa.Table, *, summary: bool = True) -> str:
         target={"kind": "generated", "model": "none", "simulated": True},
     )
     writer.add_note(
-        f"GENERATED records ({table.num_rows:,} requests) made by moeperf.bench.report_scale to "
+        f"GENERATED records ({table.num_rows:,} requests) made by benchmarks/report_scale.py to "
         "time the report; nothing here was measured."
     )
     table = table.replace_schema_metadata({"moeperf_schema_version": str(SCHEMA_VERSION)})
@@ -279,8 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         result = subprocess.run(
             [
                 sys.executable,
-                "-m",
-                "moeperf.bench.report_scale",
+                __file__,
                 "--measure",
                 runs_dir,
                 run_id,

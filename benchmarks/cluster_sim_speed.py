@@ -13,7 +13,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from moeperf.suites.spec import load_spec
+from moeperf.specs import load_spec
 from moeperf.targets.cluster_sim.simulate import SIM_POLICIES, JobSpec, simulate
 
 JOB = "1.04T x 12,288"

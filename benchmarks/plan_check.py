@@ -1,4 +1,4 @@
-"""``python -m moeperf.bench.plan_check``: the memory planner against the reference engine.
+"""``python benchmarks/plan_check.py``: the memory planner against the reference engine.
 
 For each deployment of the shipped model (dtype, context, output tokens, prefill chunk,
 running requests, MTP drafts) the engine serves that many requests whose prompt and output
@@ -7,7 +7,7 @@ fill the context, on one device (``layout = "reference"``), and the table gives:
 - weights: the planner's bytes and ``sum(numel x element_size)`` of the loaded model;
 - KV cache: the planner's bytes per token and the engine's cache tensors / their slots;
 - activations: the planner's estimate of the largest step and the measured peak of live
-  tensors over every engine step (``moeperf.bench.live_tensors``), and their ratio.
+  tensors over every engine step (``benchmarks/live_tensors.py``), and their ratio.
 
 Weights and KV must be equal; the activations' stated tolerance is measured / planned
 within 1 +- ``ACTIVATION_TOLERANCE`` (tests/unit/test_plan_activations.py checks four of
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+from live_tensors import LiveTensorBytes
 from rich.console import Console
 from rich.table import Table
 
-from moeperf.bench.live_tensors import LiveTensorBytes
 from moeperf.suites.plan.deploy import parse_deploy
 from moeperf.suites.plan.model_config import ModelShape, load_model_config
 from moeperf.suites.plan.plan import Plan, plan_memory

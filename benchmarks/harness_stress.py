@@ -1,6 +1,6 @@
 """Benchmark: the harness itself under stress, 10x a normal level's requests, half failing.
 
-    python -m moeperf.bench.harness_stress [--rate 40] [--factor 10] [--duration-s 8]
+    python benchmarks/harness_stress.py [--rate 40] [--factor 10] [--duration-s 8]
                                            [--set KEY=VALUE ...]   (tox -e bench-stress)
 
 Two real serving runs, through ``run_serving`` as ``moeperf run`` makes them (live export
@@ -47,9 +47,11 @@ from rich.table import Table
 
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunStore, RunWriter
+from moeperf.specs import validate_spec
+from moeperf.suites.run_options import Progress
+from moeperf.suites.serving.level_plan import LevelOutcome
 from moeperf.suites.serving.load.validity import client_bottlenecks
-from moeperf.suites.serving.runner import LevelOutcome, Progress, run_serving
-from moeperf.suites.spec import validate_spec
+from moeperf.suites.serving.runner import run_serving
 
 NORMAL_RATE = 40.0  # requests/s (module doc: about the nightly's top level on this host)
 FACTOR = 10
@@ -356,7 +358,7 @@ def run_case(factor: int, rate: float, duration_s: float, runs_dir: str,
 
 
 def _case_in_child(factor: int, args: argparse.Namespace, runs_dir: str) -> CaseResult:
-    command = [sys.executable, "-m", "moeperf.bench.harness_stress", "--case", str(factor),
+    command = [sys.executable, "benchmarks/harness_stress.py", "--case", str(factor),
                "--rate", str(args.rate), "--duration-s", str(args.duration_s),
                "--runs-dir", runs_dir]  # fmt: skip
     for override in args.set:

@@ -1,4 +1,4 @@
-"""``python -m moeperf.bench.reference_models``: the two reference models side by side.
+"""``python benchmarks/reference_models.py``: the two reference models side by side.
 
 Runs the shipped ``reference-models`` spec (a sweep over 256, 2,048 and 4,064 prompt
 tokens at 1, 4 and 16 streams, 32 output tokens each) once on the Mixtral-style default
@@ -87,7 +87,7 @@ def run(runs_dir: Path, overrides: Sequence[str]) -> Table:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m moeperf.bench.reference_models")
+    parser = argparse.ArgumentParser(prog="python benchmarks/reference_models.py")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"))
     parser.add_argument("--set", action="append", default=[], dest="overrides",
                         help="KEY=VALUE for both runs (moeperf run --set)")  # fmt: skip

@@ -1,4 +1,4 @@
-"""``python -m moeperf.bench.versus``: the reference engine against ``transformers serve``.
+"""``python benchmarks/versus.py``: the reference engine against ``transformers serve``.
 
 Both serve the same model directory (the shipped tiny MoE) on this host's CPU with the
 same number of torch threads, one after the other in the same sitting, and both are
@@ -27,14 +27,14 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from transformers_serve import TransformersServe, running
 
-from moeperf.bench.transformers_serve import TransformersServe, running
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunStore
 from moeperf.exits import EXIT_OK
+from moeperf.specs import validate_spec
 from moeperf.suites.serving.embedded.reference import default_model_dir, host_threads, usable_cores
 from moeperf.suites.serving.runner import run_serving
-from moeperf.suites.spec import validate_spec
 
 LEVELS = (1, 4, 16)
 
@@ -183,7 +183,7 @@ def table(rows: Sequence[Row]) -> Table:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m moeperf.bench.versus", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python benchmarks/versus.py", description=__doc__)
     parser.add_argument("--runs-dir", default="runs")
     parser.add_argument("--duration-s", type=float, default=20.0, help="per level (default 20)")
     parser.add_argument(

@@ -6,17 +6,40 @@ that could not be measured prints as "n/a", never as zero.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from rich.table import Table
 
-if TYPE_CHECKING:
-    from moeperf.bench.reference import LevelResult
+from moeperf.collectors.target_counters import TargetCounters
 
 # The issue's goal for continuous batching: 16 streams give >= 3x one stream's tokens/s.
 SCALING_GOAL = 3.0
 SCALING_GOAL_STREAMS = 16
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    """One load level of one run: what the tables print, and where it came from."""
+
+    part: str
+    run_id: str
+    run_status: str
+    scenario: str
+    streams: int
+    mtp_tokens: int
+    prefix_caching: bool
+    requests_ok: int
+    requests_failed: int
+    output_tok_s: float | None
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    tpot_p50_s: float | None
+    counters: TargetCounters | None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 def _num(value: float | None, spec: str = ".1f", scale: float = 1.0) -> str:

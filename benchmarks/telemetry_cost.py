@@ -1,6 +1,6 @@
 """Benchmark: what the accelerator sampler costs, per source and period.
 
-    python -m moeperf.bench.telemetry_cost [--seconds 6]      (tox -e bench-telemetry)
+    python benchmarks/telemetry_cost.py [--seconds 6]      (tox -e bench-telemetry)
 
 For each case a real ``DeviceSampler`` reads its sources for ``--seconds`` on its thread,
 as in a run, storing every sample to a list, and reports its own ``SamplerCost``: reads,

@@ -1,6 +1,6 @@
 """Benchmark: harness CPU time per request with live export on and off.
 
-``python -m moeperf.bench.export_overhead`` (``tox -e bench-export``) runs the same short
+``python benchmarks/export_overhead.py`` (``tox -e bench-export``) runs the same short
 sweep against the synthetic target in alternating blocks, export off then on, and prints
 the median CPU seconds per request of the harness (the parent process, which exports, plus
 the load workers, which measure) and their ratio. Alternating blocks in one job keep
@@ -20,8 +20,8 @@ from rich.table import Table
 
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunStore
+from moeperf.specs import validate_spec
 from moeperf.suites.serving.runner import run_serving
-from moeperf.suites.spec import validate_spec
 
 
 def _spec(live: bool, streams: int, duration_s: float) -> dict:

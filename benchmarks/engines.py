@@ -1,6 +1,6 @@
 """Benchmark: the Locust engine's measurement error beside the asyncio engine's.
 
-    python -m moeperf.bench.engines [--streams 1,16,64,256] [--duration-s 8] [--workers 2]
+    python benchmarks/engines.py [--streams 1,16,64,256] [--duration-s 8] [--workers 2]
                                     [--ttft-budget-ms 2] [--chunk-budget-ms 2]
                                     [--set KEY=VALUE ...]   (tox -e bench-engines)
 
@@ -58,9 +58,9 @@ from moeperf.collectors.fingerprint import host_fingerprint
 from moeperf.collectors.quantiles import Described
 from moeperf.collectors.serving_records import ScenarioSummary, ServingSummary
 from moeperf.collectors.store import RunStore
+from moeperf.specs import LoadedSpec, validate_spec
 from moeperf.suites.errors import SuiteError, UsageError
 from moeperf.suites.serving.runner import run_serving
-from moeperf.suites.spec import LoadedSpec, validate_spec
 
 Engine = Literal["asyncio", "locust"]
 ENGINES: tuple[Engine, Engine] = ("asyncio", "locust")

@@ -1,4 +1,4 @@
-"""``python -m moeperf.bench.gate_power``: how often the nightly gate catches a regression,
+"""``python benchmarks/gate_power.py``: how often the nightly gate catches a regression,
 and how often it cries wolf, measured on this host (``tox -e gate-power``).
 
 Every run is a real ``moeperf run`` of the shipped spec (``nightly`` by default) against
@@ -50,8 +50,8 @@ from moeperf.reports.gate_output import judge_runs, parse_min_effects
 from moeperf.reports.runs import RunData, load_run
 from moeperf.reports.samples import MetricSamples, pool_samples, run_samples
 from moeperf.reports.verdicts import GateResult
+from moeperf.specs import load_spec
 from moeperf.suites.serving.runner import run_serving
-from moeperf.suites.spec import load_spec
 
 
 @dataclass(frozen=True)
@@ -260,7 +260,7 @@ def table(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m moeperf.bench.gate_power",
+        prog="python benchmarks/gate_power.py",
         description=(
             "Detection rate of injected regressions and A/A false-positive rate of the gate, "
             "with real runs of a serving spec against its embedded synthetic target."

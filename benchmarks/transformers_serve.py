@@ -1,6 +1,6 @@
 """Hugging Face ``transformers serve`` as a target: the third-party server moeperf is
 checked against (tests/e2e/test_transformers_serve.py) and compared with
-(``moeperf.bench.versus``).
+(``benchmarks/versus.py``).
 
 It is started the way a user would start it, from the ``transformers`` console script of
 the running interpreter's environment, on 127.0.0.1 and on CPU, serving a local model

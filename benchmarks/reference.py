@@ -1,4 +1,4 @@
-"""``python -m moeperf.bench.reference [--quick]``: the reference engine, measured.
+"""``python benchmarks/reference.py [--quick]``: the reference engine, measured.
 
 Three experiments against the embedded reference target (``targets.serving``), each
 configuration one stored run made by the same path as ``moeperf run`` (the shipped
@@ -29,16 +29,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from reference_tables import LevelResult, concurrency_table, mtp_table, prefix_table
 from rich.console import Console
 
-from moeperf.bench.reference_tables import concurrency_table, mtp_table, prefix_table
 from moeperf.collectors.errors import MoeperfError
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunInterrupted, RunStore, RunWriter
-from moeperf.collectors.target_counters import TargetCounters
 from moeperf.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_code
+from moeperf.specs import load_spec
 from moeperf.suites.serving.runner import run_serving
-from moeperf.suites.spec import load_spec
 
 PARTS = ("concurrency", "mtp", "prefix")
 WARMUP_REQUESTS = 3
@@ -61,29 +60,6 @@ class BenchScale:
 # 7 target starts; quick: 16 levels of 6 s, a few minutes in all on 2 cores.
 QUICK = BenchScale(duration_s=6.0, warmup_s=1.0, cooldown_s=0.5)
 FULL = BenchScale(duration_s=20.0, warmup_s=2.0, cooldown_s=1.0)
-
-
-@dataclass(frozen=True)
-class LevelResult:
-    """One load level of one run: what the tables print, and where it came from."""
-
-    part: str
-    run_id: str
-    run_status: str
-    scenario: str
-    streams: int
-    mtp_tokens: int
-    prefix_caching: bool
-    requests_ok: int
-    requests_failed: int
-    output_tok_s: float | None
-    ttft_p50_s: float | None
-    ttft_p99_s: float | None
-    tpot_p50_s: float | None
-    counters: TargetCounters | None
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 def warm_up(base_url: str, model: str, requests: int = WARMUP_REQUESTS) -> None:
@@ -222,7 +198,7 @@ def _parts(text: str) -> tuple[str, ...]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m moeperf.bench.reference", description=__doc__.split("\n")[0]
+        prog="python benchmarks/reference.py", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--quick", action="store_true", help="6 s per level (default 20 s)")
     parser.add_argument("--runs-dir", default="runs", help="where runs are stored")

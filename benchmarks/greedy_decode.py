@@ -1,4 +1,4 @@
-"""``python -m moeperf.bench.greedy_decode``: why greedy decoding looked slower than
+"""``python benchmarks/greedy_decode.py``: why greedy decoding looked slower than
 sampling at one stream, and what the KV gather costs.
 
 On the shipped model, greedy outputs never reach EOS (they settle into a loop), so a

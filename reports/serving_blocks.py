@@ -1,0 +1,234 @@
+"""The report blocks of a serving run: levels, latency distributions, the timeline,
+throughput, errors, and the blocks of its kind (serving_modes.py, drill, soak, MTP A/B,
+telemetry, workload)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from moeperf.collectors.latency import itl_samples_s, per_request
+from moeperf.collectors.serving_records import NO_SLO, ScenarioSummary, ServingSummary, Slo
+from moeperf.collectors.summary import summarize_requests
+from moeperf.collectors.target_counters import metrics_unavailable
+from moeperf.reports.accel_blocks import accelerator_blocks
+from moeperf.reports.drill_blocks import drill_blocks
+from moeperf.reports.figures.cdf import CURVE_COLUMNS, cdf_curves, curve_frame, latency_cdf
+from moeperf.reports.figures.concurrency import concurrency_curve, levels_frame
+from moeperf.reports.figures.errors import error_bars, error_counts
+from moeperf.reports.figures.interactivity import (
+    has_numbers,
+    interactivity_chart,
+    interactivity_frame,
+)
+from moeperf.reports.figures.percentiles import percentile_frame, percentile_table
+from moeperf.reports.figures.prefill import prefill_frame, prefill_throughput, prompt_tokens
+from moeperf.reports.figures.timeline import scenario_starts, timeline, timeline_frame
+from moeperf.reports.mtp_ab_blocks import mtp_ab_blocks
+from moeperf.reports.render import (
+    Chart,
+    Table,
+)
+from moeperf.reports.runs import RunData, resolved_spec
+from moeperf.reports.serving_modes import capacity_blocks, interference_blocks, sweep_blocks
+from moeperf.reports.soak_blocks import soak_blocks
+from moeperf.reports.target_counters import target_counters_table
+from moeperf.reports.workload_blocks import workload_blocks
+
+CDF_POINTS = 1000
+# Requests per slice of the per-request derivations: ~500k chunks, so their int64
+# temporaries stay ~40 MB (32k requests took ~160 MB at the peak of a 1M-request report).
+BATCH = 8_192
+GIB = 2**30
+
+
+def _slo(run: RunData) -> Slo:
+    slo = resolved_spec(run).get("slo") or {}
+    return Slo(**{k: slo.get(k) for k in ("ttft_s", "tpot_s", "e2e_s")}) if slo else NO_SLO
+
+
+def _scenarios(run: RunData) -> dict[str, ScenarioSummary]:
+    """The per-scenario summary: the run's own summary.json, else computed the same way."""
+    if isinstance(run.summary, ServingSummary) and run.summary.scenarios:
+        return run.summary.scenarios
+    return summarize_requests(run.requests, _slo(run)).scenarios if len(run.requests) else {}
+
+
+def _levels_table(scenarios: Mapping[str, ScenarioSummary]) -> Table:
+    rows = [
+        {
+            "scenario": name,
+            "requests": e.requests,
+            "ok": e.ok,
+            "errors": e.errors,
+            "cancelled": e.cancelled,
+            "excluded (warm-up, cool-down)": f"{e.excluded_warmup}, {e.excluded_cooldown}",
+            "window s": e.window_s,
+            "output tok/s": e.output_throughput_tok_s,
+            "requests/s": e.request_throughput_rps,
+            "goodput req/s": e.goodput_rps,
+            "goodput ratio": e.goodput_ratio,
+        }
+        for name, e in scenarios.items()
+    ]
+    return Table(
+        pd.DataFrame(rows),
+        "Per load level, measured requests only (warm-up and cool-down excluded); "
+        "goodput counts ok requests meeting every SLO of the spec.",
+    )
+
+
+def _harness_error_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
+    rows = []
+    for name, entry in scenarios.items():
+        errors = entry.harness_error_s
+        if errors is None:
+            continue
+        row: dict[str, Any] = {"scenario": name, "matched": errors.matched_requests}
+        for described, label in ((errors.ttft, "TTFT error"), (errors.chunk, "chunk error")):
+            for q in (0.5, 0.99):
+                estimate = described.at(q)
+                if estimate is not None:
+                    row[f"{label} {estimate.label} ms"] = estimate.value * 1e3
+        rows.append(row)
+    if not rows:
+        return None
+    return Table(
+        pd.DataFrame(rows),
+        "The harness's own measurement error against the synthetic target's write times.",
+    )
+
+
+def _batches(requests: pd.DataFrame) -> list[pd.DataFrame]:
+    """``requests`` in slices of ``BATCH`` rows. Every derivation used here is per request,
+    so slicing changes no result, only the size of the temporaries (a run of a million
+    requests holds ~60M chunk timestamps)."""
+    return [requests.iloc[start : start + BATCH] for start in range(0, len(requests), BATCH)]
+
+
+def _per_request(requests: pd.DataFrame) -> pd.DataFrame:
+    """``collectors.latency.per_request``, slice by slice."""
+    parts = [per_request(part) for part in _batches(requests)]
+    return pd.concat(parts) if len(parts) > 1 else per_request(requests)
+
+
+def _itl_samples(requests: pd.DataFrame) -> np.ndarray:
+    """``collectors.latency.itl_samples_s`` values, slice by slice, as float32."""
+    parts = [itl_samples_s(part)["itl_s"].to_numpy(np.float32) for part in _batches(requests)]
+    return np.concatenate(parts) if parts else np.empty(0, np.float32)
+
+
+ITL_COLUMNS = ("request_id", "scenario", "status", "chunk_ns", "chunk_tokens")
+
+
+def _itl_curves(requests: pd.DataFrame, keep: pd.Series) -> pd.DataFrame:
+    """ITL CDF points per scenario, one scenario's samples in memory at a time."""
+    # Only the columns the ITL derivation reads: a row selection copies every column.
+    chosen = requests.loc[keep, list(ITL_COLUMNS)]
+    parts = [
+        curve_frame(str(scenario), _itl_samples(chosen.iloc[rows]), CDF_POINTS)
+        for scenario, rows in chosen.groupby("scenario", sort=False).indices.items()
+    ]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CURVE_COLUMNS)
+
+
+def serving_blocks(run: RunData) -> list[Chart | Table]:
+    requests = run.requests
+    if requests.empty:
+        return [Table(pd.DataFrame({"requests": [0]}), "The run has no request records.")]
+    metrics = _per_request(requests)
+    scenarios = _scenarios(run)
+    blocks: list[Chart | Table] = [_levels_table(scenarios)]
+    blocks.append(
+        Chart(
+            concurrency_curve(levels_frame(scenarios)),
+            "One point per load level; ringed points are on the Pareto front (higher "
+            "throughput, lower latency).",
+            drawn_by=("concurrency",),
+        )
+    )
+    # One level is a point, not a trade-off; a capacity run's probes are its levels.
+    interactivity = interactivity_frame(scenarios)
+    if has_numbers(interactivity).sum() >= 2:
+        blocks.append(
+            Chart(
+                interactivity_chart(interactivity),
+                "One point per load level: its total output tokens/s (x) and the output "
+                "tokens/s each user sees, 1 / TPOT p50 with its 95% interval (y; dashed: "
+                "1 / TPOT p99). Ringed points are the operating points worth choosing: "
+                "no other level is faster per user without losing total throughput. "
+                "Hollow grey points are levels that failed or are invalid.",
+                drawn_by=("interactivity",),
+            )
+        )
+    latency = [
+        (name, label, described)
+        for name, entry in scenarios.items()
+        for label, described in entry.latency_s.labelled()
+    ]
+    blocks.append(
+        Chart(
+            percentile_table(percentile_frame(latency)),
+            "Percentiles from raw samples with their sample counts and 95% confidence "
+            "intervals (see Metric definitions).",
+            drawn_by=("percentiles",),
+        )
+    )
+    if isinstance(run.summary, ServingSummary) and run.summary.capacity is not None:
+        blocks += capacity_blocks(run.summary.capacity, scenarios)
+    if isinstance(run.summary, ServingSummary) and run.summary.sweep is not None:
+        blocks += sweep_blocks(run.summary.sweep, scenarios)
+    if isinstance(run.summary, ServingSummary) and run.summary.interference is not None:
+        blocks += interference_blocks(run.summary.interference, scenarios)
+    if isinstance(run.summary, ServingSummary) and run.summary.mtp_ab is not None:
+        blocks += mtp_ab_blocks(run.summary.mtp_ab)
+    if isinstance(run.summary, ServingSummary) and run.summary.drill is not None:
+        blocks += drill_blocks(run.summary.drill, requests)
+    if isinstance(run.summary, ServingSummary) and run.summary.soak is not None:
+        blocks += soak_blocks(run.summary.soak)
+    if isinstance(run.summary, ServingSummary) and run.summary.telemetry is not None:
+        figures = run.summary.accelerator_levels()
+        blocks += accelerator_blocks(run.summary.telemetry, figures, run.accelerator)
+    repeats = run.summary.repeats if isinstance(run.summary, ServingSummary) else ()
+    blocks += workload_blocks(ServingSummary(scenarios=scenarios, repeats=repeats), requests)
+    counters = target_counters_table(scenarios, metrics_unavailable(run.server_metrics))
+    if counters is not None:
+        blocks.append(counters)
+    keep = (metrics["phase"] == "measure") & (metrics["status"] == "ok")
+    measured = metrics[keep]
+    curves = {
+        "TTFT": cdf_curves(measured, "ttft_s", CDF_POINTS),
+        "TPOT": cdf_curves(measured, "tpot_s", CDF_POINTS),
+        "ITL": _itl_curves(requests, keep),
+        "E2E": cdf_curves(measured, "e2e_s", CDF_POINTS),
+    }
+    for label, frame in curves.items():
+        caption = f"{label} of ok measured requests, per scenario."
+        blocks.append(Chart(latency_cdf(frame, label), caption, drawn_by=("cdf",)))
+    blocks.append(
+        Chart(
+            timeline(timeline_frame(requests, metrics["ttft_s"]), scenario_starts(requests)),
+            "The whole run, warm-up and cool-down included.",
+            drawn_by=("timeline",),
+        )
+    )
+    prefill = prefill_frame(measured["scenario"], prompt_tokens(requests)[keep], measured["ttft_s"])
+    blocks.append(
+        Chart(
+            prefill_throughput(prefill),
+            "Prompt tokens / TTFT: a prefill throughput where prefill dominates TTFT.",
+            drawn_by=("prefill",),
+        )
+    )
+    harness = _harness_error_table(scenarios)
+    if harness is not None:
+        blocks.append(harness)
+    counts = error_counts(requests)
+    if not counts.empty:
+        caption = "Failed and cancelled requests, all phases."
+        blocks.append(Chart(error_bars(counts), caption, drawn_by=("errors",)))
+        blocks.append(Table(counts, "Failed and cancelled requests by type, with a message."))
+    return blocks

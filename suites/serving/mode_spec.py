@@ -1,0 +1,201 @@
+"""The tables that make a serving run a kind of its own: ``[capacity]``, ``[sweep]`` and
+``[sweep.fit]``, ``[interference]``, ``[mtp_ab]`` and ``[plan]``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from moeperf.suites.spec_base import STRICT, Positive
+
+
+class _Strict(BaseModel):
+    model_config = STRICT
+
+
+class CapacitySpec(_Strict):
+    """``[capacity]``: search for the highest load level at which the SLOs below hold,
+    instead of sweeping ``load.levels`` (suites/serving/capacity). Levels are streams
+    (``load.mode = "concurrency"``) or requests/s (open loop); each probe is one level,
+    bounded as ``[load]`` bounds a level. At least one criterion is needed."""
+
+    start: Positive = 4.0
+    growth: Annotated[float, Field(gt=1)] = 2.0
+    min_level: Positive = 1.0
+    max_level: Positive = 1024.0
+    # Stop bisecting at this width (streams: 1, adjacent levels).
+    resolution: Positive = 1.0
+    max_probes: Annotated[int, Field(ge=2)] = 12
+    ttft_p99_s: Positive | None = None
+    tpot_p99_s: Positive | None = None
+    # Goodput per [slo]: the fraction of measured requests that are ok and meet it.
+    min_goodput_ratio: Annotated[float, Field(gt=0, le=1)] | None = None
+
+    @model_validator(mode="after")
+    def _criteria(self) -> CapacitySpec:
+        if self.ttft_p99_s is None and self.tpot_p99_s is None and self.min_goodput_ratio is None:
+            raise ValueError(
+                "give at least one criterion: capacity.ttft_p99_s, capacity.tpot_p99_s or "
+                "capacity.min_goodput_ratio"
+            )
+        if not self.min_level <= self.start <= self.max_level:
+            raise ValueError(
+                f"capacity.start ({self.start:g}) must lie from capacity.min_level "
+                f"({self.min_level:g}) to capacity.max_level ({self.max_level:g})"
+            )
+        return self
+
+
+class InputTokensSweep(_Strict):
+    """``[sweep.input_tokens]``: the prompt lengths (tokens) every load level runs at:
+    ``values`` as listed, else ``points`` lengths log-spaced from ``min`` to ``max``
+    (rounded to whole tokens). ``max = "context"`` is the target's context limit less the
+    output tokens: the limit /v1/models states (``max_model_len``), or ``context_tokens``
+    for a target that states none. A length the context cannot hold is "not available
+    from this target" in the result, and is not sent."""
+
+    values: list[Annotated[int, Field(ge=1)]] = []
+    min: Annotated[int, Field(ge=1)] = 16
+    max: Annotated[int, Field(ge=1)] | Literal["context"] = "context"
+    points: Annotated[int, Field(ge=1, le=64)] = 6
+    # The target's context limit (prompt + output tokens), when /v1/models does not say.
+    context_tokens: Annotated[int, Field(ge=2)] | None = None
+
+    @model_validator(mode="after")
+    def _range(self) -> InputTokensSweep:
+        if self.values and len(set(self.values)) != len(self.values):
+            raise ValueError("sweep.input_tokens.values lists a length twice")
+        if not self.values and self.max != "context" and self.max < self.min:
+            raise ValueError(
+                f"sweep.input_tokens.max ({self.max}) is below sweep.input_tokens.min ({self.min})"
+            )
+        return self
+
+
+class FitSpec(_Strict):
+    """``[sweep.fit]``: at each prompt length, after its load levels, search for the most
+    concurrent streams that fit: every stream's request running at once, none preempted
+    (suites/serving/sweep_fit.py), bracketing from ``start`` by ``growth`` then bisection
+    to one stream. Each probe holds its streams for ``probe_s`` (requests still running
+    then are cancelled), judged from the target's scraped counters."""
+
+    start: Annotated[int, Field(ge=1)] = 1
+    growth: Annotated[float, Field(gt=1)] = 2.0
+    max_streams: Annotated[int, Field(ge=1)] = 256
+    max_probes: Annotated[int, Field(ge=2)] = 10
+    probe_s: Positive = 5.0
+
+
+class SweepSpec(_Strict):
+    """``[sweep]``: run every level of ``load.levels`` at each prompt length of
+    ``[sweep.input_tokens]`` (the prefill and long-context suites); each (length, level)
+    pair is one scenario, named "in=LENGTH c=STREAMS" (or "in=LENGTH rate=R"). With
+    ``[sweep.fit]``, also how many streams of each length fit at once."""
+
+    input_tokens: InputTokensSweep = InputTokensSweep()
+    fit: FitSpec | None = None
+
+
+class InterferenceSpec(_Strict):
+    """``[interference]``: prefill interference on the reference target against its
+    chunked-prefill size (suites/serving/interference.py). One arm per entry of
+    ``chunked_prefill_sizes`` (0: each prompt whole in one step), the target restarted
+    with it; in each arm ``decode_streams`` closed-loop streams of short prompts and long
+    outputs decode, first alone ("quiet") and then while long prompts arrive open loop at
+    ``prefill_rate`` per second ("mixed"), each level ``duration_s`` long. The decoders'
+    ITL, quiet against mixed, is the interference; the long prompts' TTFT is its price."""
+
+    chunked_prefill_sizes: Annotated[
+        list[Annotated[int, Field(ge=0)]], Field(min_length=1, max_length=16)
+    ] = [0, 64, 256]
+    decode_streams: Annotated[int, Field(ge=1, le=256)] = 4
+    decode_input_tokens: Annotated[int, Field(ge=1)] = 64
+    decode_output_tokens: Annotated[int, Field(ge=2)] = 128
+    prefill_input_tokens: Annotated[int, Field(ge=1)] = 1536
+    prefill_rate: Positive = 2.0
+    duration_s: Positive = 10.0
+
+    @field_validator("chunked_prefill_sizes")
+    @classmethod
+    def _distinct(cls, value: list[int]) -> list[int]:
+        if len(set(value)) != len(value):
+            raise ValueError("interference.chunked_prefill_sizes lists a size twice")
+        return value
+
+
+class MtpAbSpec(_Strict):
+    """``[mtp_ab]``: MTP off against k draft tokens, A/B (suites/serving/mtp_ab/). One arm
+    per entry of ``drafts`` (the first, 0, is the control: MTP off). The reference target
+    runs one target per arm, started together; a url target gives one server per arm
+    (``urls``) or one shell command per arm (``hooks``) that reconfigures the one server,
+    run before each of that arm's blocks (the target must then answer within
+    ``hook_timeout_s``). At each level of ``load.levels`` and each decoding mode, every arm
+    runs ``blocks`` times, interleaved A B C, C B A, A B C ... so drift over time hits every
+    arm alike; each block is one level of ``load.duration_s``. Greedy mode also checks that
+    every arm's output tokens equal MTP off's for ``equality_prompts`` prompts."""
+
+    drafts: Annotated[
+        list[Annotated[int, Field(ge=0, le=16)]], Field(min_length=2, max_length=8)
+    ] = [0, 1, 2]
+    urls: list[str] = []
+    hooks: list[str] = []
+    hook_timeout_s: Positive = 300.0
+    blocks: Annotated[int, Field(ge=1, le=20)] = 2
+    modes: Annotated[list[Literal["greedy", "sampled"]], Field(min_length=1)] = [
+        "greedy",
+        "sampled",
+    ]
+    # The sampled mode's temperature (greedy is 0); the [sampling] section's is not used.
+    sampled_temperature: Annotated[float, Field(gt=0, le=2)] = 1.0
+    # Prompts whose greedy outputs are compared across arms (0: no check).
+    equality_prompts: Annotated[int, Field(ge=0, le=1024)] = 16
+
+    @model_validator(mode="after")
+    def _arms(self) -> MtpAbSpec:
+        if self.drafts[0] != 0:
+            raise ValueError("mtp_ab.drafts must start with 0: MTP off is the control arm")
+        if len(set(self.drafts)) != len(self.drafts):
+            raise ValueError("mtp_ab.drafts lists a draft count twice")
+        if len(set(self.modes)) != len(self.modes):
+            raise ValueError("mtp_ab.modes lists a mode twice")
+        if self.urls and self.hooks:
+            raise ValueError("give mtp_ab.urls (a server per arm) or mtp_ab.hooks, not both")
+        for name in ("urls", "hooks"):
+            given = getattr(self, name)
+            if given and len(given) != len(self.drafts):
+                raise ValueError(
+                    f"mtp_ab.{name} needs one entry per arm of mtp_ab.drafts "
+                    f"({len(self.drafts)}), got {len(given)}"
+                )
+        for url in self.urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"mtp_ab.urls: {url!r} is not an http:// or https:// URL")
+        return self
+
+
+class PlanSpec(_Strict):
+    """``[plan]``: the memory planner's prediction (suites/plan, README "Memory planning")
+    drawn beside a sweep's measured KV usage. ``model``: a Hugging Face config.json (or a
+    directory holding one); the reference target's own model when unset. The deployment:
+    a DEPLOY file (``deploy``) or its fields inline (``[plan.deployment]``); on the
+    reference target, unset, it is the target's own (one device, its dtype, context,
+    running requests, chunk and drafts; layout "reference"), and the cache is its
+    num_kv_blocks. ``block_tokens``: the target's KV block size (the reference's own when
+    unset; vLLM's default is 16), so that blocks can be predicted."""
+
+    model: str | None = None
+    deploy: str | None = None
+    deployment: dict[str, Any] = {}
+    block_tokens: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _one_deployment(self) -> PlanSpec:
+        if self.deploy is not None and self.deployment:
+            raise ValueError("give plan.deploy (a file) or [plan.deployment], not both")
+        return self

@@ -1,0 +1,237 @@
+"""A serving spec's tables for every run: ``[load]``, ``[slo]``, ``[harness]``, ``[export]``,
+``[gate]`` and ``[sampling]``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from moeperf.collectors.min_effects import MIN_EFFECT_KEYS
+from moeperf.collectors.request_settings import Sampling
+from moeperf.suites.spec_base import STRICT, NonNegative, Positive
+
+
+class _Strict(BaseModel):
+    model_config = STRICT
+
+
+# A level lasts this long unless load.duration_s says otherwise, or max_requests alone
+# bounds it; such a count-bound level still stops sending after COUNT_BOUND_LIMIT_S.
+DEFAULT_DURATION_S = 10.0
+COUNT_BOUND_LIMIT_S = 600.0
+
+
+class LoadSpec(_Strict):
+    """A sweep: one level per entry of ``levels`` (streams, or requests/s for open loop).
+
+    A level is bounded by time (``duration_s``) and, if given, by ``max_requests`` (every
+    request sent counts, warm-up ones included): whichever comes first. With
+    ``max_requests`` and no ``duration_s`` the count alone bounds it (``duration_s`` stays
+    None, there is no cool-down, and ``COUNT_BOUND_LIMIT_S`` is its safety limit).
+    """
+
+    # "trace": replay workload.trace at its recorded times; levels are speed-ups.
+    mode: Literal["concurrency", "poisson", "gamma", "trace"] = "concurrency"
+    levels: Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1)] = [1.0]
+    duration_s: Positive | None = None
+    max_requests: Annotated[int, Field(ge=1)] | None = None
+    warmup_s: NonNegative = 1.0
+    cooldown_s: NonNegative = 0.5
+    drain_timeout_s: NonNegative = 10.0
+    burstiness: Positive = 1.0
+    # Open loop: cap on requests in flight (0 = none).
+    max_concurrency: Annotated[int, Field(ge=0)] = 0
+    workers: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
+    # "asyncio": the precise engine (one event loop per worker process); "locust": Locust
+    # workers under a master, on this host or several ([locust]; closed loop only).
+    engine: Literal["asyncio", "locust"] = "asyncio"
+    seed: int = 0
+    # Every level this many times, interleaved (all levels, then all again): the spread
+    # between repeats is shown beside each level's own confidence interval.
+    repeats: Annotated[int, Field(ge=1)] = 1
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bound(cls, data: Any) -> Any:
+        # Without duration_s: the default duration, unless max_requests alone bounds the
+        # level; then the cool-down defaults to none (a count has no known end).
+        if isinstance(data, dict) and data.get("mode") == "trace":
+            # A trace's requests are all measured, its duration is its own (duration_s,
+            # if given, cuts it short).
+            return {"warmup_s": 0.0, "cooldown_s": 0.0, **data}
+        if not isinstance(data, dict) or data.get("duration_s") is not None:
+            return data
+        if data.get("max_requests") is None:
+            return {**data, "duration_s": DEFAULT_DURATION_S}
+        return {"cooldown_s": 0.0, **data}
+
+    @property
+    def count_bound(self) -> bool:
+        """True when load.max_requests alone bounds each level."""
+        return self.duration_s is None and self.mode != "trace"
+
+    @property
+    def level_limit_s(self) -> float:
+        """How long a level may send: duration_s, or a count-bound level's safety limit."""
+        return COUNT_BOUND_LIMIT_S if self.duration_s is None else self.duration_s
+
+    @model_validator(mode="after")
+    def _window(self) -> LoadSpec:
+        if self.duration_s is not None and self.warmup_s + self.cooldown_s >= self.duration_s:
+            raise ValueError(
+                "load.warmup_s + load.cooldown_s must be less than load.duration_s "
+                f"({self.warmup_s} + {self.cooldown_s} >= {self.duration_s})"
+            )
+        if self.count_bound:
+            self._check_count_bound(self.max_requests or 0)
+        if self.mode == "concurrency" and any(level != int(level) for level in self.levels):
+            raise ValueError(
+                "load.levels must be whole numbers of streams when mode = 'concurrency'"
+            )
+        return self
+
+    def _check_count_bound(self, max_requests: int) -> None:
+        if self.cooldown_s > 0:
+            raise ValueError(
+                "load.cooldown_s must be 0 when load.max_requests alone bounds a level (no "
+                "load.duration_s): a count has no known end to cool down before; remove "
+                "load.cooldown_s or set load.duration_s"
+            )
+        if self.warmup_s >= COUNT_BOUND_LIMIT_S:
+            raise ValueError(
+                f"load.warmup_s must be less than {COUNT_BOUND_LIMIT_S:g} s, the safety limit "
+                "of a level bounded by load.max_requests alone"
+            )
+        if self.mode != "concurrency":
+            slowest = min(self.levels)
+            expected_s = max_requests / slowest
+            if expected_s > COUNT_BOUND_LIMIT_S / 2:
+                raise ValueError(
+                    f"load.max_requests = {max_requests} at {slowest:g} requests/s is about "
+                    f"{expected_s:.0f} s of arrivals, more than half the {COUNT_BOUND_LIMIT_S:g} s "
+                    "safety limit of a level bounded by its count alone; set load.duration_s"
+                )
+
+
+class SloSpec(_Strict):
+    ttft_s: Positive | None = None
+    tpot_s: Positive | None = None
+    e2e_s: Positive | None = None
+
+
+class HarnessSpec(_Strict):
+    request_timeout_s: Positive = 300.0
+    stall_timeout_s: Positive = 60.0
+    # The run is invalid when the client, not the target, may have set the numbers.
+    max_loop_lag_p99_s: Positive = 0.002
+    max_cpu_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
+    min_achieved_rate_ratio: Annotated[float, Field(gt=0, le=1)] = 0.95
+
+
+class ExportSpec(_Strict):
+    """Live Prometheus export and target scraping. The Pushgateway URL is not a spec
+    field (it may carry credentials, and specs are stored in the manifest): give it with
+    ``--pushgateway URL`` or MOEPERF_PUSHGATEWAY_URL."""
+
+    live_metrics: bool = True
+    # 0 picks a free port (printed at start); Prometheus needs a fixed one, e.g. 9464.
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    scrape_target: bool = True
+    scrape_interval_s: Positive = 2.0
+
+
+class GateSpec(_Strict):
+    """The regression gate's settings for runs of this spec (``moeperf gate`` reads them
+    from the candidate's resolved spec; its command-line flags win)."""
+
+    # Minimum effects (the smallest change the gate fails on, a fraction) by metric class
+    # or by metric, e.g. { latency_p99 = 0.20, ttft_s_p99 = 0.08, throughput = 0.05 };
+    # keys not set keep the gate's defaults (collectors/min_effects.py, in the README).
+    min_effects: dict[str, Annotated[float, Field(ge=0, lt=1)]] = {}
+
+    @field_validator("min_effects")
+    @classmethod
+    def _known_classes(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(MIN_EFFECT_KEYS))
+        if unknown:
+            raise ValueError(
+                f"unknown key(s) {', '.join(map(repr, unknown))}; valid keys: "
+                f"{', '.join(MIN_EFFECT_KEYS)}"
+            )
+        return value
+
+
+# A [sampling] key set to this is not sent (the target's default). TOML has no null, so
+# this is how a spec leaves out temperature, whose default (0.0, greedy) is sent.
+SERVER_DEFAULT = "server-default"
+_SEED_RANGE = (-(2**63), 2**63 - 1)  # int64, as servers take it
+
+
+class SamplingSpec(_Strict):
+    """``[sampling]``: the sampling fields of every request, sent only when set (None:
+    not sent, the target's own default). The default is greedy decoding, temperature 0.0
+    and nothing else, as moeperf always sent; ``seed`` is the same in every request."""
+
+    temperature: float | None = 0.0
+    top_p: float | None = None
+    # Not an OpenAI field (vLLM, SGLang and TGI take it).
+    top_k: int | None = None
+    seed: int | None = None
+
+    @field_validator("temperature", "top_p", "top_k", "seed", mode="before")
+    @classmethod
+    def _server_default(cls, value: Any, info: ValidationInfo) -> Any:
+        if value == SERVER_DEFAULT:
+            return None
+        if isinstance(value, str | bool):
+            kind = "a number" if info.field_name in ("temperature", "top_p") else "an integer"
+            raise ValueError(
+                f"{info.field_name} is {kind}, or {SERVER_DEFAULT!r} to send none (the "
+                "target's default)"
+            )
+        return value
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, value: float | None) -> float | None:
+        if value is not None and not 0 <= value <= 2:
+            raise ValueError(f"must be from 0 to 2 (0: greedy), or {SERVER_DEFAULT!r} to send none")
+        return value
+
+    @field_validator("top_p")
+    @classmethod
+    def _top_p(cls, value: float | None) -> float | None:
+        if value is not None and not 0 < value <= 1:
+            raise ValueError(
+                "must be above 0 and at most 1 (1: no nucleus cut-off); leave it out to send none"
+            )
+        return value
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k(cls, value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise ValueError(
+                "must be at least 1; leave it out to send none (servers differ in how "
+                "they spell 'no top-k': 0 or -1)"
+            )
+        return value
+
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, value: int | None) -> int | None:
+        low, high = _SEED_RANGE
+        if value is not None and not low <= value <= high:
+            raise ValueError(f"must be a 64-bit integer ({low} to {high})")
+        return value
+
+    def as_sent(self) -> Sampling:
+        """The record the request builder sends and the manifest stores."""
+        return Sampling(self.temperature, self.top_p, self.top_k, self.seed)

@@ -1,0 +1,31 @@
+"""A serving spec validated: the model's own checks, then what needs the target's or the
+planner's code (the reference target's config, a [plan]'s deployment)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from moeperf.suites.serving.spec import ServingSpec
+from moeperf.suites.serving.target_spec import reference_config
+from moeperf.suites.spec_errors import problems_of, spec_error
+
+
+def validate_serving(
+    given: dict[str, Any], source: str, overrides: Sequence[str] = ()
+) -> ServingSpec:
+    """``given`` (overrides already applied) as a ``ServingSpec``; a ``SpecError`` lists every
+    problem, under ``source`` or under the ``--set`` that caused it."""
+    try:
+        spec = ServingSpec.model_validate(given)
+    except ValidationError as exc:
+        raise spec_error(source, problems_of(exc, ServingSpec), overrides) from None
+    if spec.target.kind == "reference":
+        reference_config(spec.target.reference, source, overrides)
+    if spec.plan is not None:
+        from moeperf.suites.serving.sweep_plan import resolve_plan  # needs the planner: only here
+
+        resolve_plan(spec, source)  # a config or deployment it cannot use: exit 2 now
+    return spec
