@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
 
 ESTIMATOR = "numpy linear (Hyndman-Fan type 7)"
 CI_METHOD = "distribution-free order-statistic interval (binomial ranks), 95%"
@@ -71,6 +70,8 @@ def quantile_ci(
     """The order-statistic confidence interval of quantile q, or (None, None)."""
     n = len(sorted_values)
     alpha = 1 - level
+    from scipy import stats  # seconds to import: only when an interval is computed
+
     low_rank = int(stats.binom.ppf(alpha / 2, n, q))  # 0-based index of the lower bound
     high_rank = int(stats.binom.ppf(1 - alpha / 2, n, q))
     if low_rank < 1 or high_rank >= n:

@@ -20,13 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
-
-import numpy as np
-import pandas as pd
-import psutil
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from moeperf.collectors.accel_records import DeviceSample
 from moeperf.collectors.errors import (
@@ -37,65 +31,17 @@ from moeperf.collectors.errors import (
     RunsDirError,
     SchemaVersionError,
 )
-from moeperf.collectors.fingerprint import host_fingerprint
 from moeperf.collectors.manifest import RunManifest, RunStatus
 from moeperf.collectors.records import RequestRecord, SampleRecord, StepRecord
 from moeperf.collectors.request_settings import RequestSettings
-from moeperf.collectors.schema import SCHEMA_VERSION, check_schema_version
+from moeperf.collectors.run_json import damaged, read_json, read_jsonl
+from moeperf.collectors.schema import SCHEMA_VERSION
 from moeperf.collectors.soak_records import MemorySample
-from moeperf.collectors.summary_json import RunSummary, summary_from_json, summary_to_json
-from moeperf.collectors.tables import (
-    ACCELERATOR_SCHEMA,
-    REQUEST_SCHEMA,
-    SCHEMAS,
-    read_parquet_frame,
-    rows_to_table,
-    table_to_frame,
-)
 
-_RECORD_FILES = {
-    "requests": "requests",
-    "steps": "steps",
-    "samples": "samples",
-    "memory": "memory",  # a soak's MemorySamples of the target
-    "accelerator": "accelerator",  # DeviceSamples (collectors.accel_sampler)
-}
-# Tables whose rows may be amended by appending a newer row with the same key.
-_AMENDABLE_KEYS = {"requests": "request_id"}
+if TYPE_CHECKING:
+    import pandas as pd
 
-
-# Rows parsed into dicts at once while a JSONL file becomes a table: the dicts of a
-# batch are ~10x the size of its Arrow columns, so a long run's file is read in batches.
-_BATCH_ROWS = 2_000
-
-
-def _latest_table(kind: str, table: pa.Table) -> pa.Table:
-    """The last row per key, in the order keys first appeared (amended records)."""
-    key = _AMENDABLE_KEYS.get(kind)
-    if key is None or table.num_rows == 0:
-        return table
-    codes, uniques = pd.factorize(table.column(key).to_numpy(zero_copy_only=False))
-    if len(uniques) == table.num_rows:
-        return table  # nothing amended
-    last = np.full(len(uniques), -1, dtype=np.int64)
-    np.maximum.at(last, codes, np.arange(table.num_rows, dtype=np.int64))
-    return table.take(last)
-
-
-def _jsonl_table(kind: str, path: Path) -> pa.Table:
-    """A JSONL record file as one Arrow table, the latest row per key, parsed in batches."""
-    batches = []
-    rows: list[dict[str, Any]] = []
-    for row in _iter_jsonl(path):
-        rows.append(row)
-        if len(rows) == _BATCH_ROWS:
-            batches.append(rows_to_table(kind, rows))
-            rows = []
-    if rows:
-        batches.append(rows_to_table(kind, rows))
-    if not batches:
-        return SCHEMAS[kind].empty_table()
-    return _latest_table(kind, pa.concat_tables(batches))
+    from moeperf.collectors.summary_types import RunSummary
 
 
 @contextmanager
@@ -111,6 +57,14 @@ def interrupts_end_runs() -> Iterator[None]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def _host() -> dict[str, Any]:
+    # psutil and the installed libraries' versions: read when a run starts, not imported by
+    # commands that only read runs.
+    from moeperf.collectors.fingerprint import host_fingerprint
+
+    return host_fingerprint()
 
 
 def _now_iso() -> str:
@@ -180,9 +134,9 @@ class RunWriter:
         """Every request appended so far (the latest version of each), read back from the
         run's file as a RunReader would: the harness keeps no request in memory to
         summarize a run, so its memory does not grow with the run's length."""
-        path = self.directory / "requests.jsonl"
-        table = _jsonl_table("requests", path) if path.exists() else REQUEST_SCHEMA.empty_table()
-        return table_to_frame("requests", table, consume=True)
+        from moeperf.collectors.run_tables import requests_frame
+
+        return requests_frame(self.directory)
 
     def append_step(self, record: StepRecord) -> None:
         self._append("steps", record.to_dict())
@@ -211,6 +165,8 @@ class RunWriter:
         self._write_manifest()
 
     def write_summary(self, summary: RunSummary) -> None:
+        from moeperf.collectors.summary_json import summary_to_json
+
         body = summary_to_json(summary)
         _write_atomic(self.directory / "summary.json", json.dumps(body, indent=2))
 
@@ -237,9 +193,11 @@ class RunWriter:
         for f in self._files.values():
             f.close()
         self._files.clear()
-        for kind, name in _RECORD_FILES.items():
+        from moeperf.collectors.run_tables import RECORD_FILES, jsonl_to_parquet
+
+        for kind, name in RECORD_FILES.items():
             try:
-                _jsonl_to_parquet(self.directory, kind, name)
+                jsonl_to_parquet(self.directory, kind, name)
             except (ValueError, TypeError, OSError) as exc:  # pyarrow's errors are ValueErrors
                 # The run still ends; its records stay readable as JSONL.
                 note = f"{name}.parquet not written ({type(exc).__name__}: {exc}); kept as JSONL"
@@ -270,75 +228,19 @@ class RunWriter:
             self.abort(f"{exc_type.__name__}: {exc}")
 
 
-def _jsonl_to_parquet(directory: Path, kind: str, name: str) -> None:
-    source = directory / f"{name}.jsonl"
-    if not source.exists():
-        return
-    table = _jsonl_table(kind, source)
-    target = directory / f"{name}.parquet"
-    tmp = target.with_suffix(".parquet.tmp")
-    table = table.replace_schema_metadata({"moeperf_schema_version": str(SCHEMA_VERSION)})
-    pq.write_table(table, tmp)
-    os.replace(tmp, target)
-    # One copy of the data: the JSONL was only the crash-safe form.
-    source.unlink()
-
-
-def _damaged(path: Path, what: str) -> CorruptRunFileError:
-    return CorruptRunFileError(
-        f"{path}: {what}; the file is damaged (truncated or overwritten since it was written): "
-        "restore it from a copy, or remove the run"
-    )
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise _damaged(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise _damaged(path, f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
-
-
-def _iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """The rows of a JSONL record file, one at a time (a long run's file is large)."""
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                row = json.loads(raw.decode("utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                if not f.readline():
-                    # The process died while writing its last line; the rest is whole.
-                    return
-                raise CorruptRunFileError(
-                    f"{path}:{number}: not valid JSON, and not the last line (which a process "
-                    "killed mid-write leaves cut); the file is damaged (truncated or "
-                    "overwritten since it was written): restore it from a copy, or remove "
-                    "the run"
-                ) from None
-            if not isinstance(row, dict):
-                raise _damaged(path, f"line {number} is not a JSON object")
-            check_schema_version(row.get("schema_version"), f"{path}:{number}")
-            yield row
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return list(_iter_jsonl(path))
-
-
 class RunReader:
     """Read access to a run directory, whatever state the run ended in."""
 
     def __init__(self, directory: Path):
         self.directory = directory
         path = directory / "manifest.json"
-        data = _read_json(path)
+        data = read_json(path)
         if not isinstance(data, dict):
-            raise _damaged(path, "not a JSON object")
+            raise damaged(path, "not a JSON object")
         try:
             self.manifest = RunManifest.from_dict(data, str(path))
         except (TypeError, KeyError, ValueError) as exc:
-            raise _damaged(path, f"not a run manifest ({exc})") from None
+            raise damaged(path, f"not a run manifest ({exc})") from None
         _mark_if_orphaned(self.manifest)
 
     @property
@@ -346,22 +248,21 @@ class RunReader:
         return self.manifest.run_id
 
     def _frame(self, kind: str) -> pd.DataFrame:
-        name = _RECORD_FILES[kind]
-        parquet = self.directory / f"{name}.parquet"
-        if parquet.exists():
-            try:
-                meta = pq.read_schema(parquet).metadata or {}
-            except (pa.ArrowException, OSError) as exc:
-                raise _damaged(parquet, f"not a readable parquet file ({exc})") from None
-            found = meta.get(b"moeperf_schema_version", b"")
-            check_schema_version(int(found) if found.isdigit() else found, str(parquet))
-            try:
-                return read_parquet_frame(kind, parquet)
-            except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
-                raise _damaged(parquet, f"its {kind} cannot be read ({exc!r})") from None
-        jsonl = self.directory / f"{name}.jsonl"
-        table = _jsonl_table(kind, jsonl) if jsonl.exists() else SCHEMAS[kind].empty_table()
-        return table_to_frame(kind, table, consume=True)
+        from moeperf.collectors.run_tables import read_frame
+
+        return read_frame(self.directory, kind)
+
+    def memory_samples(self) -> list[MemorySample]:
+        """A soak's samples of the target's resident memory, in the order taken."""
+        from moeperf.collectors.run_tables import memory_samples
+
+        return memory_samples(self.directory)
+
+    def accelerator_samples(self) -> list[DeviceSample]:
+        """The accelerator sampler's readings, in the order taken (nulls back to None)."""
+        from moeperf.collectors.run_tables import accelerator_samples
+
+        return accelerator_samples(self.directory)
 
     def requests(self) -> pd.DataFrame:
         return self._frame("requests")
@@ -372,42 +273,18 @@ class RunReader:
     def samples(self) -> pd.DataFrame:
         return self._frame("samples")
 
-    def memory_samples(self) -> list[MemorySample]:
-        """A soak's samples of the target's resident memory, in the order taken."""
-        frame = self._frame("memory")
-        return [
-            MemorySample(
-                t_ns=int(row["t_ns"]),
-                rss_bytes=int(row["rss_bytes"]),
-                processes=int(row["processes"]),
-                pid=int(row["pid"]),
-                scenario=str(row["scenario"]),
-            )
-            for row in frame.to_dict("records")
-        ]
-
-    def accelerator_samples(self) -> list[DeviceSample]:
-        """The accelerator sampler's readings, in the order taken (nulls back to None)."""
-        frame = self._frame("accelerator")
-        table = pa.Table.from_pandas(frame, schema=ACCELERATOR_SCHEMA, preserve_index=False)
-        samples = []
-        for row in table.to_pylist():
-            reasons = row.pop("throttle_reasons")
-            samples.append(
-                DeviceSample(**row, throttle_reasons=None if reasons is None else tuple(reasons))
-            )
-        return samples
-
     def server_metrics(self) -> list[dict[str, Any]]:
         path = self.directory / "server_metrics.jsonl"
-        return _read_jsonl(path) if path.exists() else []
+        return read_jsonl(path) if path.exists() else []
 
     def summary(self) -> RunSummary | None:
         """The run's summary record; None until the run has written one."""
         path = self.directory / "summary.json"
         if not path.exists():
             return None
-        return summary_from_json(_read_json(path), str(path))
+        from moeperf.collectors.summary_json import summary_from_json
+
+        return summary_from_json(read_json(path), str(path))
 
 
 def _mark_if_orphaned(manifest: RunManifest) -> None:
@@ -416,6 +293,8 @@ def _mark_if_orphaned(manifest: RunManifest) -> None:
         return
     if manifest.hostname != socket.gethostname():
         return
+    import psutil  # only for a run still marked running
+
     try:
         started_s = psutil.Process(manifest.pid).create_time()
     except psutil.Error:
@@ -459,7 +338,7 @@ class RunStore:
             suite=suite,
             anchor_monotonic_ns=self._clock_ns(),
             anchor_wall_time=_now_iso(),
-            host=host_fingerprint(),
+            host=_host(),
             spec_given=spec_given or {},
             spec_resolved=spec_resolved or {},
             target=target or {},

@@ -17,32 +17,32 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
-from moeperf.collectors.accuracy_records import AccuracySummary
-from moeperf.collectors.dist_training_summary import DistTrainingSummary
 from moeperf.collectors.errors import CollectorError
-from moeperf.collectors.micro_summary import BenchmarkSummary, MicroSummary
 from moeperf.collectors.schema import (
     SUMMARY_SCHEMA_VERSION,
     SUPPORTED_SUMMARY_SCHEMA_VERSIONS,
     check_schema_version,
 )
-from moeperf.collectors.serving_records import ServingSummary, empty_scenario
-from moeperf.collectors.simulation_summary import SimulationSummary
-from moeperf.collectors.training_summary import TrainingSummary
 from moeperf.registry import find_suite, suite_names
 
-RunSummary = (
-    ServingSummary | TrainingSummary | DistTrainingSummary | MicroSummary | AccuracySummary
-    | SimulationSummary
-)  # fmt: skip
+if TYPE_CHECKING:
+    # The records are imported when a file of theirs is read or written, through the suite
+    # registry: reading a manifest-only listing imports none of them (moeperf runs list).
+    from moeperf.collectors.micro_summary import BenchmarkSummary
+    from moeperf.collectors.summary_types import RunSummary
+
 # A benchmark's rounds (a Described) are written inline in its entry, as version 1 did.
 _ROUNDS_FIELDS = ("count", "mean", "quantiles")
+
+
+# A micro summary's benchmarks are written flat, as version 1 wrote them (its file format).
+MICRO_SUITE = "micro"
 
 
 class SummaryFormatError(CollectorError):
@@ -51,6 +51,8 @@ class SummaryFormatError(CollectorError):
 
 def summary_to_json(summary: RunSummary) -> dict[str, Any]:
     """The body of summary.json for ``summary``."""
+    from moeperf.collectors.micro_summary import MicroSummary
+
     body = _dump(summary)
     if isinstance(summary, MicroSummary):
         body["benchmarks"] = {name: _flat_benchmark(b) for name, b in summary.benchmarks.items()}
@@ -70,8 +72,8 @@ def summary_from_json(data: Any, where: str) -> RunSummary:
     if entry is None:
         known = ", ".join(sorted(suite_names()))
         raise SummaryFormatError(f"{where}: suite {suite!r} is not one of {known}")
-    cls = cast(type[RunSummary], entry.summary.load())
-    if cls is MicroSummary and isinstance(data.get("benchmarks"), dict):
+    cls = cast("type[RunSummary]", entry.summary.load())
+    if suite == MICRO_SUITE and isinstance(data.get("benchmarks"), dict):
         benchmarks = {name: _nested_benchmark(e) for name, e in data["benchmarks"].items()}
         data = {**data, "benchmarks": benchmarks}
     try:
@@ -86,8 +88,11 @@ def summary_from_json(data: Any, where: str) -> RunSummary:
 
 
 def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:
+    from moeperf.collectors.serving_records import ServingSummary, empty_scenario
+    from moeperf.collectors.training_summary import TrainingSummary
+
     if "benchmarks" in data:
-        return {**data, "suite": MicroSummary.SUITE}
+        return {**data, "suite": MICRO_SUITE}
     if "peak_flops" in data:
         return {**data, "suite": TrainingSummary.SUITE}
     empty = _dump(empty_scenario())

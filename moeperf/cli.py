@@ -54,7 +54,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     if args.repeat is not None:
         overrides.append(f"load.repeats={args.repeat}")
     from moeperf.specs import load_spec, runnable_suite
-    from moeperf.suites.present import ProgressBar, announce_run, plain_lines
+    from moeperf.suites.plain_lines import plain_lines
+    from moeperf.suites.present import ProgressBar, announce_run
     from moeperf.suites.run_options import RunOptions
 
     loaded = load_spec(args.spec, overrides)
@@ -175,7 +176,7 @@ def _show(store: RunStore, run: str, console: Console) -> None:
 
 def _runs_list(args: argparse.Namespace, console: Console) -> int:
     from moeperf.collectors.store import RunStore
-    from moeperf.suites.present import runs_table
+    from moeperf.suites.runs_table import runs_table
 
     manifests, problems = RunStore(args.runs_dir).scan()
     console.print(runs_table(manifests))
@@ -226,7 +227,7 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
 
 def _ingest_benchmark(args: argparse.Namespace, console: Console) -> int:
     from moeperf.suites.ingest import ingest_command
-    from moeperf.suites.present import plain_lines
+    from moeperf.suites.plain_lines import plain_lines
 
     return ingest_command(
         args.json,

@@ -14,13 +14,14 @@ from typing import Any
 from rich.console import Console
 
 from moeperf.exits import EXIT_FAILED, EXIT_OK
-from moeperf.suites.plan.deploy import load_deploy
-from moeperf.suites.plan.model_config import load_model_config
-from moeperf.suites.plan.plan import plan_memory
-from moeperf.suites.plan.present import plan_json, plan_lines, plan_table
 
 
 def _plan_memory(args: argparse.Namespace, console: Console) -> int:
+    from moeperf.suites.plan.deploy import load_deploy
+    from moeperf.suites.plan.model_config import load_model_config
+    from moeperf.suites.plan.plan import plan_memory
+    from moeperf.suites.plan.present import plan_json, plan_lines, plan_table
+
     plan = plan_memory(load_model_config(Path(args.model)), load_deploy(Path(args.deploy)))
     console.print(plan_table(plan))
     for line in plan_lines(plan):

@@ -10,7 +10,6 @@ OpenAI-compatible stream, exits 2 with what it said.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
 import functools
 import json
@@ -105,6 +104,8 @@ def probe_command(args: argparse.Namespace, console: Console) -> int:
     headers = request_headers(target, os.environ)
     check = check_target(url, functools.partial(http_get, headers=headers))
     model = served_model(args.model, check, url)
+    import asyncio
+
     result = asyncio.run(probe_target(url, args.api, model, check.models, headers))
     console.print(probe_table(result))
     console.print("spec section that fits this target:", style="bold")

@@ -11,7 +11,7 @@ import argparse
 from rich.console import Console
 
 from moeperf.suites.errors import UsageError
-from moeperf.suites.present import plain_lines
+from moeperf.suites.plain_lines import plain_lines
 
 # Pages never replace a file at their default path unless asked (reports/page_path.py).
 FORCE_HELP = "replace an existing page at the default path (--out FILE always replaces FILE)"

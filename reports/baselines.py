@@ -31,7 +31,7 @@ import pandas as pd
 from moeperf.collectors.errors import CollectorError
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunReader
-from moeperf.collectors.summary_json import RunSummary
+from moeperf.collectors.summary_types import RunSummary
 from moeperf.reports.baseline_migrations import BASELINE_SCHEMA_VERSION, content_hash, migrate
 from moeperf.reports.errors import BaselineCorruptError, ReportUsageError
 from moeperf.reports.promotion import promotion_problems

@@ -11,7 +11,7 @@ from moeperf.collectors.accel_records import DeviceSample
 from moeperf.collectors.errors import CollectorError
 from moeperf.collectors.manifest import RunManifest
 from moeperf.collectors.store import RunStore
-from moeperf.collectors.summary_json import RunSummary
+from moeperf.collectors.summary_types import RunSummary
 from moeperf.reports.errors import ReportUsageError
 
 

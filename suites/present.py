@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from moeperf.collectors.manifest import RunManifest
 from moeperf.collectors.serving_records import ScenarioSummary, ServingSummary, TokenDiscrepancy
 from moeperf.collectors.store import RunWriter
 from moeperf.collectors.target_counters import NOT_AVAILABLE
@@ -20,12 +18,6 @@ from moeperf.suites.run_options import Progress as RunProgress
 
 if TYPE_CHECKING:
     from moeperf.suites.serving.level_plan import LevelOutcome
-
-
-def plain_lines(console: Console) -> Callable[[str], None]:
-    """A printer of plain lines: no rich markup or highlighting, so text from a spec, a
-    target or a file shows exactly as written."""
-    return lambda line: console.print(line, markup=False, highlight=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,31 +95,6 @@ def headed_table(title: str, heads: list[str], labels: int) -> Table:
 
 def _ms(value: float | None, decimals: int = 2) -> str:
     return "-" if value is None else f"{value * 1e3:.{decimals}f}"
-
-
-def target_label(target: Mapping[str, Any]) -> str:
-    """What a run measured, in a few words: the URL of a remote target (kind "url"), else
-    the target's kind, an embedded target's URL being a port on 127.0.0.1 that was gone
-    when the run ended; then the model, where the manifest names one."""
-    kind, url, model = target.get("kind"), target.get("url"), target.get("model")
-    where = url if (kind == "url" or kind is None) and url else kind
-    return " ".join(str(part) for part in (where, model) if part)
-
-
-def runs_table(manifests: Sequence[RunManifest]) -> Table:
-    table = Table(title="runs")
-    # The id stays on one line (it is what the other commands take); a status reason is
-    # shown whole, wrapped at word boundaries in its column, never cut.
-    table.add_column("run id", no_wrap=True)
-    table.add_column("suite")
-    table.add_column("status", overflow="fold", min_width=12)
-    table.add_column("started (UTC)", overflow="fold")
-    table.add_column("target", overflow="fold", min_width=12)
-    for m in manifests:
-        status = m.status if not m.status_reason else f"{m.status}: {m.status_reason}"
-        target = target_label(m.target) if m.target else ""
-        table.add_row(m.run_id, m.suite, status, m.anchor_wall_time[:19], target)
-    return table
 
 
 def latency_table(scenario: str, entry: ScenarioSummary) -> Table:

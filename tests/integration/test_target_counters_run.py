@@ -73,7 +73,8 @@ def test_reference_target_counters_per_level(tmp_path):
     assert c.prefix_cache_hit_ratio is not None and 0 < c.prefix_cache_hit_ratio <= 1
     assert c.kv_usage_mean_ratio is not None and c.kv_usage_max_ratio is not None
     assert 0 <= c.kv_usage_mean_ratio <= c.kv_usage_max_ratio <= 1
-    assert c.preemptions is not None and c.preemptions >= 0
+    # 2 streams of 48 + 16 tokens fill a few blocks of the default KV cache: none is preempted.
+    assert c.preemptions == 0
     # The server counted at least the measured requests' tokens (warm-up ones too).
     assert c.generation_tokens is not None and c.generation_tokens >= entry.output_tokens
     line = target_counters_line("c=2", entry)

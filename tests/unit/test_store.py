@@ -185,7 +185,7 @@ def test_amended_records_read_back_once_in_first_order_across_batches(
     # A record is amended when client-side token counts come after its level: readers,
     # the writer's own read-back and the parquet file keep its last version, in the order
     # requests first appeared, also when the versions fall in different parse batches.
-    monkeypatch.setattr("moeperf.collectors.store._BATCH_ROWS", batch_rows)
+    monkeypatch.setattr("moeperf.collectors.run_tables._BATCH_ROWS", batch_rows)
     run = store.create("serving")
     for i in range(7):
         run.append_request(request(i, client_output_tokens=None))

@@ -1,0 +1,13 @@
+"""Plain lines on a rich console: what every command prints that it did not write itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.console import Console
+
+
+def plain_lines(console: Console) -> Callable[[str], None]:
+    """A printer of plain lines: no rich markup or highlighting, so text from a spec, a
+    target or a file shows exactly as written."""
+    return lambda line: console.print(line, markup=False, highlight=False)
