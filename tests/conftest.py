@@ -5,11 +5,16 @@ import inspect
 import json
 import random
 import socket
+import sys
 import textwrap
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+from moeperf.targets.ready_line import ReadyChild, start_ready
 
 SPECIAL_TOKEN = "<|endoftext|>"
 
@@ -46,3 +51,41 @@ def unused_tcp_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# --- the reference target, as a child process ----------------------------------------------
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# Importing torch and loading the weights on a busy 2-core machine.
+REFERENCE_READY_TIMEOUT_S = 120.0
+
+
+def _start_reference(config: dict, *flags: str) -> ReadyChild:
+    command = [sys.executable, "-m", "moeperf.targets.serving", "--host", "127.0.0.1"]
+    command += ["--port", "0", "--config", json.dumps(config), *flags]
+    return start_ready(command, timeout_s=REFERENCE_READY_TIMEOUT_S, cwd=REPO_ROOT)
+
+
+@pytest.fixture(scope="session")
+def start_reference() -> Callable[..., ReadyChild]:
+    """``start(config, *flags)``: a new ``python -m moeperf.targets.serving`` on 127.0.0.1
+    and a free port, once it printed READY; a context manager that stops it (for a test
+    that stops or breaks its own server)."""
+    return _start_reference
+
+
+@pytest.fixture(scope="session")
+def reference_target() -> Iterator[Callable[..., ReadyChild]]:
+    """``server(config, *flags)``: the reference target with that config, started the first
+    time a test asks for it and shared by every test of the session that asks for the same
+    config (its weights load once); all are stopped when the session ends."""
+    with ExitStack() as stack:
+        started: dict[str, ReadyChild] = {}
+
+        def server(config: dict, *flags: str) -> ReadyChild:
+            key = json.dumps([config, flags], sort_keys=True)
+            if key not in started:
+                started[key] = stack.enter_context(_start_reference(config, *flags))
+            return started[key]
+
+        yield server

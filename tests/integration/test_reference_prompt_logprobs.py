@@ -9,8 +9,7 @@ machine oversubscribe it (a 300-token forward took 3 s instead of 40 ms).
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -20,7 +19,7 @@ import torch
 from moeperf.targets.model.checkpoint import default_model_dir, load_mixtral_dir
 from moeperf.targets.model.model import MoETransformer
 from moeperf.targets.model.tokenizer import ChatTokenizer
-from moeperf.targets.ready_line import ReadyChild, start_ready
+from moeperf.targets.ready_line import ReadyChild
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 120.0  # importing torch and loading the weights on a busy 2-core machine
@@ -29,20 +28,6 @@ TEXT = (
     "Every request that asks for prompt logprobs is computed whole, so the numbers it "
     "returns are the model's own at every position of the prompt."
 )
-
-
-def start_server(config: dict) -> ReadyChild:
-    command = [
-        sys.executable,
-        "-m",
-        "moeperf.targets.serving",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-    ]
-    command += ["--config", json.dumps(config)]
-    return start_ready(command, timeout_s=READY_TIMEOUT_S, cwd=REPO_ROOT)
 
 
 def post(server: ReadyChild, path: str, body: dict | bytes) -> httpx.Response:
@@ -58,10 +43,8 @@ def sse_chunks(response: httpx.Response) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ReadyChild]:
-    config = {"seed": 0, "chunked_prefill_size": 16, "block_size": 4, "threads": 1}
-    with start_server(config) as running:
-        yield running
+def server(reference_target: Callable[..., ReadyChild]) -> ReadyChild:
+    return reference_target({"seed": 0, "chunked_prefill_size": 16, "block_size": 4, "threads": 1})
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from moeperf.collectors.target_metrics import (
     TARGET_ACCEPTED_PER_POSITION,
     read_exposition,
 )
-from moeperf.targets.ready_line import ReadyChild, start_ready
+from moeperf.targets.ready_line import ReadyChild
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL = "moeperf-tiny-moe"
@@ -37,26 +37,16 @@ READY_TIMEOUT_S = 120.0  # importing torch and loading the weights on a busy 2-c
 PROMPT = "The quick brown fox jumps over the lazy dog. The"
 
 
-def start_server(config: dict, *extra: str) -> ReadyChild:
-    """A ``python -m moeperf.targets.serving`` child, once it printed READY."""
-    command = [sys.executable, "-m", "moeperf.targets.serving", "--host", "127.0.0.1"]
-    command += ["--port", "0", "--config", json.dumps(config), *extra]
-    return start_ready(command, timeout_s=READY_TIMEOUT_S, cwd=REPO_ROOT)
-
-
 @pytest.fixture(scope="module")
-def server() -> Iterator[ReadyChild]:
+def server(reference_target: Callable[..., ReadyChild]) -> ReadyChild:
     """The default configuration: prefix caching on, no speculation."""
-    with start_server({"seed": 0}) as running:
-        yield running
+    return reference_target({"seed": 0})
 
 
 @pytest.fixture(scope="module")
-def small_server() -> Iterator[ReadyChild]:
+def small_server(reference_target: Callable[..., ReadyChild]) -> ReadyChild:
     """One running and one waiting request at most, MTP with two draft tokens."""
-    config = {"max_running_requests": 1, "max_waiting_requests": 1, "mtp_tokens": 2}
-    with start_server(config) as running:
-        yield running
+    return reference_target({"max_running_requests": 1, "max_waiting_requests": 1, "mtp_tokens": 2})
 
 
 def client(server: ReadyChild) -> openai.OpenAI:
@@ -658,8 +648,8 @@ def test_bad_config_exits_2_with_a_message(args: list[str], message: str) -> Non
 
 
 @pytest.mark.slow
-def test_sigterm_stops_the_server_cleanly() -> None:
-    with start_server({}) as running:
+def test_sigterm_stops_the_server_cleanly(start_reference: Callable[..., ReadyChild]) -> None:
+    with start_reference({}) as running:
         client(running).completions.create(model=MODEL, prompt=PROMPT, max_tokens=2)
         assert running.stop(timeout_s=30) == 0  # SIGTERM, as the harness stops it
 

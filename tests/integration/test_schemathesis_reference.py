@@ -22,10 +22,8 @@ second on a small CPU.
 
 from __future__ import annotations
 
-import json
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +40,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from moeperf.targets.ready_line import ReadyChild, start_ready
+from moeperf.targets.ready_line import ReadyChild
 
 pytestmark = pytest.mark.slow
 
@@ -64,20 +62,8 @@ WITH_BODY = [op for op in OPERATIONS if op[0] == "POST" and op[1] != "/reset_pre
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ReadyChild]:
-    config = {"seed": 0, "max_context_len": 64}
-    command = [
-        sys.executable,
-        "-m",
-        "moeperf.targets.serving",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-    ]
-    command += ["--config", json.dumps(config)]
-    with start_ready(command, timeout_s=READY_TIMEOUT_S, cwd=REPO_ROOT) as running:
-        yield running
+def server(reference_target: Callable[..., ReadyChild]) -> ReadyChild:
+    return reference_target({"seed": 0, "max_context_len": 64})
 
 
 @pytest.fixture(scope="module")

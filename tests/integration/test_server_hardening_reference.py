@@ -15,9 +15,8 @@ each wait is short.
 from __future__ import annotations
 
 import json
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -31,7 +30,7 @@ from raw_http import (
     wait_for,
 )
 
-from moeperf.targets.ready_line import ReadyChild, start_ready
+from moeperf.targets.ready_line import ReadyChild
 from moeperf.targets.serving.openai_request import MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS
 from moeperf.targets.serving.server import _json_or_none
 
@@ -48,25 +47,14 @@ CONTEXT = 2048
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ReadyChild]:
+def server(reference_target: Callable[..., ReadyChild]) -> ReadyChild:
     config = {
         "seed": 0,
         "body_read_timeout_s": TIMEOUT_S,
         "write_timeout_s": WRITE_TIMEOUT_S,
         "max_body_bytes": MAX_BODY,
     }
-    command = [
-        sys.executable,
-        "-m",
-        "moeperf.targets.serving",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-    ]
-    command += ["--config", json.dumps(config)]
-    with start_ready(command, timeout_s=READY_TIMEOUT_S, cwd=REPO_ROOT) as running:
-        yield running
+    return reference_target(config)
 
 
 def port(server: ReadyChild) -> int:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import aiohttp
 import httpx
 import pytest
 
-from moeperf.targets.ready_line import ReadyChild, start_ready
+from moeperf.targets.ready_line import ReadyChild
 from moeperf.targets.synthetic import SyntheticConfig, start
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -102,22 +101,11 @@ def test_synthetic_strict_variant_refuses_unknown_fields_with_422():
 
 
 @pytest.fixture(scope="module")
-def strict_reference() -> Iterator[ReadyChild]:
+def strict_reference(reference_target: Callable[..., ReadyChild]) -> ReadyChild:
     """No [DONE], no usage, no role chunk, unknown fields refused."""
     config = {"send_done": False, "usage": "never", "role_chunk": False}
     config["reject_unknown_fields"] = True
-    command = [
-        sys.executable,
-        "-m",
-        "moeperf.targets.serving",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-    ]
-    command += ["--config", json.dumps(config)]
-    with start_ready(command, timeout_s=120, cwd=REPO_ROOT) as running:
-        yield running
+    return reference_target(config)
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from run_factory import End, end_run, store_run
 
 from moeperf.collectors.records import RequestRecord, SampleRecord, StepRecord
 from moeperf.collectors.serving_records import ServingSummary
@@ -59,28 +60,21 @@ def request(i: int, scenario: str, scale: float) -> RequestRecord:
     )
 
 
-def write_run(runs: Path, scale: float = 1.0, end: str | None = "complete") -> RunWriter:
+def write_run(runs: Path, scale: float = 1.0, end: End = "complete") -> RunWriter:
     """A small real serving run: two scenarios, a step, samples, a scrape and a summary."""
-    run = RunStore(runs).create("serving", spec_given={"scale": scale})
     records = [request(i, s, scale) for s in ("c=1", "c=4") for i in range(40)]
-    for record in records:
-        run.append_request(record)
-    run.append_step(StepRecord(step=0, rank=0, start_ns=0, end_ns=5 * MS, tokens=128))
-    for value in (1.0, 1.1):
-        run.append_sample(
-            SampleRecord(metric="gemm", value=value * scale, unit="s", direction="lower")
-        )
-    run.append_server_metrics({"t_ns": 0, "metrics": {"x": 1}})
-    run.write_summary(summarize_requests(records_frame(records)))
-    if end == "complete":
-        run.complete()
-    elif end == "aborted":
-        run.abort("interrupted by SIGINT")
-    elif end == "invalid":
-        run.invalidate("client bottleneck at c=4")
-    elif end == "failed":
-        run.fail("levels failed: c=4 (http 39: 39 of 39 measured requests failed)")
-    return run
+    step = StepRecord(step=0, rank=0, start_ns=0, end_ns=5 * MS, tokens=128)
+
+    def ended(run: RunWriter) -> None:
+        for value in (1.0, 1.1):
+            run.append_sample(
+                SampleRecord(metric="gemm", value=value * scale, unit="s", direction="lower")
+            )
+        run.append_server_metrics({"t_ns": 0, "metrics": {"x": 1}})
+        run.write_summary(summarize_requests(records_frame(records)))
+        end_run(run, end)
+
+    return store_run(runs, records, steps=[step], spec_given={"scale": scale}, end=ended)
 
 
 class Clock:

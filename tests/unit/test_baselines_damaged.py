@@ -13,12 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from run_factory import store_run
 
 from moeperf.cli import main
 from moeperf.collectors.records import RequestRecord
-from moeperf.collectors.store import RunStore, RunWriter
-from moeperf.collectors.summary import summarize_requests
-from moeperf.collectors.tables import records_frame
+from moeperf.collectors.store import RunWriter
 from moeperf.reports.baselines import BASELINE_FILE, BaselineStore, BaselineVersion
 from moeperf.reports.errors import BaselineCorruptError
 
@@ -42,13 +41,10 @@ def records(n: int = 20) -> list[RequestRecord]:
 
 
 def write_run(runs: Path, end: Callable[[RunWriter], None] = RunWriter.complete) -> RunWriter:
-    run = RunStore(runs).create("serving", spec_given={"name": "t"}, target={"kind": "synthetic"})
-    rows = records()
-    for record in rows:
-        run.append_request(record)
-    run.write_summary(summarize_requests(records_frame(rows)))
-    end(run)
-    return run
+    target = {"kind": "synthetic"}
+    return store_run(
+        runs, records(), spec_given={"name": "t"}, target=target, summary="computed", end=end
+    )
 
 
 @pytest.fixture

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
+from run_factory import lognormal_requests, store_run
 
 from moeperf.cli import main
-from moeperf.collectors.records import RequestRecord
 from moeperf.collectors.store import RunStore
 from moeperf.reports.baselines import BaselineStore
 from moeperf.reports.errors import ReportUsageError, SpecMismatchError
@@ -28,32 +27,9 @@ def resolved(spec: str, *overrides: str) -> dict:
 
 def write_run(store: RunStore, spec_resolved: dict, itl_s: float = 0.01, seed: int = 1) -> str:
     """A closed-loop-like run of level c=1: 120 measured requests, 20 tokens at itl_s."""
-    rng = np.random.default_rng(seed)
+    requests = lognormal_requests(120, seed=seed, itl_s=itl_s)
     target = {"kind": "synthetic", "model": "synthetic"}
-    with store.create("serving", spec_resolved=spec_resolved, target=target) as run:
-        for i in range(120):
-            send = i * S // 4
-            first = send + int(rng.lognormal(np.log(0.05), 0.05) * S)
-            gaps = (rng.lognormal(np.log(itl_s), 0.05, 19) * S).astype(int)
-            chunks = [first, *(first + np.cumsum(gaps)).tolist()]
-            run.append_request(
-                RequestRecord(
-                    request_id=f"r{i}",
-                    scenario="c=1",
-                    phase="measure",
-                    worker=0,
-                    intended_send_ns=send,
-                    send_ns=send,
-                    done_ns=chunks[-1] + 1000,
-                    status="ok",
-                    chunk_ns=chunks,
-                    chunk_tokens=[1] * 20,
-                    first_token_ns=first,
-                    last_token_ns=chunks[-1],
-                    output_tokens=20,
-                )
-            )
-    return run.run_id
+    return store_run(store, requests, spec_resolved=spec_resolved, target=target).run_id
 
 
 def test_a_run_of_another_spec_is_refused_naming_each_field(tmp_path, capsys):

@@ -9,12 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
+from run_factory import End, store_run
 
 from moeperf.collectors.records import RequestRecord
 from moeperf.collectors.serving_records import ServingSummary
-from moeperf.collectors.store import RunReader, RunStore, RunWriter
-from moeperf.collectors.summary import summarize_requests
-from moeperf.collectors.tables import records_frame
+from moeperf.collectors.store import RunReader, RunWriter
 from moeperf.reports.baseline_commands import promote_command
 from moeperf.reports.baselines import BaselineStore
 from moeperf.reports.errors import ReportUsageError
@@ -43,16 +42,10 @@ def request(i: int, scenario: str) -> RequestRecord:
     )
 
 
-def write_run(runs: Path, end: str | None = "complete") -> RunWriter:
+def write_run(runs: Path, end: End = "complete") -> RunWriter:
     """A small real serving run: two levels of ok requests, stored and summarized."""
-    run = RunStore(runs).create("serving")
     records = [request(i, scenario) for scenario in ("c=1", "c=4") for i in range(10)]
-    for record in records:
-        run.append_request(record)
-    run.write_summary(summarize_requests(records_frame(records)))
-    if end == "complete":
-        run.complete()
-    return run
+    return store_run(runs, records, summary="computed", end=end)
 
 
 @pytest.fixture

@@ -9,11 +9,10 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
+from run_factory import lognormal_requests, store_run
 
 from moeperf.cli import main
-from moeperf.collectors.records import RequestRecord
 from moeperf.collectors.request_settings import RequestSettings, Sampling, legacy_request_settings
 from moeperf.collectors.store import RunReader, RunStore
 from moeperf.reports.comparability import check_specs, request_differences
@@ -33,23 +32,9 @@ def write_run(
     store: RunStore, settings: RequestSettings | None, seed: int, spec: dict = NIGHTLY
 ) -> str:
     """A run of level c=1: 120 measured requests of 20 tokens at 10 ms."""
-    rng = np.random.default_rng(seed)
+    requests = lognormal_requests(120, seed=seed)
     target = {"kind": "synthetic", "model": "synthetic"}
-    with store.create("serving", spec_resolved=spec, target=target) as run:
-        if settings is not None:
-            run.record_request_settings(settings)
-        for i in range(120):
-            send = i * S // 4
-            first = send + int(rng.lognormal(np.log(0.05), 0.05) * S)
-            chunks = [first, *(first + np.cumsum(rng.lognormal(np.log(0.01), 0.05, 19) * S))]
-            run.append_request(
-                RequestRecord(
-                    request_id=f"r{i}", scenario="c=1", phase="measure", worker=0,
-                    intended_send_ns=send, send_ns=send, done_ns=int(chunks[-1]) + 1000,
-                    status="ok", chunk_ns=[int(c) for c in chunks], chunk_tokens=[1] * 20,
-                    first_token_ns=first, last_token_ns=int(chunks[-1]), output_tokens=20,
-                )
-            )  # fmt: skip
+    run = store_run(store, requests, spec_resolved=spec, target=target, settings=settings)
     return run.run_id
 
 

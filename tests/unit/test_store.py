@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from run_factory import store_run
 
 from moeperf.collectors.errors import CollectorError, RunNotFoundError, SchemaVersionError
 from moeperf.collectors.manifest import RunManifest
@@ -128,14 +129,14 @@ def store(tmp_path: Path) -> RunStore:
 
 
 def write_run(store: RunStore, *, complete: bool = True):
-    run = store.create("serving", spec_given={"name": "t"}, target={"kind": "synthetic"})
-    for r in REQUESTS:
-        run.append_request(r)
-    for s in STEPS:
-        run.append_step(s)
-    if complete:
-        run.complete()
-    return run
+    return store_run(
+        store,
+        REQUESTS,
+        steps=STEPS,
+        spec_given={"name": "t"},
+        target={"kind": "synthetic"},
+        end="complete" if complete else None,
+    )
 
 
 def crashed_run(store: RunStore):
