@@ -26,36 +26,27 @@ import asyncio
 import dataclasses
 import functools
 import os
-import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import Any
 
 from moeperf.collectors.interference_records import InterferenceArm, InterferenceSummary
-from moeperf.collectors.records import RequestRecord
-from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
+from moeperf.collectors.store import RunStore
 from moeperf.suites.errors import UsageError
-from moeperf.suites.run_options import Progress
+from moeperf.suites.run_options import RunOptions
+from moeperf.suites.serving.arm_run import ArmTarget, ArmTelemetry, arm_run, start_ns
 from moeperf.suites.serving.embedded.process import EmbeddedTarget
 from moeperf.suites.serving.embedded.reference import embedded_reference
-from moeperf.suites.serving.level_plan import LevelOutcome, worker_config
 from moeperf.suites.serving.load.arrivals import arrival_offsets_s
-from moeperf.suites.serving.load.auth import request_headers, without_header_values
+from moeperf.suites.serving.load.auth import request_headers
 from moeperf.suites.serving.load.plan import LevelPlan
-from moeperf.suites.serving.load.pool import WorkerPool
-from moeperf.suites.serving.load.request_settings import request_settings
-from moeperf.suites.serving.load.validity import judged_level, run_verdict
 from moeperf.suites.serving.mode_spec import InterferenceSpec
-from moeperf.suites.serving.observe.live import LiveObservers
 from moeperf.suites.serving.preflight import check_target, http_get, served_model
-from moeperf.suites.serving.run_summary import write_summary
 from moeperf.suites.serving.schedule import PromptPool
 from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.workload.prompts import PoolKey, build_prompt_pools
 from moeperf.suites.serving.workload.sources import Prompt
-from moeperf.suites.telemetry import Telemetry
 from moeperf.suites.workload_spec import LengthSpec
 
-_START_DELAY_S = 0.3  # workers start a level together this long after it is planned
 _DEFAULT_STEP_BUDGET = 512  # targets.serving.engine.api.EngineConfig.max_num_batched_tokens
 
 
@@ -124,7 +115,7 @@ def _plans(
     common = LevelPlan(
         scenario=f"chunk={chunk} {'decode' if mixed else 'quiet'}",
         mode="concurrency",
-        start_ns=time.monotonic_ns() + int(_START_DELAY_S * 1e9),
+        start_ns=start_ns(),
         duration_s=inter.duration_s,
         warmup_s=0.0,
         cooldown_s=0.0,
@@ -158,14 +149,7 @@ def _targets(
 
 
 def run_interference(
-    spec: ServingSpec,
-    spec_given: dict[str, Any],
-    store: RunStore,
-    progress: Progress,
-    on_started: Callable[[RunWriter], None],
-    pushgateway_url: str | None,
-    say: Callable[[str], None],
-    warn_only: bool,
+    spec: ServingSpec, spec_given: dict[str, Any], store: RunStore, options: RunOptions
 ) -> str:
     """Every arm of ``spec.interference`` (the module docstring); return the run id."""
     inter = spec.interference
@@ -174,39 +158,13 @@ def run_interference(
     prompts, decode_pool, prefill_pool = _prompts(spec, inter)
     headers = request_headers(spec.target, os.environ)
     get = functools.partial(http_get, headers=headers)
-    # The target restarts per arm: its counters are not scraped (they would restart too).
-    export = spec.export.model_copy(update={"scrape_target": False})
-    observed = spec.model_copy(update={"export": export})
-    records: dict[str, RequestRecord] = {}
-    outcomes: list[LevelOutcome] = []
     arms: list[InterferenceArm] = []
     targets = _targets(spec, inter.chunked_prefill_sizes, budget)
     try:
         chunk, process, described = next(targets)
-        base_url = process.url
-        model = served_model(spec.target.model, check_target(base_url, get), base_url)
+        model = served_model(spec.target.model, check_target(process.url, get), process.url)
         target = {**described, "model": model, "api": spec.target.api}
         target["arms"] = {"chunked_prefill_size": list(inter.chunked_prefill_sizes)}
-        run = store.create(
-            "serving",
-            spec_given=without_header_values(spec_given),
-            spec_resolved=without_header_values(spec.model_dump(mode="json")),
-            target=target,
-        )
-        run.add_note(_note(inter, budget, described["config"]["threads"]))
-        on_started(run)
-        observers = LiveObservers(observed, run, base_url, model, pushgateway_url, say)
-        telemetry = None
-        if spec.telemetry.enabled:
-            # The process source watches the arm's target: asked at every read, so after a
-            # restart the new one (reads while none runs fail, and are counted).
-            telemetry = Telemetry(spec.telemetry, lambda: process.pid, run, observers.device)
-
-        def keep(record: RequestRecord) -> None:
-            run.append_request(record)
-            if record.request_id not in records:  # an amendment (client-side counts) is
-                observers.record(record)  # not a new request
-            records[record.request_id] = record
 
         def summary() -> InterferenceSummary:
             return InterferenceSummary(
@@ -220,75 +178,32 @@ def run_interference(
                 arms=tuple(arms),
             )
 
-        try:
-            with run, interrupts_end_runs():
-                observers.start()
-                if telemetry is not None:
-                    telemetry.start()
+        # The process source watches the arm's target: asked at every read, so after a
+        # restart the new one (reads while none runs fail, and are counted).
+        with arm_run(
+            spec, spec_given, store, options, ArmTarget(target, process.url, model),
+            prompts=prompts, headers=headers, summary=summary,
+            note=_note(inter, budget, described["config"]["threads"]),
+            telemetry=ArmTelemetry(pid=lambda: process.pid),
+        ) as session:  # fmt: skip
+            while True:
+                check_target(process.url, get)  # each restarted target answers first
+                pool = session.pool(process.url, f"arm{len(arms)}-", workers=2)
                 try:
-                    while True:
-                        check_target(base_url, get)  # each restarted target answers first
-                        config = dataclasses.replace(
-                            worker_config(spec, base_url, model, prompts, run, headers),
-                            request_id_prefix=f"arm{len(arms)}-",
-                        )
-                        if not arms:
-                            run.record_request_settings(request_settings(config, None))
-                        pool = WorkerPool(2, config)
-                        try:
-                            pool.wait_ready()
-                            arm = _arm(chunk)
-                            for mixed, level in (
-                                (False, arm.quiet_scenario),
-                                (True, arm.mixed_level),
-                            ):
-                                plans = _plans(inter, spec, chunk, mixed, decode_pool, prefill_pool)
-                                if telemetry is not None:
-                                    telemetry.level_started(level)
-                                outcomes.extend(
-                                    _level(spec, pool, plans, keep, records, progress, observers)
-                                )
-                                if telemetry is not None:
-                                    telemetry.level_ended()
-                        finally:
-                            pool.close()
-                        arms.append(arm)
-                        try:
-                            chunk, process, _ = next(targets)
-                            base_url = process.url
-                        except StopIteration:
-                            break
-                except BaseException:
-                    if telemetry is not None:
-                        telemetry.finish()
-                    write_summary(run, spec, run.requests_frame(), outcomes, None,
-                                  interference=summary(), telemetry=telemetry)  # fmt: skip
-                    raise
-                if telemetry is not None:
-                    telemetry.finish()
-                write_summary(
-                    run,
-                    spec,
-                    run.requests_frame(),
-                    outcomes,
-                    None,
-                    interference=summary(),
-                    telemetry=telemetry,
-                )
-                status, reason = run_verdict([o.verdict for o in outcomes])
-                if status != "complete" and warn_only:
-                    run.add_note(
-                        f"--warn-only: the run ended {status}, and the command exits 0 all the same"
-                    )
-                if status == "failed":
-                    run.fail(reason or "")
-                elif status == "invalid":
-                    run.invalidate(reason or "")
-        finally:
-            if telemetry is not None:
-                telemetry.finish()  # done already unless the summary itself failed
-            observers.finish(run.manifest.status)
-        return run.run_id
+                    arm = _arm(chunk)
+                    for mixed, level in ((False, arm.quiet_scenario), (True, arm.mixed_level)):
+                        plans = _plans(inter, spec, chunk, mixed, decode_pool, prefill_pool)
+                        session.window(level)
+                        session.level(pool, plans, open_loop_level=inter.prefill_rate)
+                        session.window(None)
+                finally:
+                    pool.close()
+                arms.append(arm)
+                try:
+                    chunk, process, _ = next(targets)
+                except StopIteration:
+                    break
+        return session.run.run_id
     finally:
         targets.close()
 
@@ -297,43 +212,6 @@ def _arm(chunk: int) -> InterferenceArm:
     return InterferenceArm(
         chunk, f"chunk={chunk} quiet", f"chunk={chunk} decode", f"chunk={chunk} prefill"
     )
-
-
-def _level(
-    spec: ServingSpec,
-    pool: WorkerPool,
-    plans: dict[int, LevelPlan],
-    keep: Callable[[RequestRecord], None],
-    records: dict[str, RequestRecord],
-    progress: Progress,
-    observers: LiveObservers,
-) -> list[LevelOutcome]:
-    """One level (one or two scenarios, one per worker), each judged on its own."""
-    assert spec.interference is not None
-    rate = spec.interference.prefill_rate
-    # One progress bar per level: the worker pool reports each request's end to it.
-    label = " + ".join(p.scenario for p in plans.values())
-    progress.level_started(label, next(iter(plans.values())).duration_s)
-    for plan in plans.values():
-        observers.level_started(plan.scenario, plan.concurrency or len(plan.arrivals_s))
-    reports = pool.run_level(plans, keep, progress.finished, progress.tick, observers.health)
-    outcomes = []
-    for worker, plan in plans.items():
-        mine = [r for r in reports if r.worker == worker]
-        verdict = judged_level(
-            spec.harness,
-            plan.scenario,
-            mine,
-            records.values(),
-            open_loop=plan.mode != "concurrency",
-        )
-        # The level: streams (closed loop), or the long prompts' rate (open loop).
-        level = float(plan.concurrency) if plan.mode == "concurrency" else rate
-        outcome = LevelOutcome(plan.scenario, level, mine, verdict)
-        outcomes.append(outcome)
-        progress.level_done(outcome)
-        observers.level_done(plan.scenario, client_bound=verdict.status == "invalid")
-    return outcomes
 
 
 def _note(inter: InterferenceSpec, budget: int, threads: int) -> str:

@@ -72,6 +72,7 @@ from moeperf.suites.serving.spec_tables import LoadSpec
 from moeperf.suites.serving.sweep_fit import fit_scenario, fit_verdict, search_fit
 from moeperf.suites.serving.sweep_plan import resolve_plan, sweep_plan
 from moeperf.suites.serving.telemetry import serving_telemetry
+from moeperf.suites.serving.verdict import as_verdict, conclude
 from moeperf.suites.serving.workload.cache_reset import CacheResetter
 from moeperf.suites.serving.workload.prompts import PoolKey, build_prompt_pools, read_spec_trace
 from moeperf.suites.serving.workload.sources import Prompt
@@ -133,18 +134,16 @@ def run_serving(
     """
     progress = progress or Progress()
     spec = with_reference_defaults(spec)
-    if spec.interference is not None:
-        from moeperf.suites.serving.interference import run_interference
+    if spec.interference is not None or spec.mtp_ab is not None:
+        # Runs of arms (suites/serving/arm_run.py): each kind imported only when run.
+        options = RunOptions(on_started, say, pushgateway_url, progress, warn_only)
+        if spec.interference is not None:
+            from moeperf.suites.serving.interference import run_interference
 
-        return run_interference(
-            spec, spec_given, store, progress, on_started, pushgateway_url, say, warn_only
-        )
-    if spec.mtp_ab is not None:
+            return run_interference(spec, spec_given, store, options)
         from moeperf.suites.serving.mtp_ab.run import run_mtp_ab
 
-        return run_mtp_ab(
-            spec, spec_given, store, progress, on_started, pushgateway_url, say, warn_only
-        )
+        return run_mtp_ab(spec, spec_given, store, options)
     # Before a target starts or a byte is sent: an unset variable is an exit 2 here.
     headers = request_headers(spec.target, os.environ)
     # Before a target starts, too: a trace that cannot be read is an exit 2 at once.
@@ -551,15 +550,7 @@ def _run_levels(
         status, reason = soak_verdict(soaked, status, reason)
     if audit is not None and not audit.exact:
         status, reason = "invalid", audit_text(audit)
-    if status != "complete" and warn_only:
-        run.add_note(
-            f"--warn-only: the run ended {status}, and the command exits 0 all the same; "
-            "only its ok levels are sound results"
-        )
-    if status == "failed":
-        run.fail(reason or "")
-    elif status == "invalid":
-        run.invalidate(reason or "")
+    conclude(run, as_verdict(status, reason), warn_only)
 
 
 def _pool(spec: ServingSpec, workers: int, config: WorkerConfig) -> WorkerPool | LocustPool:

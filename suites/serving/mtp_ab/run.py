@@ -23,28 +23,23 @@ from typing import Any
 import aiohttp
 
 from moeperf.collectors.mtp_ab_records import MtpAbBlock, MtpAbEquality, MtpAbSummary, arm_name
-from moeperf.collectors.records import RequestRecord
-from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
-from moeperf.suites.run_options import Progress
-from moeperf.suites.serving.level_plan import LevelOutcome, plan_level, worker_config, worker_count
-from moeperf.suites.serving.load.auth import RequestHeaders, request_headers, without_header_values
+from moeperf.collectors.store import RunStore, RunWriter
+from moeperf.suites.run_options import RunOptions
+from moeperf.suites.serving.arm_run import ArmRun, ArmTarget, ArmTelemetry, arm_run, start_ns
+from moeperf.suites.serving.level_plan import plan_level, worker_count
+from moeperf.suites.serving.load.auth import RequestHeaders, request_headers
 from moeperf.suites.serving.load.pool import WorkerPool
-from moeperf.suites.serving.load.request_settings import request_settings
-from moeperf.suites.serving.load.validity import judged_level, run_verdict
 from moeperf.suites.serving.mode_spec import MtpAbSpec
 from moeperf.suites.serving.mtp_ab.arms import Arm, prepare, schedule, serving_arms
 from moeperf.suites.serving.mtp_ab.equality import arm_outputs, compare
-from moeperf.suites.serving.observe.live import LiveObservers
 from moeperf.suites.serving.observe.scraper import TargetScraper
 from moeperf.suites.serving.preflight import check_target, http_get, served_model
-from moeperf.suites.serving.run_summary import write_summary
 from moeperf.suites.serving.spec import ServingSpec
+from moeperf.suites.serving.verdict import Verdict
 from moeperf.suites.serving.workload.cache_reset import CacheResetter
 from moeperf.suites.serving.workload.prompts import PoolKey, build_prompt_pools
 from moeperf.suites.serving.workload.sources import Prompt
-from moeperf.suites.telemetry import Telemetry
 
-_START_DELAY_S = 0.3  # workers start a block together this long after it is planned
 _NO_POLLING_S = 1e9  # the arms' scrapers scrape at block edges only
 
 
@@ -57,17 +52,9 @@ def mode_spec(spec: ServingSpec, ab: MtpAbSpec, mode: str) -> ServingSpec:
 
 
 class _Scrapers:
-    """One /metrics scraper per arm, on one event loop, scraping at block edges; and the
-    accelerator sampler's labels, the block's scenario while it runs."""
+    """One /metrics scraper per arm, on one event loop, scraping at block edges."""
 
-    def __init__(
-        self,
-        arms: list[Arm],
-        run: RunWriter,
-        headers: RequestHeaders,
-        telemetry: Telemetry | None = None,
-    ):
-        self._telemetry = telemetry
+    def __init__(self, arms: list[Arm], run: RunWriter, headers: RequestHeaders):
         self._loop = asyncio.new_event_loop()
         anchor_ns = run.manifest.anchor_monotonic_ns
         self._session = self._loop.run_until_complete(_session())
@@ -86,11 +73,6 @@ class _Scrapers:
     def window(self, drafts: int, scenario: str | None) -> None:
         """Close the arm's current window with a scrape and open ``scenario`` (None: none)."""
         self._loop.run_until_complete(self._by_drafts[drafts].start_window(scenario))
-        if self._telemetry is not None:
-            if scenario is None:
-                self._telemetry.level_ended()
-            else:
-                self._telemetry.level_started(scenario)
 
     def close(self) -> None:
         self._loop.run_until_complete(self._session.close())
@@ -107,22 +89,13 @@ def _prompts(spec: ServingSpec, base_url: str, headers: RequestHeaders) -> list[
 
 
 def run_mtp_ab(
-    spec: ServingSpec,
-    spec_given: dict[str, Any],
-    store: RunStore,
-    progress: Progress,
-    on_started: Callable[[RunWriter], None],
-    pushgateway_url: str | None,
-    say: Callable[[str], None],
-    warn_only: bool,
+    spec: ServingSpec, spec_given: dict[str, Any], store: RunStore, options: RunOptions
 ) -> str:
     """Every block of ``spec.mtp_ab`` (the module docstring); return the run id."""
     ab = spec.mtp_ab
     assert ab is not None
     headers = request_headers(spec.target, os.environ)
     get = functools.partial(http_get, headers=headers)
-    # The arms' counters are scraped at block edges (below), not by the live observers.
-    export = spec.export.model_copy(update={"scrape_target": False})
     levels = [int(level) for level in spec.load.levels]
     with serving_arms(spec) as (arms, described):
         check = check_target(arms[0].url, get)
@@ -131,26 +104,9 @@ def run_mtp_ab(
             if arm.hook is None:
                 check_target(arm.url, get)  # every arm answers before anything is stored
         prompts = _prompts(spec, "" if spec.target.kind == "reference" else arms[0].url, headers)
-        run = store.create(
-            "serving",
-            spec_given=without_header_values(spec_given),
-            spec_resolved=without_header_values(spec.model_dump(mode="json")),
-            target={**described, "model": model, "api": spec.target.api},
-        )
-        run.add_note(_note(spec, ab, levels))
-        on_started(run)
-        observed = spec.model_copy(update={"export": export})
-        observers = LiveObservers(observed, run, arms[0].url, model, pushgateway_url, say)
-        records: dict[str, RequestRecord] = {}
-        outcomes: list[LevelOutcome] = []
+        target = {**described, "model": model, "api": spec.target.api}
         blocks: list[MtpAbBlock] = []
         equality: MtpAbEquality | None = None
-
-        def keep(record: RequestRecord) -> None:
-            run.append_request(record)
-            if record.request_id not in records:  # an amendment (client-side counts) is
-                observers.record(record)  # not a new request
-            records[record.request_id] = record
 
         def summary() -> MtpAbSummary:
             return MtpAbSummary(
@@ -165,43 +121,22 @@ def run_mtp_ab(
             )
 
         # Every arm's GPUs are the sampler's (nvml, dcgm); the blocks tell the arms apart.
-        telemetry = (
-            Telemetry(spec.telemetry, None, run, observers.device, no_process=SEVERAL_TARGETS)
-            if spec.telemetry.enabled
-            else None
-        )
-        scrapers = _Scrapers(arms, run, headers, telemetry)
-        try:
-            with run, interrupts_end_runs():
-                observers.start()
-                if telemetry is not None:
-                    telemetry.start()
-                try:
-                    if "greedy" in ab.modes and ab.equality_prompts:
-                        equality = _equality(spec, ab, arms, model, prompts, headers, get)
-                    for mode in ab.modes:
-                        _run_mode(
-                            mode_spec(spec, ab, mode), ab, mode, arms, model, prompts, run,
-                            headers, get, keep, records, outcomes, blocks, progress,
-                            observers, scrapers,
-                        )  # fmt: skip
-                except BaseException:
-                    if telemetry is not None:
-                        telemetry.finish()
-                    write_summary(run, spec, run.requests_frame(), outcomes, None,
-                                  mtp_ab=summary(), telemetry=telemetry)  # fmt: skip
-                    raise
-                if telemetry is not None:
-                    telemetry.finish()
-                write_summary(run, spec, run.requests_frame(), outcomes, None,
-                              mtp_ab=summary(), telemetry=telemetry)  # fmt: skip
-                _end(run, outcomes, equality, warn_only)
-        finally:
-            if telemetry is not None:
-                telemetry.finish()  # done already unless the run broke before its summary
-            scrapers.close()
-            observers.finish(run.manifest.status)
-        return run.run_id
+        with arm_run(
+            spec, spec_given, store, options, ArmTarget(target, arms[0].url, model),
+            prompts=prompts, headers=headers, summary=summary, note=_note(spec, ab, levels),
+            telemetry=ArmTelemetry(no_process=SEVERAL_TARGETS),
+            verdict=lambda levels_end: _with_equality(levels_end, equality),
+        ) as session:  # fmt: skip
+            scrapers = _Scrapers(arms, session.run, headers)
+            try:
+                if "greedy" in ab.modes and ab.equality_prompts:
+                    equality = _equality(spec, ab, arms, model, prompts, headers, get)
+                for mode in ab.modes:
+                    _run_mode(mode_spec(spec, ab, mode), ab, mode, arms, session, get,
+                              blocks, scrapers)  # fmt: skip
+            finally:
+                scrapers.close()
+        return session.run.run_id
 
 
 SEVERAL_TARGETS = "one target per arm: their processes are not watched (the GPUs are, per block)"
@@ -233,17 +168,9 @@ def _run_mode(
     ab: MtpAbSpec,
     mode: str,
     arms: list[Arm],
-    model: str,
-    prompts: list[Prompt],
-    run: RunWriter,
-    headers: RequestHeaders,
+    session: ArmRun,
     get: Callable[[str, float], Any],
-    keep: Callable[[RequestRecord], None],
-    records: dict[str, RequestRecord],
-    outcomes: list[LevelOutcome],
     blocks: list[MtpAbBlock],
-    progress: Progress,
-    observers: LiveObservers,
     scrapers: _Scrapers,
 ) -> None:
     """Every block of one decoding mode, one worker pool per arm."""
@@ -252,20 +179,12 @@ def _run_mode(
     pools: dict[int, WorkerPool] = {}
     try:
         for arm in arms:
-            config = dataclasses.replace(
-                worker_config(spec, arm.url, model, prompts, run, headers),
-                request_id_prefix=f"{mode}-k{arm.drafts}-",
-            )
-            if not outcomes and not pools:
-                run.record_request_settings(request_settings(config, None))
-            pools[arm.drafts] = WorkerPool(workers, config)
-        for pool in pools.values():
-            pool.wait_ready()
+            pools[arm.drafts] = session.pool(arm.url, f"{mode}-k{arm.drafts}-", workers)
         levels = [int(level) for level in spec.load.levels]
         # Fresh: the arm's prefix cache emptied before each block, where the target can
         # (every block sends the same prompts: a cached one would favour later blocks).
         resetters = {
-            arm.drafts: CacheResetter(arm.url, headers)
+            arm.drafts: CacheResetter(arm.url, session.headers)
             for arm in arms
             if spec.workload.cache == "fresh"
         }
@@ -274,76 +193,41 @@ def _run_mode(
             prepare(arm, ab, get)
             reset = resetters[arm.drafts].reset() if resetters else None
             scrapers.window(arm.drafts, block.scenario)
+            session.window(block.scenario)
             try:
-                outcome = _block(
+                index, prompts = len(session.outcomes), len(session.prompts)
+                plans = plan_level(
                     spec,
-                    pools[arm.drafts],
-                    block,
+                    block.streams,
+                    index,
                     workers,
-                    len(prompts),
-                    keep,
-                    records,
-                    progress,
-                    observers,
-                    len(outcomes),
+                    start_ns(),
+                    prompts,
+                    scenario=block.scenario,
                 )
-                outcomes.append(dataclasses.replace(outcome, cache_reset=reset))
+                (outcome,) = session.level(pools[arm.drafts], plans)
+                session.outcomes[-1] = dataclasses.replace(outcome, cache_reset=reset)
             finally:
                 scrapers.window(arm.drafts, None)
+                session.window(None)
             blocks.append(block)
     finally:
         for pool in pools.values():
             pool.close()
 
 
-def _block(
-    spec: ServingSpec,
-    pool: WorkerPool,
-    block: MtpAbBlock,
-    workers: int,
-    prompts: int,
-    keep: Callable[[RequestRecord], None],
-    records: dict[str, RequestRecord],
-    progress: Progress,
-    observers: LiveObservers,
-    index: int,
-) -> LevelOutcome:
-    start_ns = time.monotonic_ns() + int(_START_DELAY_S * 1e9)
-    plans = plan_level(
-        spec, block.streams, index, workers, start_ns, prompts, scenario=block.scenario
+def _with_equality(levels: Verdict, equality: MtpAbEquality | None) -> Verdict:
+    """The levels' verdict, failed when greedy output with MTP differs from MTP off."""
+    if equality is None or not equality.mismatches:
+        return levels
+    first = equality.mismatches[0]
+    return Verdict(
+        "failed",
+        f"greedy output with MTP differs from MTP off for {len(equality.mismatches)} "
+        f"prompt/arm pair(s); first: prompt {first.prompt}, {arm_name(first.drafts)}, "
+        f"at output {equality.position_unit} {first.position} "
+        f"({first.off_token!r} with MTP off, {first.arm_token!r} with it)",
     )
-    progress.level_started(block.scenario, next(iter(plans.values())).duration_s)
-    observers.level_started(block.scenario, block.streams)
-    reports = pool.run_level(plans, keep, progress.finished, progress.tick, observers.health)
-    verdict = judged_level(spec.harness, block.scenario, reports, records.values(), open_loop=False)
-    outcome = LevelOutcome(block.scenario, float(block.streams), reports, verdict)
-    progress.level_done(outcome)
-    observers.level_done(block.scenario, client_bound=verdict.status == "invalid")
-    return outcome
-
-
-def _end(
-    run: RunWriter,
-    outcomes: list[LevelOutcome],
-    equality: MtpAbEquality | None,
-    warn_only: bool,
-) -> None:
-    status, reason = run_verdict([o.verdict for o in outcomes])
-    if equality is not None and equality.mismatches:
-        first = equality.mismatches[0]
-        status = "failed"
-        reason = (
-            f"greedy output with MTP differs from MTP off for {len(equality.mismatches)} "
-            f"prompt/arm pair(s); first: prompt {first.prompt}, {arm_name(first.drafts)}, "
-            f"at output {equality.position_unit} {first.position} "
-            f"({first.off_token!r} with MTP off, {first.arm_token!r} with it)"
-        )
-    if status != "complete" and warn_only:
-        run.add_note(f"--warn-only: the run ended {status}, and the command exits 0 all the same")
-    if status == "failed":
-        run.fail(reason or "")
-    elif status == "invalid":
-        run.invalidate(reason or "")
 
 
 def _note(spec: ServingSpec, ab: MtpAbSpec, levels: list[int]) -> str:
