@@ -17,6 +17,23 @@ from moeperf.collectors.schema import SCHEMA_VERSION
 RequestStatus = Literal["ok", "error", "cancelled"]
 # Requests sent during warm-up or cool-down are kept but excluded from summaries.
 Phase = Literal["warmup", "measure", "cooldown"]
+
+# Why a request failed, as the client classified it (README "Failed requests are data"):
+# one set for every transport (asyncio's aiohttp, the Locust engine's http.client).
+ErrorType = Literal[
+    "connect_error",  # no connection: refused, unreachable
+    "connection_reset",  # the target (or a proxy) reset the connection: RST, EPIPE
+    "stream_truncated",  # the stream ended before [DONE] and without a finish_reason
+    "stall_timeout",  # no byte for the read timeout (harness.stall_timeout_s)
+    "timeout",  # the whole request took longer than harness.request_timeout_s
+    "http_4xx",  # an HTTP error answer, client side
+    "http_5xx",  # an HTTP error answer, server side
+    "not_streaming",  # a JSON answer where an event stream was asked for
+    "invalid_response",  # an answer of another content type
+    "malformed_chunk",  # an event that is not a chunk of the API
+    "server_error_event",  # the stream carried an error event
+    "client_error",  # any other error of the client library
+]
 # Where a chunk's token count came from, best first.
 ChunkTokensSource = Literal[
     "usage_stats", "logprobs", "tokenizer", "server_tokenize", "assumed_one"
@@ -52,6 +69,8 @@ class RequestRecord:
     output_tokens: int | None = None
     client_prompt_tokens: int | None = None
     client_output_tokens: int | None = None
+    # An ErrorType when this harness recorded it; a run stored by another tool or version
+    # may hold other words, kept as written.
     error_type: str | None = None
     error_message: str | None = None
     http_status: int | None = None

@@ -18,9 +18,10 @@ from typing import Any
 import pandas as pd
 
 from moeperf.collectors.quantiles import QuantileEstimate
+from moeperf.collectors.reuse_pairs import reuse_pairs
 from moeperf.collectors.serving_records import ScenarioSummary, ServingSummary
 from moeperf.collectors.target_counters import NOT_AVAILABLE
-from moeperf.collectors.workload_records import REPEAT_METRIC_LABELS, UNIQUE_SUFFIX, RepeatLevel
+from moeperf.collectors.workload_records import REPEAT_METRIC_LABELS, RepeatLevel
 from moeperf.collectors.workload_summary import ON_TIME_S
 from moeperf.reports.figures.trace_replay import arrival_series, trace_replay_chart
 from moeperf.reports.figures.turns import turns_chart
@@ -92,16 +93,6 @@ def cache_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
         "and cool-down included; SGLang: its hit-rate gauge); reset: the cache was emptied "
         "before the level (workload.cache = 'fresh'), and how.",
     )
-
-
-def reuse_pairs(scenarios: Mapping[str, ScenarioSummary]) -> list[tuple[str, str]]:
-    """(level, its no-reuse control) of every control whose level ran too."""
-    pairs = []
-    for name, entry in scenarios.items():
-        shared = name.replace(UNIQUE_SUFFIX, "", 1)
-        if entry.unique and shared != name and shared in scenarios:
-            pairs.append((shared, name))
-    return pairs
 
 
 def reuse_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:

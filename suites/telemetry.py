@@ -108,7 +108,9 @@ class Telemetry:
         if self._sampler is not None:
             self._sampler.start()
 
-    def level_started(self, scenario: str) -> None:
+    def level_started(self, scenario: str, start_ns: int = 0) -> None:
+        """Label the samples with the level now running (a level hook; when its workers
+        start, ``start_ns``, does not matter: the label is set before they do)."""
         if self._sampler is not None:
             self._sampler.set_scenario(scenario)
 

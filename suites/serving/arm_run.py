@@ -30,6 +30,7 @@ from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
 from moeperf.suites.run_options import Progress, RunOptions
 from moeperf.suites.serving.level_plan import LevelOutcome, worker_config
 from moeperf.suites.serving.load.auth import RequestHeaders, without_header_values
+from moeperf.suites.serving.load.engine import LevelSink
 from moeperf.suites.serving.load.plan import LevelPlan
 from moeperf.suites.serving.load.pool import WorkerPool
 from moeperf.suites.serving.load.request_settings import request_settings
@@ -40,9 +41,6 @@ from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.verdict import Verdict, conclude, levels_verdict
 from moeperf.suites.serving.workload.sources import Prompt
 from moeperf.suites.telemetry import NOT_STARTED_BY_US, Telemetry
-
-# Workers start a level together this long after it is planned.
-START_DELAY_S = 0.3
 
 ArmsSummary = InterferenceSummary | MtpAbSummary
 
@@ -120,9 +118,8 @@ class ArmRun:
             size = sum(plans[w].concurrency or len(plans[w].arrivals_s) for w in workers)
             self.observers.level_started(scenario, size)
         observers = self.observers
-        reports = pool.run_level(
-            plans, self.keep, self.progress.finished, self.progress.tick, observers.health
-        )
+        sink = LevelSink(self.keep, self.progress.finished, self.progress.tick, observers.health)
+        reports = pool.run_level(plans, sink)
         outcomes = []
         for scenario, workers in scenarios.items():
             mine = [r for r in reports if r.worker in workers]
@@ -150,8 +147,9 @@ class ArmRun:
 
 
 def start_ns() -> int:
-    """When a level planned now starts: its workers all start then."""
-    return time.monotonic_ns() + int(START_DELAY_S * 1e9)
+    """When a level planned now starts: its workers all start then (the arms' pools are
+    the asyncio engine's)."""
+    return time.monotonic_ns() + int(WorkerPool.start_delay_s * 1e9)
 
 
 @contextmanager

@@ -18,15 +18,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
 from moeperf.collectors.records import RequestRecord
 from moeperf.collectors.serving_records import WorkerSummary
 from moeperf.suites.errors import SuiteError
+from moeperf.suites.serving.load.engine import LevelSink, LoadEngine
 from moeperf.suites.serving.load.plan import LevelPlan, WorkerConfig
-from moeperf.suites.serving.load.pool import WorkerHealth
 from moeperf.suites.serving.locust_engine import messages
 
 _POLL_S = 0.1
@@ -57,9 +56,13 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
-class LocustPool:
-    """``local_workers`` Locust workers on this host (and ``remote_workers`` expected to
-    connect from elsewhere to ``bind``:``port``) under one Locust master."""
+class LocustPool(LoadEngine):
+    """The Locust engine: ``local_workers`` Locust workers on this host (and
+    ``remote_workers`` expected to connect from elsewhere to ``bind``:``port``) under one
+    Locust master."""
+
+    # Records merged from other processes, maybe other hosts: the runner audits them.
+    merges_records = True
 
     # Spawning the users through the master takes a few of its ticks.
     start_delay_s = 1.5
@@ -166,18 +169,10 @@ class LocustPool:
             for w in event["workers"]
         ]
 
-    def run_level(
-        self,
-        plans: dict[int, LevelPlan],
-        on_record: Callable[[RequestRecord], None],
-        on_finished: Callable[[str], None] = lambda _status: None,
-        on_tick: Callable[[], None] = lambda: None,
-        on_health: Callable[[WorkerHealth], None] = lambda _health: None,
-        on_amended: Callable[[RequestRecord], None] | None = None,
-    ) -> list[WorkerSummary]:
+    def run_level(self, plans: dict[int, LevelPlan], sink: LevelSink) -> list[WorkerSummary]:
         """The level of ``plans`` (the asyncio engine's per-worker shares, summed: Locust
         spreads the users itself) on every Locust worker; their summaries. Locust users
-        count no tokens client-side: no record is amended (``on_amended`` is not called)."""
+        count no tokens client-side: no record is amended."""
         shares = list(plans.values())
         budgets = [p.max_requests for p in shares]
         total = dataclasses.replace(
@@ -194,23 +189,18 @@ class LocustPool:
         while True:
             event = self._next(_POLL_S)
             if event is None:
-                on_tick()
+                sink.on_tick()
             elif event["event"] == "record":
                 record = RequestRecord(**event["record"])
-                on_finished(record.status)
-                on_record(record)
+                sink.on_finished(record.status)
+                sink.on_record(record)
             elif event["event"] == "level_done":
                 reports.append(messages.unpacked(event["summary"]))
             elif event["event"] == "level_end":
                 self._level_running = False
                 return sorted(reports, key=lambda r: r.worker)
 
-    def drain(
-        self,
-        on_record: Callable[[RequestRecord], None],
-        timeout_s: float = 30.0,
-        on_amended: Callable[[RequestRecord], None] | None = None,
-    ) -> None:
+    def drain(self, sink: LevelSink, timeout_s: float = 30.0) -> None:
         """After a stop: cancel what is in flight and keep every record still sent."""
         if not self._level_running:
             return  # stopped between levels: nothing in flight
@@ -222,9 +212,17 @@ class LocustPool:
                 if event is None:
                     continue
                 if event["event"] == "record":
-                    on_record(RequestRecord(**event["record"]))
+                    sink.on_record(RequestRecord(**event["record"]))
                 elif event["event"] == "level_end":
                     return
+
+    def drop_connections(self) -> None:
+        """Not on this engine: a [drill] with drop_pool is refused for Locust when the spec
+        is validated, so this is never asked."""
+        raise LocustFailed("the Locust engine cannot drop its workers' connections")
+
+    def note(self) -> str | None:
+        return locust_note(self)
 
     def close(self) -> None:
         with contextlib.suppress(LocustFailed):

@@ -7,9 +7,10 @@ from collections.abc import Mapping
 
 from rich.table import Table
 
+from moeperf.collectors.reuse_pairs import reuse_pairs
 from moeperf.collectors.serving_records import ScenarioSummary
 from moeperf.collectors.target_counters import NOT_AVAILABLE
-from moeperf.collectors.workload_records import REPEAT_METRIC_LABELS, UNIQUE_SUFFIX, RepeatLevel
+from moeperf.collectors.workload_records import REPEAT_METRIC_LABELS, RepeatLevel
 from moeperf.collectors.workload_summary import ON_TIME_S
 from moeperf.suites.serving.cells import DASH, ms_cell
 
@@ -51,11 +52,7 @@ def cache_table(scenarios: Mapping[str, ScenarioSummary]) -> Table:
 def reuse_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
     """TTFT with shared prefixes against the same lengths without ("... unique"); None
     when the run has no such pairs."""
-    pairs = [
-        (name, name.replace(UNIQUE_SUFFIX, "", 1))
-        for name, entry in scenarios.items()
-        if entry.unique and name.replace(UNIQUE_SUFFIX, "", 1) in scenarios
-    ]
+    pairs = [(unique, shared) for shared, unique in reuse_pairs(scenarios)]
     if not pairs:
         return None
     table = Table(

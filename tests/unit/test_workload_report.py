@@ -94,11 +94,13 @@ def test_the_cache_table_comes_with_a_reset_or_prefix_counters():
 
 def test_the_reuse_table_pairs_each_level_with_its_control_and_divides():
     scenarios = {
-        "c=4": level(0.030, target_counters=counters(0.75, 1000.0)),
-        "c=4 unique": level(0.120, unique=True, target_counters=counters(0.0, 1000.0)),
-        "c=8 #2": level(0.050),
-        "c=8 unique #2": level(0.100, unique=True),
-        "c=16 unique": level(0.100, unique=True),  # its level did not run: no pair
+        # Each scenario's level and repeat as the runner writes them: pairs are matched by
+        # these fields, not by the names.
+        "c=4": level(0.030, level=4.0, target_counters=counters(0.75, 1000.0)),
+        "c=4 unique": level(0.120, level=4.0, unique=True, target_counters=counters(0.0, 1000.0)),
+        "c=8 #2": level(0.050, level=8.0, repeat=2),
+        "c=8 unique #2": level(0.100, level=8.0, repeat=2, unique=True),
+        "c=16 unique": level(0.100, level=16.0, unique=True),  # its level did not run: no pair
     }
     rows = frame(reuse_table(scenarios))
     assert rows["level"].tolist() == ["c=4", "c=8 #2"]
@@ -108,7 +110,7 @@ def test_the_reuse_table_pairs_each_level_with_its_control_and_divides():
     assert rows["hit rate with"].tolist() == ["75.0%", "not scraped"]
     assert rows["hit rate without"].tolist() == ["0.0%", "not scraped"]
     # A control without TTFT samples: no ratio, never a made-up one.
-    scenarios["c=4 unique"] = level(unique=True)
+    scenarios["c=4 unique"] = level(level=4.0, unique=True)
     assert pd.isna(frame(reuse_table(scenarios))["ratio (with / without)"].iloc[0])
     assert reuse_table({"c=4": level(0.03)}) is None
 

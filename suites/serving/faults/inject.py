@@ -56,15 +56,15 @@ class Drill:
     def kills(self) -> int:
         return sum(1 for e in self.events if e.kind == "kill" and e.injected)
 
-    def start(self, level_start_ns: int) -> None:
+    def level_started(self, scenario: str, level_start_ns: int) -> None:
         """Inject the faults from a thread, at ``at_s`` after ``level_start_ns``
-        (``time.monotonic_ns``)."""
+        (``time.monotonic_ns``): a level hook (suites/serving/level_loop.py)."""
         self._thread = threading.Thread(
             target=self._run, args=(level_start_ns,), name="moeperf-drill", daemon=True
         )
         self._thread.start()
 
-    def finish(self) -> None:
+    def level_ended(self) -> None:
         """After the level: stop injecting, and leave the target running (resumed)."""
         self._stop.set()
         if self._thread is not None:

@@ -10,7 +10,6 @@ tokenization never delays the timestamps of other streams.
 from __future__ import annotations
 
 import asyncio
-import errno
 from collections.abc import Callable
 
 import aiohttp
@@ -23,6 +22,7 @@ from moeperf.suites.serving.load.stream_state import (
     StreamState,
     answer_is_stream,
     check_answer,
+    os_error_type,
     set_token_times,
 )
 
@@ -74,9 +74,7 @@ async def stream_request(
     except TimeoutError:
         state.fail("timeout", "request exceeded its total timeout")
     except aiohttp.ClientOSError as exc:
-        # The target (or a proxy before it) reset the connection: RST, not a clean close.
-        reset = exc.errno in (errno.ECONNRESET, errno.EPIPE)
-        state.fail("connection_reset" if reset else "client_error", f"{type(exc).__name__}: {exc}")
+        state.fail(os_error_type(exc), f"{type(exc).__name__}: {exc}")
     except aiohttp.ClientError as exc:
         state.fail("client_error", f"{type(exc).__name__}: {exc}")
     except asyncio.CancelledError:

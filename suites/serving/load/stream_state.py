@@ -10,10 +10,11 @@ so both engines record a request the same way.
 
 from __future__ import annotations
 
+import errno
 import json
 from dataclasses import dataclass
 
-from moeperf.collectors.records import ChunkTokensSource, RequestRecord, StreamEnd
+from moeperf.collectors.records import ChunkTokensSource, ErrorType, RequestRecord, StreamEnd
 from moeperf.suites.serving.load.auth import redact
 from moeperf.suites.serving.load.openai_api import Api, parse_chunk, rejected_field_hint
 from moeperf.suites.serving.load.sse import SSEParser
@@ -24,7 +25,7 @@ ERROR_BODY_LIMIT = 500
 class RequestFailed(Exception):
     """A request the target failed: its error type (README "Failed requests are data")."""
 
-    def __init__(self, error_type: str, message: str, http_status: int | None = None):
+    def __init__(self, error_type: ErrorType, message: str, http_status: int | None = None):
         super().__init__(message)
         self.error_type = error_type
         self.http_status = http_status
@@ -46,7 +47,7 @@ def check_answer(
     (``body``: its text, read only then) or another content type."""
     if status >= 400:
         text = redact(body, secrets)[:ERROR_BODY_LIMIT]
-        kind = "http_4xx" if status < 500 else "http_5xx"
+        kind: ErrorType = "http_4xx" if status < 500 else "http_5xx"
         message = f"HTTP {status}: {text}"
         if status in (400, 422):
             # A server that rejects a field the harness sent: say which spec switch stops it.
@@ -149,7 +150,7 @@ class StreamState:
         self.record.stream_end = _stream_end(self._done, self._finished)
         self.record.status = "ok"
 
-    def fail(self, error_type: str, message: str, status: int | None = None) -> None:
+    def fail(self, error_type: ErrorType, message: str, status: int | None = None) -> None:
         record = self.record
         record.status = "error"
         record.error_type = error_type
@@ -189,3 +190,9 @@ def _redacted(payload: bytes, secrets: tuple[str, ...]) -> bytes:
     if not secrets:
         return payload
     return redact(payload.decode("utf-8", errors="replace"), secrets).encode()
+
+
+def os_error_type(exc: OSError) -> ErrorType:
+    """A socket error of either transport: a reset by the target (or a proxy before it,
+    RST rather than a clean close) or another client error."""
+    return "connection_reset" if exc.errno in (errno.ECONNRESET, errno.EPIPE) else "client_error"

@@ -36,6 +36,16 @@ from moeperf.collectors.serving_records import WorkerSummary
 from moeperf.suites.serving.load.backoff import ConnectBackoff
 from moeperf.suites.serving.load.client import StreamResult, set_token_times, stream_request
 from moeperf.suites.serving.load.deferred import DeferredSpool
+from moeperf.suites.serving.load.engine import WorkerHealth
+from moeperf.suites.serving.load.messages import (
+    Amended,
+    Failed,
+    Finished,
+    Health,
+    LevelDone,
+    Ready,
+    Record,
+)
 from moeperf.suites.serving.load.openai_api import ENDPOINTS
 from moeperf.suites.serving.load.plan import LevelPlan, WorkerConfig
 from moeperf.suites.serving.load.request_of import body_of, new_record
@@ -86,7 +96,7 @@ def worker_main(
         runner(_serve(index, config, commands, results, stop, drops))
     except Exception:
         # Shown to the user: an exception's text may hold what a server echoed.
-        results.put(("failed", index, config.headers.redact(traceback.format_exc())))
+        results.put(Failed(index, config.headers.redact(traceback.format_exc())))
 
 
 def _exit_when_orphaned(parent_pid: int) -> None:
@@ -128,7 +138,7 @@ async def _serve(
     async with new_session() as session:
         tokenizer = resolve_tokenizer(config.tokenizer, config.base_url, session)
         level = _Level(index, config, new_session, results, stop, drops)
-        results.put(("ready", index))
+        results.put(Ready(index))
         try:
             while True:
                 plan = await loop.run_in_executor(None, commands.get)
@@ -138,7 +148,7 @@ async def _serve(
                 # A stopped run ends promptly: its records are stored without client counts.
                 counter = None if stop.is_set() else tokenizer
                 await _finish_deferred(level.deferred, counter, results)
-                results.put(("level_done", index, report))
+                results.put(LevelDone(index, report))
         finally:
             level.deferred.close()
             await level.session.close()
@@ -239,7 +249,8 @@ class _Level:
         while True:
             await asyncio.sleep(HEALTH_INTERVAL_S)
             lag_p99_s, cpu_ratio = watch.recent()
-            self.results.put(("health", self.index, scenario, len(in_flight), lag_p99_s, cpu_ratio))
+            health = WorkerHealth(self.index, scenario, len(in_flight), lag_p99_s, cpu_ratio)
+            self.results.put(Health(health))
 
     async def _watch_stop(self) -> None:
         while not self.stop.is_set():
@@ -354,15 +365,15 @@ class _Level:
                 record.error_message = (
                     "cancelled before sending, while backing off from connect errors"
                 )
-            self.results.put(("finished", record.status))
-            self.results.put(("record", record))
+            self.results.put(Finished(record.status))
+            self.results.put(Record(record))
             raise
         if record.send_ns - record.intended_send_ns > LATE_SEND_S * 1e9:
             self._late += 1
-        self.results.put(("finished", record.status))
+        self.results.put(Finished(record.status))
         # Stored at once; amended after the level if a tokenizer adds counts (off the
         # timing path), so a crash loses nothing already measured.
-        self.results.put(("record", record))
+        self.results.put(Record(record))
         if self._keep_texts:
             self.deferred.add(result)
         if record.status != "ok":
@@ -495,7 +506,7 @@ async def _finish_deferred(
                     count = await tokenizer.acount("".join(result.texts))
                     record = dataclasses.replace(record, client_output_tokens=count)
         if record is not result.record:
-            results.put(("amended", record))
+            results.put(Amended(record))
 
     for batch in deferred.drain(_DEFERRED_BATCH):
         await asyncio.gather(*(amend(r) for r in batch))

@@ -12,7 +12,6 @@ Bytes are interpreted by ``suites.serving.load.stream_state``, as the asyncio en
 
 from __future__ import annotations
 
-import errno
 import http.client
 import json
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from moeperf.suites.serving.load.stream_state import (
     StreamState,
     answer_is_stream,
     check_answer,
+    os_error_type,
 )
 
 _READ_SIZE = 65536
@@ -103,9 +103,7 @@ class Connection:
         except TimeoutError as exc:  # the socket's: no bytes for stall_timeout_s
             state.fail("stall_timeout", f"no bytes for the read timeout: {exc}")
         except OSError as exc:
-            reset = exc.errno in (errno.ECONNRESET, errno.EPIPE)
-            kind = "connection_reset" if reset else "client_error"
-            state.fail(kind, f"{type(exc).__name__}: {exc}")
+            state.fail(os_error_type(exc), f"{type(exc).__name__}: {exc}")
         except http.client.HTTPException as exc:
             state.fail("client_error", f"{type(exc).__name__}: {exc}")
         finally:

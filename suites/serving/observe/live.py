@@ -14,7 +14,7 @@ from moeperf.collectors.store import RunWriter
 from moeperf.collectors.summary import Slo
 from moeperf.collectors.target_counters import TargetCounters, level_target_counters
 from moeperf.suites.serving.load.auth import NO_HEADERS, RequestHeaders
-from moeperf.suites.serving.load.pool import WorkerHealth
+from moeperf.suites.serving.load.engine import WorkerHealth
 from moeperf.suites.serving.spec import ServingSpec
 
 

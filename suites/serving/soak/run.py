@@ -40,13 +40,14 @@ class Soak:
         self._scenario = ""
         self._start_ns = 0
 
-    def start(self, scenario: str, start_ns: int) -> None:
-        """``start_ns``: when the level's workers start sending (time.monotonic_ns)."""
+    def level_started(self, scenario: str, start_ns: int) -> None:
+        """``start_ns``: when the level's workers start sending (time.monotonic_ns); a level
+        hook (suites/serving/level_loop.py)."""
         self._scenario, self._start_ns = scenario, start_ns
         if self.memory is not None:
             self.memory.start(scenario)
 
-    def finish(self) -> None:
+    def level_ended(self) -> None:
         if self.memory is not None:
             self.memory.finish()
 
