@@ -14,9 +14,10 @@ finds a summary type here and the report its blocks, and each loads only parts o
 layer or below (tests/unit/test_registry.py checks that, imports every part and checks its
 signature, so a renamed function fails there, not in a user's run).
 
-Adding a suite: its spec model and ``validate_*``, its ``run_suite``, its summary record
-(collectors, with ``SUITE``), its ``*_lines`` presenter and its report blocks, each in the
-suite's own modules; then one ``Suite`` entry in ``SUITES`` below (README "Architecture").
+Adding a suite: its spec model and ``validate_*``, its run function (spec, given, store,
+options), its summary record (collectors, with ``SUITE``), its ``*_lines`` presenter and
+its report blocks, each in the suite's own modules; then one ``Suite`` entry in ``SUITES``
+below (README "Architecture").
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ SUITES: tuple[Suite, ...] = (
         name="training",
         summary=Lazy(f"{_C}.training_summary:TrainingSummary"),
         validate=Lazy(f"{_S}.training.plan:validate_training"),
-        run=Lazy(f"{_S}.training.runner:run_suite"),
+        run=Lazy(f"{_S}.training.runner:run_training"),
         present=Lazy(f"{_S}.training.tables:training_lines"),
         report_blocks=Lazy("moeperf.reports.training_blocks:training_blocks"),
         gate_samples=Lazy(f"{_G}:training_run_samples"),
@@ -104,7 +105,7 @@ SUITES: tuple[Suite, ...] = (
         name="training-dist",
         summary=Lazy(f"{_C}.dist_training_summary:DistTrainingSummary"),
         validate=Lazy(f"{_S}.training.dist_spec:validate_training_dist"),
-        run=Lazy(f"{_S}.training.dist_runner:run_suite"),
+        run=Lazy(f"{_S}.training.dist_runner:run_training_dist"),
         present=Lazy(f"{_S}.training.dist_tables:dist_training_lines"),
         report_blocks=Lazy("moeperf.reports.training_blocks:dist_training_blocks"),
         needs_torch=True,
@@ -113,7 +114,7 @@ SUITES: tuple[Suite, ...] = (
         name="accuracy",
         summary=Lazy(f"{_C}.accuracy_records:AccuracySummary"),
         validate=Lazy(f"{_S}.accuracy.spec:validate_accuracy"),
-        run=Lazy(f"{_S}.accuracy.run:run_suite"),
+        run=Lazy(f"{_S}.accuracy.run:run_accuracy"),
         present=Lazy(f"{_S}.accuracy.tables:accuracy_lines"),
         report_blocks=Lazy(f"{_R}:accuracy_run_blocks"),
     ),
@@ -121,7 +122,7 @@ SUITES: tuple[Suite, ...] = (
         name="simulation",
         summary=Lazy(f"{_C}.simulation_summary:SimulationSummary"),
         validate=Lazy(f"{_S}.simulation.spec:validate_simulation"),
-        run=Lazy(f"{_S}.simulation.run:run_suite"),
+        run=Lazy(f"{_S}.simulation.run:run_simulation"),
         present=Lazy(f"{_S}.simulation.tables:simulation_lines"),
         report_blocks=Lazy(f"{_R}:simulation_blocks"),
     ),

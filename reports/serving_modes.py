@@ -16,7 +16,8 @@ from moeperf.collectors.sweep_plan_compare import plan_comparison
 from moeperf.collectors.sweep_records import SweepSummary, fit_answer
 from moeperf.reports.figures.capacity import capacity_probes
 from moeperf.reports.figures.interference import chunk_label, interference_chart
-from moeperf.reports.figures.sweep import sweep_chart, sweep_frame, sweep_table_frame
+from moeperf.reports.figures.sweep import sweep_chart
+from moeperf.reports.figures.sweep_frame import sweep_frame, sweep_table_frame
 from moeperf.reports.render import (
     Chart,
     Table,

@@ -131,11 +131,11 @@ def run_accuracy(
     spec: AccuracySpec,
     spec_given: dict[str, Any],
     store: RunStore,
-    on_started: Callable[[RunWriter], None] = lambda _run: None,
-    *,
-    say: Say = lambda _line: None,
+    options: RunOptions = RunOptions(),  # noqa: B008 (frozen: one shared default is safe)
 ) -> str:
-    """Run ``spec`` into one run; return its id. torch's thread count is restored after."""
+    """Run ``spec`` into one run; return its id. torch's thread count is restored after.
+    It exports nothing live (``options.pushgateway_url`` is not used)."""
+    on_started, say = options.on_started, options.say
     threads_before = torch.get_num_threads()
     try:
         return _run(spec, spec_given, store, on_started, say)
@@ -252,17 +252,3 @@ def _bound(figure: Figure) -> str:
     if figure.comparison.startswith("within"):
         return f"within 1/{figure.threshold:g} and {figure.threshold:g}"
     return f"{figure.comparison} {figure.threshold:g}"
-
-
-def run_suite(
-    spec: AccuracySpec, spec_given: dict[str, Any], store: RunStore, options: RunOptions
-) -> str:
-    """``run_accuracy`` as the suite registry calls every suite's run (no live
-    export: no Pushgateway)."""
-    return run_accuracy(
-        spec,
-        spec_given,
-        store,
-        options.on_started,
-        say=options.say,
-    )

@@ -39,11 +39,11 @@ def run_simulation(
     spec: SimulationSpec,
     spec_given: dict[str, Any],
     store: RunStore,
-    on_started: Callable[[RunWriter], None] = lambda _run: None,
-    *,
-    say: Say = lambda _line: None,
+    options: RunOptions = RunOptions(),  # noqa: B008 (frozen: one shared default is safe)
 ) -> str:
-    """Run ``spec`` into one run; return its id."""
+    """Run ``spec`` into one run; return its id. It exports nothing live
+    (``options.pushgateway_url`` is not used)."""
+    on_started, say = options.on_started, options.say
     target = {"kind": "cluster_sim", "simulated": True, "model": _models(spec)}
     run = store.create(
         "simulation",
@@ -113,17 +113,3 @@ def _write_steps(run: RunWriter, scenario: str, result: JobResult) -> None:
             mfu=None if r.oom else r.mfu, peak_memory_bytes=int(r.peak_memory_bytes.max()),
             events=events, simulated=True,
         ))  # fmt: skip
-
-
-def run_suite(
-    spec: SimulationSpec, spec_given: dict[str, Any], store: RunStore, options: RunOptions
-) -> str:
-    """``run_simulation`` as the suite registry calls every suite's run (no live
-    export: no Pushgateway)."""
-    return run_simulation(
-        spec,
-        spec_given,
-        store,
-        options.on_started,
-        say=options.say,
-    )

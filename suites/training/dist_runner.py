@@ -77,12 +77,10 @@ def run_training_dist(
     spec: DistTrainingSpec,
     spec_given: dict[str, Any],
     store: RunStore,
-    on_started: Callable[[RunWriter], None] = lambda _run: None,
-    *,
-    pushgateway_url: str | None = None,
-    say: Say = lambda _line: None,
+    options: RunOptions = RunOptions(),  # noqa: B008 (frozen: one shared default is safe)
 ) -> str:
     """Run every scenario of ``spec`` into one run; return the run id."""
+    on_started, say, pushgateway_url = options.on_started, options.say, options.pushgateway_url
     configs = {
         (p, s): trainer_config(spec, p, s) for p in spec.matrix.policies for s in spec.matrix.skews
     }
@@ -334,18 +332,4 @@ def _step_record(step: RankStep, scenario: str, anchor_ns: int, peak: PeakFlops)
         tokens_per_local_expert=step.tokens_per_local_expert,
         dispatched_tokens=step.dispatched_tokens,
         received_tokens=step.received_tokens,
-    )
-
-
-def run_suite(
-    spec: DistTrainingSpec, spec_given: dict[str, Any], store: RunStore, options: RunOptions
-) -> str:
-    """``run_training_dist`` as the suite registry calls every suite's run."""
-    return run_training_dist(
-        spec,
-        spec_given,
-        store,
-        options.on_started,
-        pushgateway_url=options.pushgateway_url,
-        say=options.say,
     )

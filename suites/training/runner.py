@@ -72,12 +72,10 @@ def run_training(
     spec: TrainingSpec,
     spec_given: dict[str, Any],
     store: RunStore,
-    on_started: Callable[[RunWriter], None] = lambda _run: None,
-    *,
-    pushgateway_url: str | None = None,
-    say: Say = lambda _line: None,
+    options: RunOptions = RunOptions(),  # noqa: B008 (frozen: one shared default is safe)
 ) -> str:
     """Run every scenario of ``spec`` into one run; return the run id."""
+    on_started, say, pushgateway_url = options.on_started, options.say, options.pushgateway_url
     plan = scenarios(spec)
     peak = measure_peak(spec)
     t = spec.trainer
@@ -252,18 +250,4 @@ def _check_simulator(
         peak.flops_per_s,
         host_copy,
         paired=spec.matrix.order == "interleaved",
-    )
-
-
-def run_suite(
-    spec: TrainingSpec, spec_given: dict[str, Any], store: RunStore, options: RunOptions
-) -> str:
-    """``run_training`` as the suite registry calls every suite's run."""
-    return run_training(
-        spec,
-        spec_given,
-        store,
-        options.on_started,
-        pushgateway_url=options.pushgateway_url,
-        say=options.say,
     )

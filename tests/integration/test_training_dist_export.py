@@ -8,6 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from moeperf.collectors.store import RunStore
+from moeperf.suites.run_options import RunOptions
 from moeperf.suites.training.dist_runner import run_training_dist
 from moeperf.suites.training.dist_spec import DistTrainingSpec
 
@@ -52,7 +53,10 @@ def test_the_jobs_steps_reach_the_pushgateway(tmp_path, pushgateway):
     store = RunStore(tmp_path / "runs")
     training = spec()
     run_id = run_training_dist(
-        training, training.model_dump(mode="json"), store, pushgateway_url=pushgateway.url
+        training,
+        training.model_dump(mode="json"),
+        store,
+        RunOptions(pushgateway_url=pushgateway.url),
     )
     reader = store.open(run_id)
     assert reader.manifest.status == "complete"

@@ -11,15 +11,8 @@ from moeperf.collectors.quantiles import EMPTY, Described, QuantileEstimate
 from moeperf.collectors.serving_records import LevelStatus, ScenarioSummary, empty_scenario
 from moeperf.collectors.sweep_records import SweepPointSummary, SweepSummary
 from moeperf.collectors.target_counters import TargetCounters
-from moeperf.reports.figures.sweep import (
-    COLUMNS,
-    NO_KV,
-    NO_TPOT,
-    kv_panel,
-    sweep_chart,
-    sweep_frame,
-    sweep_table_frame,
-)
+from moeperf.reports.figures.sweep import NO_KV, NO_TPOT, sweep_chart
+from moeperf.reports.figures.sweep_frame import COLUMNS, kv_panel, sweep_frame, sweep_table_frame
 
 REASON = (
     "not available from this target: 8192 prompt + 64 output tokens exceed its context "
