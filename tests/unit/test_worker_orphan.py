@@ -17,7 +17,7 @@ import psutil
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PARENT = """
 import multiprocessing as mp, os, sys, time
-from moeperf.suites.serving.load.worker import _exit_when_orphaned
+from moeperf.suites.serving.load.orphan import exit_when_orphaned as _exit_when_orphaned
 if __name__ == "__main__":
     child = mp.get_context("spawn").Process(
         target=_exit_when_orphaned, args=(os.getpid(),), daemon=True

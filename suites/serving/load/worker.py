@@ -13,12 +13,9 @@ cancelled and recorded as such.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import functools
 import itertools
 import multiprocessing as mp
-import os
 import random
 import signal
 import threading
@@ -33,12 +30,12 @@ import aiohttp
 
 from moeperf.collectors.records import RequestRecord
 from moeperf.collectors.serving_records import WorkerSummary
+from moeperf.suites.serving.load.amend import finish_deferred
 from moeperf.suites.serving.load.backoff import ConnectBackoff
-from moeperf.suites.serving.load.client import StreamResult, set_token_times, stream_request
+from moeperf.suites.serving.load.client import StreamResult, stream_request
 from moeperf.suites.serving.load.deferred import DeferredSpool
 from moeperf.suites.serving.load.engine import WorkerHealth
 from moeperf.suites.serving.load.messages import (
-    Amended,
     Failed,
     Finished,
     Health,
@@ -47,29 +44,20 @@ from moeperf.suites.serving.load.messages import (
     Record,
 )
 from moeperf.suites.serving.load.openai_api import ENDPOINTS
+from moeperf.suites.serving.load.orphan import exit_when_orphaned
 from moeperf.suites.serving.load.plan import LevelPlan, WorkerConfig
 from moeperf.suites.serving.load.request_of import body_of, new_record
 from moeperf.suites.serving.load.selfwatch import SelfWatch
 from moeperf.suites.serving.workload.sources import Prompt
 from moeperf.suites.serving.workload.tokenizer import (
-    ServerTokenizer,
-    TargetTokenizer,
-    TokenizerError,
     resolve_tokenizer,
 )
 
 _STOP_POLL_S = 0.05
 # Sends later than this after their intended time count as late (uvloop timers are 1 ms).
 LATE_SEND_S = 0.002
-_TOKENIZE_CONCURRENCY = 32
-# Results read back from the spool at once after a level (their memory, not the level's).
-_DEFERRED_BATCH = 1024
 HEALTH_INTERVAL_S = 0.5
 _SPIN_NS = 1_500_000
-# How often a worker checks that the harness that started it is still there.
-PARENT_POLL_S = 0.5
-# The exit status of a worker that ended because the harness was gone.
-ORPHANED_EXIT = 3
 
 
 def worker_main(
@@ -83,7 +71,7 @@ def worker_main(
     parent = mp.parent_process()
     if parent is not None and parent.pid is not None:
         threading.Thread(
-            target=_exit_when_orphaned, args=(parent.pid,), name="orphan-watch", daemon=True
+            target=exit_when_orphaned, args=(parent.pid,), name="orphan-watch", daemon=True
         ).start()
     runner: Callable[[Coroutine[Any, Any, None]], None]
     try:
@@ -97,22 +85,6 @@ def worker_main(
     except Exception:
         # Shown to the user: an exception's text may hold what a server echoed.
         results.put(Failed(index, config.headers.redact(traceback.format_exc())))
-
-
-def _exit_when_orphaned(parent_pid: int) -> None:
-    """End this process at once when the harness that started it is gone.
-
-    A harness killed outright (SIGKILL, the OOM killer) cannot set ``stop`` or send None,
-    and a daemon process is only ended by its parent's own exit handlers: without this a
-    worker would go on sending load to the target and wait for commands forever. Being
-    re-parented is the sign (as in targets/child_process.py); ``parent_pid`` is the pid the
-    parent recorded, so a parent that died before this thread started is seen too. There is
-    no one left to send records to, so nothing is flushed: ``os._exit``, because a normal exit
-    would wait for the results queue's feeder, which nobody reads any more.
-    """
-    while os.getppid() == parent_pid:
-        time.sleep(PARENT_POLL_S)
-    os._exit(ORPHANED_EXIT)
 
 
 async def _serve(
@@ -147,7 +119,7 @@ async def _serve(
                 report = await level.run(plan)
                 # A stopped run ends promptly: its records are stored without client counts.
                 counter = None if stop.is_set() else tokenizer
-                await _finish_deferred(level.deferred, counter, results)
+                await finish_deferred(level.deferred, counter, results)
                 results.put(LevelDone(index, report))
         finally:
             level.deferred.close()
@@ -470,43 +442,3 @@ async def _sleep_until(deadline_ns: int) -> None:
     # to the loop (other streams keep being served) until it has passed.
     while (remaining_ns := deadline_ns - time.monotonic_ns()) > 0:
         await asyncio.sleep(max(0, remaining_ns - _SPIN_NS) / 1e9)
-
-
-async def _finish_deferred(
-    deferred: DeferredSpool, tokenizer: TargetTokenizer | None, results: Any
-) -> None:
-    """Send amended records with client-side token counts; empties ``deferred``.
-
-    Runs between levels, so a tokenizer served by the target adds no load to a level.
-    Each amendment is a new record object: the original may still be being pickled by
-    the results queue's feeder thread.
-    """
-    if tokenizer is None:
-        for _ in deferred.drain(_DEFERRED_BATCH):
-            pass  # a stopped run: its records stand without client counts
-        return
-    server = isinstance(tokenizer, ServerTokenizer)
-    limit = asyncio.Semaphore(_TOKENIZE_CONCURRENCY)
-
-    async def amend(result: StreamResult) -> None:
-        record = result.record
-        async with limit:
-            # A client-side count is a cross-check: without it the record still stands.
-            with contextlib.suppress(TokenizerError, aiohttp.ClientError, TimeoutError):
-                if result.counts_unknown:
-                    counts = await tokenizer.achunk_token_counts(result.texts)
-                    record = dataclasses.replace(
-                        record,
-                        chunk_tokens=list(counts),
-                        chunk_tokens_source="server_tokenize" if server else "tokenizer",
-                        client_output_tokens=sum(counts),
-                    )
-                    set_token_times(record)
-                elif result.texts:
-                    count = await tokenizer.acount("".join(result.texts))
-                    record = dataclasses.replace(record, client_output_tokens=count)
-        if record is not result.record:
-            results.put(Amended(record))
-
-    for batch in deferred.drain(_DEFERRED_BATCH):
-        await asyncio.gather(*(amend(r) for r in batch))
