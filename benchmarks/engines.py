@@ -54,9 +54,9 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.table import Table
 
-from moeperf.collectors.fingerprint import host_fingerprint
 from moeperf.collectors.quantiles import Described
 from moeperf.collectors.serving_records import ScenarioSummary, ServingSummary
+from moeperf.collectors.sources.fingerprint import host_fingerprint
 from moeperf.collectors.store import RunStore
 from moeperf.specs import LoadedSpec, validate_spec
 from moeperf.suites.errors import SuiteError, UsageError

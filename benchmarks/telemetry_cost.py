@@ -34,10 +34,10 @@ from rich.console import Console
 from rich.table import Table
 
 from moeperf.collectors.accel_records import DeviceSample, DeviceSource, SamplerCost, Unavailable
-from moeperf.collectors.accel_sampler import DeviceSampler
-from moeperf.collectors.dcgm_source import open_dcgm
-from moeperf.collectors.nvml_source import open_nvml
-from moeperf.collectors.process_source import ProcessSource
+from moeperf.collectors.sources.accel_sampler import DeviceSampler
+from moeperf.collectors.sources.dcgm_source import open_dcgm
+from moeperf.collectors.sources.nvml_source import open_nvml
+from moeperf.collectors.sources.process_source import ProcessSource
 
 PAGE = (
     Path(__file__).resolve().parents[2] / "tests" / "data" / "accel" / "dcgm_exporter_h200x2.prom"

@@ -97,7 +97,7 @@ class SourceErrors:
 
 @dataclass(frozen=True, slots=True)
 class SamplerCost:
-    """What the sampler itself cost over its run (``collectors.accel_sampler``).
+    """What the sampler itself cost over its run (``collectors.sources.accel_sampler``).
 
     A read is one tick: every source read once and its samples stored. ``read_*_s`` are wall
     seconds per read; ``cpu_s`` is the sampler thread's CPU time (``time.thread_time``) over

@@ -31,7 +31,7 @@ RECORD_FILES = {
     "steps": "steps",
     "samples": "samples",
     "memory": "memory",  # a soak's MemorySamples of the target
-    "accelerator": "accelerator",  # DeviceSamples (collectors.accel_sampler)
+    "accelerator": "accelerator",  # DeviceSamples (collectors.sources.accel_sampler)
 }
 # Tables whose rows may be amended by appending a newer row with the same key.
 _AMENDABLE_KEYS = {"requests": "request_id"}

@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from moeperf.collectors import metric_names as mn
-from moeperf.collectors import target_metrics as tm
+from moeperf.collectors.export import metric_names as mn
 from moeperf.collectors.latency import per_request
 from moeperf.collectors.soak_records import (
     MemorySample,
@@ -26,6 +25,7 @@ from moeperf.collectors.soak_records import (
 from moeperf.collectors.soak_slope import fit_slope
 from moeperf.collectors.soak_target_series import TargetSeries
 from moeperf.collectors.soak_verdicts import drift_verdict, expert_verdict, kv_verdict, leak_verdict
+from moeperf.collectors.sources import target_metrics as tm
 from moeperf.collectors.tables import flatten_list_column, list_column_lengths
 
 NS_PER_S = 1_000_000_000

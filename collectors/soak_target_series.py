@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from moeperf.collectors import metric_names as mn
+from moeperf.collectors.export import metric_names as mn
 
 
 class TargetSeries:

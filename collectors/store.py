@@ -62,7 +62,7 @@ def interrupts_end_runs() -> Iterator[None]:
 def _host() -> dict[str, Any]:
     # psutil and the installed libraries' versions: read when a run starts, not imported by
     # commands that only read runs.
-    from moeperf.collectors.fingerprint import host_fingerprint
+    from moeperf.collectors.sources.fingerprint import host_fingerprint
 
     return host_fingerprint()
 

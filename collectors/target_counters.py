@@ -2,7 +2,7 @@
 
 The run's scraper (``suites.serving.observe.scraper``) writes every scrape of the target's
 /metrics to ``server_metrics.jsonl``, read through the dialect adapters of
-``collectors.target_metrics``: canonical series, counters with ``window_value`` (their
+``collectors.sources.target_metrics``: canonical series, counters with ``window_value`` (their
 increase since the window, the load level, began). ``level_target_counters`` turns one
 run's scrapes into one ``TargetCounters`` per level:
 
@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from moeperf.collectors import metric_names as mn
-from moeperf.collectors import target_metrics as tm
+from moeperf.collectors.export import metric_names as mn
+from moeperf.collectors.sources import target_metrics as tm
 
 NOT_AVAILABLE = "not available from this target"
 

@@ -1,6 +1,6 @@
 """The accelerators row: what the GPUs (and a local target's process) did during the load.
 
-Series come from the run's device sampler (collectors.accel_sampler): NVML on the harness's
+Series come from the run's device sampler (collectors.sources.accel_sampler): NVML on the harness's
 host, a DCGM exporter for remote hosts, the process tree of a target moeperf started. Split
 by target and device; a device's series carry no scenario (one continuous line per GPU).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as dashboard_b
 
-from moeperf.collectors import metric_names as m
+from moeperf.collectors.export import metric_names as m
 
 from .panels import Query, row, timeseries_panel, unit_of
 from .promql import gauge, rate, ratio

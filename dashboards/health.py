@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as dashboard_b
 
-from moeperf.collectors import metric_names as m
+from moeperf.collectors.export import metric_names as m
 
 from .panels import Query, row, stat_panel, timeseries_panel, unit_of
 from .promql import gauge

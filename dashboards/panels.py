@@ -18,7 +18,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dashboard_m
 from grafana_foundation_sdk.models import heatmap as heatmap_m
 
-from moeperf.collectors.metric_names import Metric
+from moeperf.collectors.export.metric_names import Metric
 
 # Every panel and every target reads the datasource the `datasource` variable selects.
 DATASOURCE = dashboard_m.DataSourceRef(type_val="prometheus", uid="${datasource}")

@@ -3,14 +3,14 @@
 A selector matches each dashboard variable the metric carries as a label (`suite=~"$suite"`),
 so picking a scenario never hides a series that has no scenario label (the harness-health
 gauges). Rates and increases always use `$__rate_interval`, which Grafana sizes from the
-datasource's scrape interval. Metric names come from `collectors.metric_names` only.
+datasource's scrape interval. Metric names come from `collectors.export.metric_names` only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from moeperf.collectors.metric_names import Metric
+from moeperf.collectors.export.metric_names import Metric
 
 RATE_INTERVAL = "$__rate_interval"
 # Every template variable a query may filter on; each dashboard defines the ones it uses.

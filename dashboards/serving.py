@@ -9,7 +9,7 @@ from grafana_foundation_sdk.builders import dashboard as dashboard_b
 from grafana_foundation_sdk.builders import timeseries
 from grafana_foundation_sdk.models import dashboard as dashboard_m
 
-from moeperf.collectors import metric_names as m
+from moeperf.collectors.export import metric_names as m
 
 from .accelerators import accelerator_row
 from .health import harness_health_row

@@ -9,7 +9,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as dashboard_b
 from grafana_foundation_sdk.models import dashboard as dashboard_m
 
-from moeperf.collectors.metric_names import Metric
+from moeperf.collectors.export.metric_names import Metric
 
 from .panels import DATASOURCE
 from .promql import FILTER_LABELS

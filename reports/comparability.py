@@ -1,7 +1,7 @@
 """Whether two runs may be gated against each other: the same kind of host, the same spec.
 
 A candidate is judged against a baseline only when both were measured on hosts of the same
-fingerprint (``collectors.fingerprint.fingerprint_key``: CPU model, cores, GPUs) and ran
+fingerprint (``collectors.sources.fingerprint.fingerprint_key``: CPU model, cores, GPUs) and ran
 the same resolved spec in everything that decides what the numbers mean (``COMPARED``):
 suite; target kind and model; workload kind, input and output lengths, shared prefix,
 dataset, prefixes, conversations, trace and cache mode; load mode, levels and repeats;
@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from moeperf.collectors.fingerprint import fingerprint_key
 from moeperf.collectors.manifest import RunManifest, run_request_settings
 from moeperf.collectors.request_settings import unset_meaning
+from moeperf.collectors.sources.fingerprint import fingerprint_key
 from moeperf.reports.errors import ReportUsageError, SpecMismatchError
 
 # The resolved spec's fields (dotted paths into manifest.spec_resolved) that must match,

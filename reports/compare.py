@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from moeperf.collectors.fingerprint import fingerprint_key
+from moeperf.collectors.sources.fingerprint import fingerprint_key
 from moeperf.collectors.store import RunStore
 from moeperf.reports.comparability import check_requests, check_specs
 from moeperf.reports.gate_output import format_value, text_table

@@ -21,10 +21,10 @@ from moeperf.collectors.accel_records import (
     SamplerCost,
     Unavailable,
 )
-from moeperf.collectors.accel_sampler import DeviceSampler
-from moeperf.collectors.dcgm_source import open_dcgm
-from moeperf.collectors.nvml_source import open_nvml
-from moeperf.collectors.process_source import ProcessSource
+from moeperf.collectors.sources.accel_sampler import DeviceSampler
+from moeperf.collectors.sources.dcgm_source import open_dcgm
+from moeperf.collectors.sources.nvml_source import open_nvml
+from moeperf.collectors.sources.process_source import ProcessSource
 from moeperf.collectors.store import RunReader, RunWriter
 from moeperf.collectors.telemetry_records import SourceStatus, TelemetrySummary
 from moeperf.suites.telemetry_spec import TelemetrySourceName, TelemetrySpec

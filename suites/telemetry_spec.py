@@ -1,7 +1,7 @@
 """``[telemetry]``: the accelerator sampler beside a serving or training run, validated at
 the edge.
 
-``sources``: what is read every ``period_s`` (collectors.accel_sampler):
+``sources``: what is read every ``period_s`` (collectors.sources.accel_sampler):
 - "nvml": this host's GPUs through nvidia-ml-py ("not available" where there is no driver);
 - "dcgm": a DCGM exporter's Prometheus page at ``dcgm_url`` (a remote host's GPUs);
 - "process": the resident memory and CPU of the target's process tree: an embedded serving

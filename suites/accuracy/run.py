@@ -23,10 +23,14 @@ from typing import Any
 import aiohttp
 import torch
 
-from moeperf.collectors import metric_names as mn
 from moeperf.collectors.accuracy_records import AccuracySummary, Figure, write_prompt_table
+from moeperf.collectors.export import metric_names as mn
+from moeperf.collectors.sources.target_metrics import (
+    TARGET_PREEMPTIONS,
+    combine_copies,
+    read_exposition,
+)
 from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
-from moeperf.collectors.target_metrics import TARGET_PREEMPTIONS, combine_copies, read_exposition
 from moeperf.suites.accuracy.judge import Measured, summarize
 from moeperf.suites.accuracy.prompts import PromptSet, load_prompt_set
 from moeperf.suites.accuracy.reference_side import ReferenceModel

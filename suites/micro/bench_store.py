@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from micro_inputs import finished_record
 
-from moeperf.collectors.live_export import LiveExporter
+from moeperf.collectors.export.live_export import LiveExporter
 from moeperf.collectors.store import RunStore
 from moeperf.collectors.summary import Slo
 

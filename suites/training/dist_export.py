@@ -13,7 +13,7 @@ routing of its own tokens in its own layers, and no merge of them is the job's.
 from __future__ import annotations
 
 from moeperf.collectors.dist_training_summary import job_step
-from moeperf.collectors.live_export import LiveExporter
+from moeperf.collectors.export.live_export import LiveExporter
 from moeperf.collectors.records import StepRecord
 from moeperf.targets.training.distributed.rank_step import RankEvent
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from moeperf.collectors.dist_training_summary import DistOutcome, RecoveryOutcome, summarize_dist
-from moeperf.collectors.live_export import LiveExporter
+from moeperf.collectors.export.live_export import LiveExporter
 from moeperf.collectors.records import StepRecord
 from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
 from moeperf.suites.errors import SpecError, TargetError

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from moeperf.collectors.live_export import LiveExporter
-from moeperf.collectors.push import push_run
+from moeperf.collectors.export.live_export import LiveExporter
+from moeperf.collectors.export.push import push_run
 from moeperf.collectors.store import RunWriter
 from moeperf.suites.telemetry import Telemetry
 from moeperf.suites.telemetry_spec import TelemetrySpec

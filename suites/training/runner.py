@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from moeperf.collectors.live_export import LiveExporter
+from moeperf.collectors.export.live_export import LiveExporter
 from moeperf.collectors.records import StepRecord
 from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
 from moeperf.collectors.training_summary import (

@@ -179,7 +179,7 @@ class MatrixSpec(_Strict):
 
 
 class TrainingExportSpec(_Strict):
-    """Live Prometheus export (``collectors.live_export``) while the run trains."""
+    """Live Prometheus export (``collectors.export.live_export``) while the run trains."""
 
     live_metrics: bool = False
     metrics_port: Annotated[int, Field(ge=0, le=65535)] = 0

@@ -25,7 +25,7 @@ import os
 from moeperf.collectors.accel_figures import training_figures
 from moeperf.collectors.accel_records import Unavailable
 from moeperf.collectors.dist_training_summary import DistOutcome, DistTrainingSummary, job_steps
-from moeperf.collectors.live_export import LiveExporter
+from moeperf.collectors.export.live_export import LiveExporter
 from moeperf.collectors.store import RunWriter
 from moeperf.collectors.training_summary import ScenarioOutcome, TrainingSummary, is_replay
 from moeperf.suites.telemetry import Telemetry

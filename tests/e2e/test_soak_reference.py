@@ -27,10 +27,10 @@ import pytest
 from cli_process import moeperf
 from prometheus_client.parser import text_string_to_metric_families
 
-from moeperf.collectors import metric_names as mn
-from moeperf.collectors import target_metrics as tm
+from moeperf.collectors.export import metric_names as mn
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.soak_records import SoakSummary
+from moeperf.collectors.sources import target_metrics as tm
 from moeperf.collectors.store import RunStore
 from moeperf.specs import load_spec
 

@@ -12,8 +12,8 @@ from aiohttp import web
 from loopback import serving_in_thread
 
 from moeperf.collectors.accel_records import DeviceSample, Unavailable
-from moeperf.collectors.accel_sampler import DeviceSampler
-from moeperf.collectors.dcgm_source import DcgmSource, open_dcgm
+from moeperf.collectors.sources.accel_sampler import DeviceSampler
+from moeperf.collectors.sources.dcgm_source import DcgmSource, open_dcgm
 
 DATA = Path(__file__).parents[1] / "data/accel"
 DCGM_PAGE = (DATA / "dcgm_exporter_h200x2.prom").read_text()

@@ -27,7 +27,7 @@ from prometheus_client import start_http_server as serve_registry
 from prometheus_stack import free_port
 
 from moeperf.collectors.accel_records import DeviceSample
-from moeperf.collectors.live_export import LiveExporter
+from moeperf.collectors.export.live_export import LiveExporter
 from moeperf.collectors.records import StepRecord
 from moeperf.collectors.store import RunStore
 from moeperf.collectors.tables import request_records

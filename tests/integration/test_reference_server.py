@@ -24,7 +24,7 @@ from openai.types import Completion, CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 from prometheus_client.parser import text_string_to_metric_families
 
-from moeperf.collectors.target_metrics import (
+from moeperf.collectors.sources.target_metrics import (
     REFERENCE_CONTRACT,
     TARGET_ACCEPTED_PER_POSITION,
     read_exposition,

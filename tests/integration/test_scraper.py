@@ -10,8 +10,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from moeperf.collectors import metric_names as mn
-from moeperf.collectors.metric_names import TARGET_FINISHED_REQUESTS, TARGET_GENERATION_TOKENS
+from moeperf.collectors.export import metric_names as mn
+from moeperf.collectors.export.metric_names import (
+    TARGET_FINISHED_REQUESTS,
+    TARGET_GENERATION_TOKENS,
+)
 from moeperf.suites.serving.embedded.process import running_target
 from moeperf.suites.serving.observe.scraper import TargetScraper, ThreadedScraper
 

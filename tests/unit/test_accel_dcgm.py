@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from moeperf.collectors.dcgm_dialect import dcgm_samples
-from moeperf.collectors.dcgm_source import metrics_url
-from moeperf.collectors.target_metrics import parse_exposition
+from moeperf.collectors.sources.dcgm_dialect import dcgm_samples
+from moeperf.collectors.sources.dcgm_source import metrics_url
+from moeperf.collectors.sources.target_metrics import parse_exposition
 
 DATA = Path(__file__).parents[1] / "data/accel"
 MiB = 1 << 20

@@ -14,7 +14,7 @@ import pynvml
 import pytest
 
 from moeperf.collectors.accel_records import Unavailable
-from moeperf.collectors.nvml_source import NvmlSource, open_nvml, reason_bits, reason_names
+from moeperf.collectors.sources.nvml_source import NvmlSource, open_nvml, reason_bits, reason_names
 
 RECORDED = json.loads((Path(__file__).parents[1] / "data/accel/nvml_h200x2.json").read_text())
 MiB = 1 << 20

@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from moeperf.collectors.process_source import ProcessSource, tree_rss
+from moeperf.collectors.sources.process_source import ProcessSource, tree_rss
 
 # A child that holds 200 MB resident (written to, so the pages are really there).
 HOLD = (

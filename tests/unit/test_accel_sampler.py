@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from moeperf.collectors.accel_records import DeviceSample
-from moeperf.collectors.accel_sampler import DeviceSampler, next_tick
+from moeperf.collectors.sources.accel_sampler import DeviceSampler, next_tick
 
 
 def reading(t_ns: int, scenario: str, device: str = "gpu0") -> DeviceSample:

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from moeperf.collectors.bulk_histogram import BulkHistogram
+from moeperf.collectors.export.bulk_histogram import BulkHistogram
 
 BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.1, 1.0)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from moeperf.collectors import metric_names
+from moeperf.collectors.export import metric_names
 from moeperf.dashboards import promql
 from moeperf.dashboards.__main__ import check, generate, main
 from moeperf.dashboards.build import DASHBOARDS, dashboard_json, render, rendered_files
@@ -140,7 +140,7 @@ def test_every_metric_in_a_query_is_exported_and_filtered_by_the_variables(board
         used = re.findall(r"\bmoeperf_\w+", expr)
         assert used, (title, expr)
         unknown = [u for u in used if u not in SAMPLES]
-        assert not unknown, f"{title!r} uses {unknown}, not in collectors.metric_names"
+        assert not unknown, f"{title!r} uses {unknown}, not in collectors.export.metric_names"
 
     for title, expr in panel_queries(dash):
         selectors = SELECTOR.findall(expr)

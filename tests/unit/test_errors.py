@@ -11,7 +11,7 @@ from moeperf.collectors.errors import (
     RunNotFoundError,
     SchemaVersionError,
 )
-from moeperf.collectors.target_metrics import ExpositionError
+from moeperf.collectors.sources.target_metrics import ExpositionError
 from moeperf.dashboards.errors import DashboardsError, DashboardsUsageError, PublishError
 from moeperf.exits import EXIT_FAILED, EXIT_USAGE, exit_code
 from moeperf.reports.errors import BaselineCorruptError, ReportError, ReportUsageError

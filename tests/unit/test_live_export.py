@@ -7,8 +7,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from moeperf.collectors.accel_records import DeviceSample
-from moeperf.collectors.live_export import LiveExporter, expert_imbalance
-from moeperf.collectors.push import push_run, redact_url
+from moeperf.collectors.export.live_export import LiveExporter, expert_imbalance
+from moeperf.collectors.export.push import push_run, redact_url
 from moeperf.collectors.records import RequestRecord, StepRecord
 from moeperf.collectors.summary import Slo
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from moeperf.collectors import metric_names as mn
-from moeperf.collectors import target_metrics as tm
+from moeperf.collectors.export import metric_names as mn
 from moeperf.collectors.soak_target_series import TargetSeries
+from moeperf.collectors.sources import target_metrics as tm
 from moeperf.specs import load_spec
 from moeperf.suites.errors import SpecError
 from moeperf.suites.serving.spec import ServingSpec

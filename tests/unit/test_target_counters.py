@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from moeperf.collectors.sources.target_metrics import CounterWindow, read_exposition
 from moeperf.collectors.target_counters import TargetCounters, level_target_counters
-from moeperf.collectors.target_metrics import CounterWindow, read_exposition
 from moeperf.targets.serving.engine.api import EngineCounters, EngineStats
 from moeperf.targets.serving.metrics import ReferenceMetrics
 from moeperf.targets.synthetic.metrics import SyntheticMetrics

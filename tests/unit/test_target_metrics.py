@@ -7,15 +7,15 @@ import asyncio
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from moeperf.collectors import metric_names as mn
-from moeperf.collectors.metric_names import (
+from moeperf.collectors.export import metric_names as mn
+from moeperf.collectors.export.metric_names import (
     TARGET_ACCEPT_LENGTH,
     TARGET_FINISHED_REQUESTS,
     TARGET_GENERATION_TOKENS,
     TARGET_PREFIX_HIT_RATIO,
     TARGET_PROMPT_TOKENS,
 )
-from moeperf.collectors.target_metrics import (
+from moeperf.collectors.sources.target_metrics import (
     REFERENCE_CONTRACT,
     TARGET_ACCEPTED_PER_POSITION,
     TARGET_DRAFTS,

@@ -17,8 +17,8 @@ from moeperf.collectors.accel_records import (
     SourceErrors,
     Unavailable,
 )
-from moeperf.collectors.nvml_source import open_nvml
 from moeperf.collectors.serving_records import ServingSummary, empty_scenario
+from moeperf.collectors.sources.nvml_source import open_nvml
 from moeperf.collectors.store import RunStore
 from moeperf.collectors.summary_json import summary_from_json, summary_to_json
 from moeperf.collectors.telemetry_records import SourceStatus, TelemetrySummary

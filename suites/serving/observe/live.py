@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 
 from moeperf.collectors.accel_records import DeviceSample
-from moeperf.collectors.live_export import LiveExporter
-from moeperf.collectors.push import push_run
+from moeperf.collectors.export.live_export import LiveExporter
+from moeperf.collectors.export.push import push_run
 from moeperf.collectors.records import RequestRecord
 from moeperf.collectors.store import RunWriter
 from moeperf.collectors.summary import Slo

@@ -20,8 +20,8 @@ from typing import Any
 
 import aiohttp
 
-import moeperf.collectors.metric_names as mn
-from moeperf.collectors.target_metrics import ExpositionError, TargetSample, read_exposition
+import moeperf.collectors.export.metric_names as mn
+from moeperf.collectors.sources.target_metrics import ExpositionError, TargetSample, read_exposition
 from moeperf.suites.errors import UsageError
 from moeperf.suites.serving.load.auth import NO_HEADERS, RequestHeaders
 from moeperf.suites.serving.load.openai_api import ENDPOINTS, Api

@@ -13,8 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from moeperf.collectors.process_source import tree_rss
 from moeperf.collectors.soak_records import MemorySample
+from moeperf.collectors.sources.process_source import tree_rss
 
 ClockNs = Callable[[], int]
 

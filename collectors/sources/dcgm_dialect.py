@@ -1,7 +1,7 @@
 """A DCGM exporter's Prometheus page, read into one ``DeviceSample`` per GPU.
 
-Pure: text in, samples out; the HTTP side is ``collectors.dcgm_source``. The page is parsed
-by ``collectors.target_metrics.parse_exposition`` (prometheus_client's parser).
+Pure: text in, samples out; the HTTP side is ``collectors.sources.dcgm_source``. The page is parsed
+by ``collectors.sources.target_metrics.parse_exposition`` (prometheus_client's parser).
 
 dcgm-exporter (github.com/NVIDIA/dcgm-exporter, etc/default-counters.csv and
 internal/pkg/rendermetrics/render_metrics.go) labels every GPU series

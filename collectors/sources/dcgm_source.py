@@ -17,9 +17,9 @@ from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 from moeperf.collectors.accel_records import DeviceSample, Unavailable
-from moeperf.collectors.dcgm_dialect import dcgm_samples
 from moeperf.collectors.errors import CollectorError
-from moeperf.collectors.target_metrics import ExpositionError, parse_exposition
+from moeperf.collectors.sources.dcgm_dialect import dcgm_samples
+from moeperf.collectors.sources.target_metrics import ExpositionError, parse_exposition
 
 # GET ``url`` within ``timeout_s`` and return the body as text; raise ``ScrapeError`` (or an
 # ``OSError``) on any failure, an HTTP error status included.

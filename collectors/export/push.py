@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from prometheus_client.exposition import basic_auth_handler, default_handler, pushadd_to_gateway
 
-from moeperf.collectors.live_export import LiveExporter
+from moeperf.collectors.export.live_export import LiveExporter
 
 JOB = "moeperf"
 

@@ -1,7 +1,7 @@
 """Live Prometheus export of a run: the harness's /metrics on 127.0.0.1.
 
 One ``LiveExporter`` per run owns a registry of its own (never the global one), with the
-families of ``collectors.metric_names``. The parent process feeds it as records and
+families of ``collectors.export.metric_names``. The parent process feeds it as records and
 reports arrive; workers never touch it, so export costs the measuring loops nothing.
 """
 
@@ -14,11 +14,11 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
-from moeperf.collectors import metric_names as names
 from moeperf.collectors.accel_records import DeviceSample
-from moeperf.collectors.bulk_histogram import BulkHistogram
+from moeperf.collectors.export import metric_names as names
+from moeperf.collectors.export.bulk_histogram import BulkHistogram
+from moeperf.collectors.export.metric_names import Metric
 from moeperf.collectors.latency import request_latencies
-from moeperf.collectors.metric_names import Metric
 from moeperf.collectors.records import RequestRecord, StepRecord
 from moeperf.collectors.summary import NO_SLO, Slo, request_meets_slo
 
@@ -146,7 +146,7 @@ class LiveExporter:
         self._get(names.CLIENT_BOTTLENECK).inc()
 
     def observe_target(self, scenario: str, series: list[dict[str, Any]]) -> None:
-        """Re-export the target's canonical series (see collectors.target_metrics).
+        """Re-export the target's canonical series (see collectors.sources.target_metrics).
 
         Gauges are set; counters are incremented by the growth of their window value, so
         the exported counter counts what happened during this run only.

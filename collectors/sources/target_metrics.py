@@ -4,7 +4,7 @@ Pure: text in, ``TargetSample`` records out; the HTTP side is ``suites.serving.o
 The text is parsed by prometheus_client's parser, which names a typed counter family
 without its ``_total``; an untyped one keeps it, so adapters strip it themselves.
 
-Dialects (the target's names -> ``collectors.metric_names`` plus the extras below):
+Dialects (the target's names -> ``collectors.export.metric_names`` plus the extras below):
 
 - vLLM (``vllm:``): newest names first; a server exporting an old and a new name for one
   quantity (both live during vLLM's deprecation periods) is read once. ``engine`` /
@@ -39,9 +39,9 @@ from typing import Any, Literal
 from prometheus_client.metrics_core import Metric as Family
 from prometheus_client.parser import text_string_to_metric_families
 
-from moeperf.collectors import metric_names as mn
 from moeperf.collectors.errors import CollectorError
-from moeperf.collectors.metric_names import Metric
+from moeperf.collectors.export import metric_names as mn
+from moeperf.collectors.export.metric_names import Metric
 
 DialectName = Literal["vllm", "sglang", "tgi", "reference", "synthetic", "unknown"]
 SampleKind = Literal["gauge", "counter"]
@@ -59,7 +59,7 @@ _MEAN_OF_COPIES = frozenset(
 
 # Canonical target series the dialects need beyond metric_names.TARGET_METRICS (read into
 # per-level counters by collectors.target_counters; not re-exported live). Proposed for
-# collectors/metric_names.py (then dashboards can use them); kept here until they move.
+# collectors/export/metric_names.py (then dashboards can use them); kept here until they move.
 TARGET_DRAFTS = Metric(
     mn.PREFIX + "target_spec_decode_drafts",
     "counter",
