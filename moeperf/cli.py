@@ -176,7 +176,7 @@ def _show(store: RunStore, run: str, console: Console) -> None:
 
 def _runs_list(args: argparse.Namespace, console: Console) -> int:
     from moeperf.collectors.store import RunStore
-    from moeperf.suites.runs_table import runs_table
+    from moeperf.reports.terminal.runs_table import runs_table
 
     manifests, problems = RunStore(args.runs_dir).scan()
     console.print(runs_table(manifests))

@@ -80,6 +80,7 @@ _C = "moeperf.collectors"
 _S = "moeperf.suites"
 _R = "moeperf.reports.suite_blocks"
 _G = "moeperf.reports.samples"
+_T = "moeperf.reports.terminal"
 
 SUITES: tuple[Suite, ...] = (
     Suite(
@@ -87,7 +88,7 @@ SUITES: tuple[Suite, ...] = (
         summary=Lazy(f"{_C}.serving_records:ServingSummary"),
         validate=Lazy(f"{_S}.serving.validate:validate_serving"),
         run=Lazy(f"{_S}.serving.runner:run_suite"),
-        present=Lazy(f"{_S}.serving.run_lines:serving_lines"),
+        present=Lazy(f"{_T}.serving_lines:serving_lines"),
         report_blocks=Lazy("moeperf.reports.serving_blocks:serving_blocks"),
         gate_samples=Lazy(f"{_G}:serving_run_samples"),
     ),
@@ -96,7 +97,7 @@ SUITES: tuple[Suite, ...] = (
         summary=Lazy(f"{_C}.training_summary:TrainingSummary"),
         validate=Lazy(f"{_S}.training.plan:validate_training"),
         run=Lazy(f"{_S}.training.runner:run_training"),
-        present=Lazy(f"{_S}.training.tables:training_lines"),
+        present=Lazy(f"{_T}.training_tables:training_lines"),
         report_blocks=Lazy("moeperf.reports.training_blocks:training_blocks"),
         gate_samples=Lazy(f"{_G}:training_run_samples"),
         needs_torch=True,
@@ -106,7 +107,7 @@ SUITES: tuple[Suite, ...] = (
         summary=Lazy(f"{_C}.dist_training_summary:DistTrainingSummary"),
         validate=Lazy(f"{_S}.training.dist_spec:validate_training_dist"),
         run=Lazy(f"{_S}.training.dist_runner:run_training_dist"),
-        present=Lazy(f"{_S}.training.dist_tables:dist_training_lines"),
+        present=Lazy(f"{_T}.dist_training_tables:dist_training_lines"),
         report_blocks=Lazy("moeperf.reports.training_blocks:dist_training_blocks"),
         needs_torch=True,
     ),
@@ -115,7 +116,7 @@ SUITES: tuple[Suite, ...] = (
         summary=Lazy(f"{_C}.accuracy_records:AccuracySummary"),
         validate=Lazy(f"{_S}.accuracy.spec:validate_accuracy"),
         run=Lazy(f"{_S}.accuracy.run:run_accuracy"),
-        present=Lazy(f"{_S}.accuracy.tables:accuracy_lines"),
+        present=Lazy(f"{_T}.accuracy_tables:accuracy_lines"),
         report_blocks=Lazy(f"{_R}:accuracy_run_blocks"),
     ),
     Suite(
@@ -123,13 +124,13 @@ SUITES: tuple[Suite, ...] = (
         summary=Lazy(f"{_C}.simulation_summary:SimulationSummary"),
         validate=Lazy(f"{_S}.simulation.spec:validate_simulation"),
         run=Lazy(f"{_S}.simulation.run:run_simulation"),
-        present=Lazy(f"{_S}.simulation.tables:simulation_lines"),
+        present=Lazy(f"{_T}.simulation_tables:simulation_lines"),
         report_blocks=Lazy(f"{_R}:simulation_blocks"),
     ),
     Suite(
         name="micro",
         summary=Lazy(f"{_C}.micro_summary:MicroSummary"),
-        present=Lazy(f"{_S}.ingest:micro_lines"),
+        present=Lazy(f"{_T}.micro_lines:micro_lines"),
         report_blocks=Lazy(f"{_R}:micro_blocks"),
         gate_samples=Lazy(f"{_G}:micro_run_samples"),
     ),

@@ -21,7 +21,7 @@ from typing import Any
 
 from moeperf.collectors.micro_summary import MicroSummary, summarize_rounds
 from moeperf.collectors.records import SampleRecord
-from moeperf.collectors.store import RunReader, RunStore
+from moeperf.collectors.store import RunStore
 from moeperf.suites.errors import UsageError
 
 SUITE = "micro"
@@ -226,8 +226,3 @@ def ingest_command(
         )
     out(f"results: {store.root / run_id}")
     return 0
-
-
-def micro_lines(summary: MicroSummary, reader: RunReader) -> list[str]:
-    """What ``moeperf runs show`` prints of a micro run after its header."""
-    return [f"percentiles: {summary.percentile_estimator}; CI: {summary.confidence_interval}"]

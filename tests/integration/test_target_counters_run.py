@@ -12,7 +12,7 @@ from moeperf.cli import main
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunStore
 from moeperf.collectors.target_counters import NOT_AVAILABLE
-from moeperf.suites.present import target_counters_line
+from moeperf.reports.terminal.levels import target_counters_line
 from moeperf.suites.serving.runner import run_serving
 from moeperf.suites.serving.spec import ServingSpec
 

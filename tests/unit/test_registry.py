@@ -24,7 +24,7 @@ LAYER = {
     "gate_samples": ("moeperf.reports.",),  # read by the gate's samples
     "validate": ("moeperf.suites.",),  # read by moeperf.specs (top): any layer works
     "run": ("moeperf.suites.",),
-    "present": ("moeperf.suites.",),
+    "present": ("moeperf.reports.terminal.",),  # read by the CLI: terminal presentation
 }
 
 

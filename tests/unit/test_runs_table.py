@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from moeperf.collectors.manifest import RunManifest
-from moeperf.suites.runs_table import runs_table, target_label
+from moeperf.reports.terminal.runs_table import runs_table, target_label
 
 REASON = (
     "client was the bottleneck at c=256: event-loop lag p99 8.48 ms exceeds 2 ms; "

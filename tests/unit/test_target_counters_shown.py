@@ -9,7 +9,7 @@ from moeperf.collectors.serving_records import TokenDiscrepancy, empty_scenario
 from moeperf.collectors.target_counters import NOT_AVAILABLE, TargetCounters
 from moeperf.reports.render import table_html
 from moeperf.reports.target_counters import target_counters_table
-from moeperf.suites.present import target_counters_line, throughput_line, token_count_text
+from moeperf.reports.terminal.levels import target_counters_line, throughput_line, token_count_text
 from moeperf.suites.serving.workload.tokenizer import HFTokenizer
 from moeperf.targets.model.checkpoint import default_model_dir
 

@@ -22,13 +22,13 @@ from moeperf.collectors.sources.nvml_source import open_nvml
 from moeperf.collectors.store import RunStore
 from moeperf.collectors.summary_json import summary_from_json, summary_to_json
 from moeperf.collectors.telemetry_records import SourceStatus, TelemetrySummary
+from moeperf.reports.terminal.telemetry_tables import telemetry_lines
 from moeperf.specs import validate_spec
 from moeperf.suites.errors import SpecError
 from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.telemetry import with_figures
 from moeperf.suites.telemetry import NOT_STARTED_BY_US, Telemetry
 from moeperf.suites.telemetry_spec import TelemetrySpec
-from moeperf.suites.telemetry_tables import telemetry_lines
 
 
 def serving(telemetry: dict[str, Any]) -> ServingSpec:

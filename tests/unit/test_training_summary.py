@@ -14,7 +14,7 @@ from moeperf.collectors.training_summary import (
     summarize_scenario,
     summarize_training,
 )
-from moeperf.suites.training.tables import training_tables
+from moeperf.reports.terminal.training_tables import training_tables
 
 S = 1_000_000_000
 

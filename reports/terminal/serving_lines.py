@@ -10,7 +10,7 @@ from moeperf.collectors.request_audit import audit_text
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunReader
 from moeperf.collectors.target_counters import metrics_unavailable
-from moeperf.suites.present import latency_table, target_counters_line, throughput_line
+from moeperf.reports.terminal.levels import latency_table, target_counters_line, throughput_line
 
 
 def serving_lines(summary: ServingSummary, reader: RunReader) -> list[Table | str]:
@@ -21,7 +21,7 @@ def serving_lines(summary: ServingSummary, reader: RunReader) -> list[Table | st
         lines += [latency_table(scenario, entry), throughput_line(scenario, entry)]
         lines.append(target_counters_line(scenario, entry, unavailable))
     lines += _mode_lines(summary)
-    from moeperf.suites.serving.workload_tables import workload_tables
+    from moeperf.reports.terminal.workload_tables import workload_tables
 
     scenarios = summary.scenarios.values()
     cache_known = any(e.cache_reset is not None or e.target_counters is not None for e in scenarios)
@@ -39,35 +39,35 @@ def _mode_lines(summary: ServingSummary) -> list[Table | str]:
     # Each part is imported only when the run has it: runs show of a plain run stays light.
     lines: list[Table | str] = []
     if summary.capacity is not None:
-        from moeperf.suites.serving.capacity.present import capacity_table
+        from moeperf.reports.terminal.capacity_table import capacity_table
 
         lines.append(capacity_table(summary.capacity))
     if summary.sweep is not None:
-        from moeperf.suites.serving.sweep_table import fit_table, plan_table, sweep_table
+        from moeperf.reports.terminal.sweep_table import fit_table, plan_table, sweep_table
 
         lines.append(sweep_table(summary.sweep, summary.scenarios))
         extras = (fit_table(summary.sweep), plan_table(summary.sweep, summary.scenarios))
         lines += [extra for extra in extras if extra is not None]
     if summary.interference is not None:
-        from moeperf.suites.serving.interference_table import interference_table
+        from moeperf.reports.terminal.interference_table import interference_table
 
         lines.append(interference_table(summary.interference, summary.scenarios))
     if summary.request_audit is not None:
         lines.append(audit_text(summary.request_audit))
     if summary.drill is not None:
-        from moeperf.suites.serving.faults.tables import drill_table
+        from moeperf.reports.terminal.drill_tables import drill_table
 
         lines += [drill_table(summary.drill), audit_text(summary.drill.audit)]
     if summary.soak is not None:
-        from moeperf.suites.serving.soak.tables import verdicts_table, windows_table
+        from moeperf.reports.terminal.soak_tables import verdicts_table, windows_table
 
         lines += [windows_table(summary.soak), verdicts_table(summary.soak)]
     if summary.telemetry is not None:
-        from moeperf.suites.telemetry_tables import telemetry_lines
+        from moeperf.reports.terminal.telemetry_tables import telemetry_lines
 
         lines += telemetry_lines(summary.telemetry, summary.accelerator_levels())
     if summary.mtp_ab is not None:
-        from moeperf.suites.serving.mtp_ab.tables import mtp_ab_tables
+        from moeperf.reports.terminal.mtp_ab_tables import mtp_ab_tables
 
         lines += mtp_ab_tables(summary.mtp_ab)
     return lines

@@ -12,7 +12,7 @@ from moeperf.collectors.serving_records import ScenarioSummary
 from moeperf.collectors.target_counters import NOT_AVAILABLE
 from moeperf.collectors.workload_records import REPEAT_METRIC_LABELS, RepeatLevel
 from moeperf.collectors.workload_summary import ON_TIME_S
-from moeperf.suites.serving.cells import DASH, ms_cell
+from moeperf.reports.terminal.cells import DASH, ms_cell
 
 
 def hit_rate_cell(entry: ScenarioSummary) -> str:

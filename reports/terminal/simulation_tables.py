@@ -10,7 +10,7 @@ from rich.table import Table
 
 from moeperf.collectors.simulation_summary import SimulationSummary
 from moeperf.collectors.store import RunReader
-from moeperf.suites.present import cell, headed_table
+from moeperf.reports.terminal.levels import cell, headed_table
 
 GB = 1e9
 

@@ -9,7 +9,7 @@ from rich.table import Table
 from moeperf.collectors.interference_records import InterferenceSummary
 from moeperf.collectors.interference_rows import interference_rows
 from moeperf.collectors.serving_records import ScenarioSummary
-from moeperf.suites.serving.cells import ms_cell as _ms
+from moeperf.reports.terminal.cells import ms_cell as _ms
 
 
 def interference_table(

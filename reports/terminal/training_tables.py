@@ -178,7 +178,7 @@ def training_lines(summary: TrainingSummary, reader: RunReader) -> list[Table | 
     """What ``moeperf runs show`` prints of a training run after its header."""
     lines: list[Table | str] = [*training_tables(summary)]
     if summary.telemetry is not None:
-        from moeperf.suites.telemetry_tables import telemetry_lines
+        from moeperf.reports.terminal.telemetry_tables import telemetry_lines
 
         figures = {name: entry.accelerator for name, entry in summary.scenarios.items()}
         lines += telemetry_lines(summary.telemetry, figures, training=True)

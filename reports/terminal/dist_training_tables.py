@@ -9,7 +9,7 @@ from rich.table import Table
 
 from moeperf.collectors.dist_training_summary import DistTrainingSummary
 from moeperf.collectors.store import RunReader
-from moeperf.suites.present import cell, headed_table
+from moeperf.reports.terminal.levels import cell, headed_table
 
 MIB = 2**20
 
@@ -158,7 +158,7 @@ def dist_training_lines(summary: DistTrainingSummary, reader: RunReader) -> list
     """What ``moeperf runs show`` prints of a training-dist run after its header."""
     lines: list[Table | str] = [*dist_training_tables(summary)]
     if summary.telemetry is not None:
-        from moeperf.suites.telemetry_tables import telemetry_lines
+        from moeperf.reports.terminal.telemetry_tables import telemetry_lines
 
         figures = {name: entry.accelerator for name, entry in summary.scenarios.items()}
         lines += telemetry_lines(
