@@ -101,7 +101,8 @@ def gate(args: argparse.Namespace, console: Console) -> int:
             "usage: moeperf gate RUN --baseline NAME[@V] | gate --paired SPEC --a A --b B "
             "| gate calibrate [SPEC]"
         )
-    from moeperf.reports.baselines import BaselineStore, parse_ref
+    from moeperf.reports.baseline_names import parse_ref
+    from moeperf.reports.baselines import BaselineStore
     from moeperf.reports.gate_output import gate_command, parse_min_effects
 
     min_effects = parse_min_effects(args.min_effect or [])

@@ -15,7 +15,8 @@ from moeperf.collectors.errors import CollectorError
 from moeperf.collectors.quantiles import Described
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunStore
-from moeperf.reports.baselines import BaselineStore, _run_data, parse_ref
+from moeperf.reports.baseline_names import parse_ref
+from moeperf.reports.baselines import BaselineStore, _run_data
 from moeperf.reports.errors import ReportUsageError
 from moeperf.reports.promotion import promotion_problems
 

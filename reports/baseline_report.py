@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from moeperf.reports.appendix import appendix_html
-from moeperf.reports.baselines import BaselineStore, parse_ref
+from moeperf.reports.baseline_names import parse_ref
+from moeperf.reports.baselines import BaselineStore
 from moeperf.reports.changepoint import trend_warnings
 from moeperf.reports.errors import ReportUsageError
 from moeperf.reports.figures.baseline_trend import baseline_trend

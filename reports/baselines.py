@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import json
 import os
 import re
@@ -32,38 +31,24 @@ from moeperf.collectors.errors import CollectorError
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunReader
 from moeperf.collectors.summary_types import RunSummary
+from moeperf.reports.baseline_files import (
+    RECORD_FILES,
+    REQUIRED_FIELDS,
+    copy_manifest,
+    open_run,
+    promotable_files,
+    restore_advice,
+    sha256_of,
+)
 from moeperf.reports.baseline_migrations import BASELINE_SCHEMA_VERSION, content_hash, migrate
+from moeperf.reports.baseline_names import NAME_PATTERN, check_name
 from moeperf.reports.errors import BaselineCorruptError, ReportUsageError
-from moeperf.reports.promotion import promotion_problems
 from moeperf.reports.runs import RunData
 from moeperf.reports.summary_rows import metric_rows
 
 DEFAULT_ROOT = "reports/baselines"
 BASELINE_FILE = "baseline.json"
-# The run's files a baseline keeps, where the run has them.
-RECORD_FILES = (
-    "manifest.json",
-    "summary.json",
-    "requests.parquet",
-    "steps.parquet",
-    "samples.parquet",
-    "accelerator.parquet",
-)
-_RECORD_JSONL = ("requests.jsonl", "steps.jsonl", "samples.jsonl", "accelerator.jsonl")
-NAME_RULE = "[a-z0-9][a-z0-9._-]*"
-_NAME = re.compile(NAME_RULE + r"\Z")
 _VERSION_DIR = re.compile(r"v([1-9][0-9]*)\Z")
-_REF = re.compile(r"(?P<name>[^@]*)(?:@(?:v?(?P<version>[0-9]+)|(?P<latest>latest)))?\Z")
-_REQUIRED = (
-    "name",
-    "version",
-    "created",
-    "source_run_id",
-    "run_status",
-    "host",
-    "files",
-    "content_hash",
-)
 # What a field of baseline.json must be (after migration); bool is refused where int is.
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "name": str,
@@ -113,103 +98,8 @@ class BaselineSummary:
     host_cpu: str | None
 
 
-def check_name(name: str) -> None:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ReportUsageError(
-            f"baseline name {name!r} is not valid: it must match {NAME_RULE} "
-            "(lower-case letters and digits, then also '.', '_' or '-')"
-        )
-
-
-def parse_ref(ref: str) -> tuple[str, int | None]:
-    """Split a reference: "name@3" (or "name@v3") -> ("name", 3); "name" -> ("name", None).
-
-    "name@latest" is "name": the latest version.
-    """
-    match = _REF.match(ref)
-    if match is None:
-        raise ReportUsageError(
-            f"baseline reference {ref!r}: expected NAME or NAME@VERSION, e.g. serving-cpu@3"
-        )
-    check_name(match["name"])
-    version = int(match["version"]) if match["version"] is not None else None
-    if version == 0:
-        raise ReportUsageError(f"baseline reference {ref!r}: versions start at 1")
-    return match["name"], version
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _restore_advice(directory: Path) -> str:
-    """What to do about a damaged version: baselines are committed, never edited."""
-    return (
-        f"restore the version from git (git restore {directory}), or, if it was never "
-        f"committed, remove {directory} and promote its run again"
-    )
-
-
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-def _open_run(run: RunReader | str | os.PathLike) -> RunReader:
-    if isinstance(run, RunReader):
-        return run
-    if not (Path(run) / "manifest.json").exists():
-        raise ReportUsageError(f"{run}: not a run directory (no manifest.json)")
-    try:
-        return RunReader(Path(run))
-    except (CollectorError, OSError, ValueError) as exc:
-        raise ReportUsageError(f"{run}: {exc}") from None
-
-
-def _promotable_files(reader: RunReader, force: bool) -> list[str]:
-    """The record files to copy; refuses a run that is running or only in JSONL, and one
-    with ``promotion_problems`` unless forced."""
-    run, status = reader.run_id, reader.manifest.status
-    if status == "running":
-        raise ReportUsageError(
-            f"run {run} has not ended (status running): promote it once it has completed"
-        )
-    problems = promotion_problems(reader)
-    if problems and not force:
-        raise ReportUsageError(
-            f"run {run} is not promoted: {'; '.join(problems)}. Promote it only on purpose, "
-            "with --force (the run's status is recorded in the baseline)"
-        )
-    for jsonl in _RECORD_JSONL:
-        # Both files: the run was killed between writing the parquet and removing the
-        # JSONL (collectors.store); the parquet is whole (written aside, then renamed).
-        parquet = Path(jsonl).with_suffix(".parquet").name
-        if (reader.directory / jsonl).exists() and not (reader.directory / parquet).exists():
-            raise ReportUsageError(
-                f"run {run} keeps records only in {jsonl} (its parquet was not written: "
-                "see the manifest's status reason); a baseline holds parquet files only"
-            )
-    try:  # refuse unreadable data now rather than when the baseline is read
-        reader.requests(), reader.steps(), reader.samples(), reader.summary()
-    except (CollectorError, OSError, ValueError) as exc:
-        raise ReportUsageError(f"run {run}: {exc}") from None
-    files = [f for f in RECORD_FILES if (reader.directory / f).is_file()]
-    if files == ["manifest.json"]:
-        raise ReportUsageError(f"run {run} has no records or summary to keep as a baseline")
-    return files
-
-
-def _copy_manifest(reader: RunReader, target: Path) -> None:
-    """The manifest as written, unless the reader inferred a status (an orphaned run)."""
-    source = reader.directory / "manifest.json"
-    written = json.loads(source.read_text(encoding="utf-8"))
-    if written.get("status") == reader.manifest.status:
-        shutil.copyfile(source, target)
-    else:
-        target.write_text(reader.manifest.to_json(), encoding="utf-8")
 
 
 class BaselineStore:
@@ -227,7 +117,7 @@ class BaselineStore:
     def names(self) -> list[str]:
         if not self.root.is_dir():
             return []
-        dirs = (p.name for p in self.root.iterdir() if p.is_dir() and _NAME.match(p.name))
+        dirs = (p.name for p in self.root.iterdir() if p.is_dir() and NAME_PATTERN.match(p.name))
         return sorted(n for n in dirs if self.versions(n))
 
     def versions(self, name: str) -> list[int]:
@@ -253,8 +143,8 @@ class BaselineStore:
         verdict) needs ``force``; a running run is refused even then.
         """
         check_name(name)
-        reader = _open_run(run)
-        files = _promotable_files(reader, force)
+        reader = open_run(run)
+        files = promotable_files(reader, force)
         existing = self.versions(name)
         if version is None:
             version = max(existing, default=0) + 1
@@ -292,10 +182,10 @@ class BaselineStore:
         hashes = {}
         for file in files:
             if file == "manifest.json":
-                _copy_manifest(reader, tmp / file)
+                copy_manifest(reader, tmp / file)
             else:
                 shutil.copyfile(reader.directory / file, tmp / file)
-            hashes[file] = _sha256(tmp / file)
+            hashes[file] = sha256_of(tmp / file)
             os.chmod(tmp / file, 0o444)
         manifest = reader.manifest
         meta = {
@@ -336,7 +226,7 @@ class BaselineStore:
         where = f"baseline {name}@{version}: {path}"
 
         def damaged(what: str) -> BaselineCorruptError:
-            return BaselineCorruptError(f"{where} {what}; {_restore_advice(path.parent)}")
+            return BaselineCorruptError(f"{where} {what}; {restore_advice(path.parent)}")
 
         try:
             text = path.read_bytes().decode("utf-8")
@@ -359,7 +249,7 @@ class BaselineStore:
         if not isinstance(data, dict):
             raise damaged("is not a JSON object")
         data = migrate(data, where)
-        for key in _REQUIRED:
+        for key in REQUIRED_FIELDS:
             if key not in data:
                 raise damaged(f"is incomplete: field {key!r} is missing")
         for key, kinds in _FIELD_TYPES.items():
@@ -384,7 +274,7 @@ class BaselineStore:
         where = f"baseline {name}@{version} ({directory})"
 
         def corrupt(what: str) -> BaselineCorruptError:
-            return BaselineCorruptError(f"{where}: {what}; {_restore_advice(directory)}")
+            return BaselineCorruptError(f"{where}: {what}; {restore_advice(directory)}")
 
         recorded: dict[str, str] = meta["files"]
         for file in recorded:
@@ -396,7 +286,7 @@ class BaselineStore:
         if extra := sorted(present - set(recorded)):
             raise corrupt(f"extra file not in baseline.json: {', '.join(extra)}")
         for file, expected in sorted(recorded.items()):
-            found = _sha256(directory / file) if (directory / file).is_file() else "not a file"
+            found = sha256_of(directory / file) if (directory / file).is_file() else "not a file"
             if found != expected:
                 raise corrupt(
                     f"{file} does not match its recorded sha256 "

@@ -26,7 +26,8 @@ from moeperf.reports.baseline_migrations import (
     content_hash,
     migrate,
 )
-from moeperf.reports.baselines import BASELINE_FILE, BaselineStore, parse_ref
+from moeperf.reports.baseline_names import parse_ref
+from moeperf.reports.baselines import BASELINE_FILE, BaselineStore
 from moeperf.reports.errors import BaselineCorruptError, ReportUsageError
 from moeperf.reports.runs import RunData, load_run
 
