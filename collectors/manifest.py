@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from moeperf.collectors.request_settings import RequestSettings, legacy_request_settings
 from moeperf.collectors.schema import SCHEMA_VERSION, check_schema_version
+from moeperf.collectors.target_description import TargetDescription
 
 # complete: every level ok. failed: it ran to its end, but some level's requests mostly
 # failed for the target's reasons. invalid: some level was client-bound (and none failed).
@@ -45,6 +46,11 @@ class RunManifest:
     # it was recorded: run_request_settings (below) derives theirs.
     request_settings: RequestSettings | None = None
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def described_target(self) -> TargetDescription:
+        """The target as a typed record (``target`` keeps the whole description)."""
+        return TargetDescription.of(self.target)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -151,10 +151,11 @@ def _show(store: RunStore, run: str, console: Console) -> None:
     m = reader.manifest
     status = m.status + (f" ({m.status_reason})" if m.status_reason else "")
     console.print(f"[bold]{m.run_id}[/bold]  suite={m.suite}  status={status}")
-    target = m.target
+    target = m.described_target
     console.print(
-        f"target: {target.get('kind', '?')} {target.get('url', '')} "
-        f"model={target.get('model', '?')}"
+        f"target: {target.kind or '?'} {target.url or ''} model={target.model or '?'}",
+        markup=False,
+        highlight=False,
     )
     for label, text in request_facts(m):
         console.print(f"{label}: {text}", markup=False, highlight=False)

@@ -212,7 +212,7 @@ def _field(manifest: RunManifest, path: str) -> Any:
         return manifest.spec_resolved.get("suite", manifest.suite)
     if path == "target.model":
         # The model the target reported (or the spec set) where the manifest records it.
-        reported = manifest.target.get("model") if isinstance(manifest.target, dict) else None
+        reported = manifest.described_target.model
         if reported:
             return reported
     value: Any = manifest.spec_resolved

@@ -48,20 +48,17 @@ def _host_line(host: Mapping[str, Any]) -> str:
 
 def _facts(run: RunData) -> list[tuple[str, str]]:
     m = run.manifest
-    spec, target = resolved_spec(run), m.target or {}
+    spec, target = resolved_spec(run), m.described_target
     facts = [("run", m.run_id), ("suite", m.suite)]
     for label, value in (
         ("spec", spec.get("name")),
         ("description", spec.get("description")),
-        ("target kind", target.get("kind")),
-        ("target URL", target.get("url")),
-        ("model", target.get("model")),
-        ("API", target.get("api")),
-        ("engine version", target.get("engine_version") or target.get("engine")),
-        (
-            "simulated",
-            "yes: latencies are configured, not a model's" if target.get("simulated") else None,
-        ),
+        ("target kind", target.kind),
+        ("target URL", target.url),
+        ("model", target.model),
+        ("API", target.api),
+        ("engine version", target.engine_version),
+        ("simulated", "yes: latencies are configured, not a model's" if target.simulated else None),
         ("started", m.anchor_wall_time),
         ("ended", m.ended_wall_time),
         ("moeperf git SHA", m.git_sha),
@@ -75,13 +72,13 @@ def _facts(run: RunData) -> list[tuple[str, str]]:
 
 
 def _condition_line(run: RunData) -> str:
-    m, target = run.manifest, run.manifest.target or {}
-    where = " ".join(str(v) for v in (target.get("kind"), target.get("url")) if v)
+    m, target = run.manifest, run.manifest.described_target
+    where = " ".join(v for v in (target.kind, target.url) if v)
     parts = [f"run {m.run_id}", f"target {where or 'unknown'}"]
-    if target.get("model"):
-        parts.append(f"model {target['model']}")
-    if target.get("engine_version"):
-        parts.append(f"engine {target['engine_version']}")
+    if target.model:
+        parts.append(f"model {target.model}")
+    if target.engine_version:
+        parts.append(f"engine {target.engine_version}")
     parts.append(f"status {m.status}")
     return " · ".join(parts)
 

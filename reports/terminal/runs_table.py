@@ -7,17 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
+from moeperf.collectors.target_description import TargetDescription
+
 if TYPE_CHECKING:
     from moeperf.collectors.manifest import RunManifest
 
 
 def target_label(target: Mapping[str, Any]) -> str:
-    """What a run measured, in a few words: the URL of a remote target (kind "url"), else
-    the target's kind, an embedded target's URL being a port on 127.0.0.1 that was gone
-    when the run ended; then the model, where the manifest names one."""
-    kind, url, model = target.get("kind"), target.get("url"), target.get("model")
-    where = url if (kind == "url" or kind is None) and url else kind
-    return " ".join(str(part) for part in (where, model) if part)
+    """What a run measured, in a few words (``TargetDescription.label``)."""
+    return TargetDescription.of(target).label
 
 
 def runs_table(manifests: Sequence[RunManifest]) -> Table:

@@ -31,6 +31,7 @@ from typing import Any
 
 from moeperf.collectors.interference_records import InterferenceArm, InterferenceSummary
 from moeperf.collectors.store import RunStore
+from moeperf.collectors.target_description import TargetDescription
 from moeperf.suites.errors import UsageError
 from moeperf.suites.run_options import RunOptions
 from moeperf.suites.serving.arm_run import ArmTarget, ArmTelemetry, arm_run, start_ns
@@ -183,7 +184,7 @@ def run_interference(
         with arm_run(
             spec, spec_given, store, options, ArmTarget(target, process.url, model),
             prompts=prompts, headers=headers, summary=summary,
-            note=_note(inter, budget, described["config"]["threads"]),
+            note=_note(inter, budget, TargetDescription.of(described).threads),
             telemetry=ArmTelemetry(pid=lambda: process.pid),
         ) as session:  # fmt: skip
             while True:
@@ -214,7 +215,7 @@ def _arm(chunk: int) -> InterferenceArm:
     )
 
 
-def _note(inter: InterferenceSpec, budget: int, threads: int) -> str:
+def _note(inter: InterferenceSpec, budget: int, threads: int | None) -> str:
     sizes = ", ".join(str(s) for s in inter.chunked_prefill_sizes)
     return (
         f"Prefill interference: the reference target restarted with chunked_prefill_size "

@@ -202,12 +202,11 @@ def _run_levels(
             "(simulated), not a model's."
         )
     if spec.target.kind == "reference":
-        described = run.manifest.target
-        threads = described["config"]["threads"]
+        described = run.manifest.described_target
         run.add_note(
             "Target: the reference engine serving the tiny MoE on this host, started by "
-            f"moeperf with {threads} torch thread(s) ({described['threads_rule']}); it shares "
-            "the host's cores with the load workers."
+            f"moeperf with {described.threads} torch thread(s) ({described.threads_rule}); "
+            "it shares the host's cores with the load workers."
         )
     workers = worker_count(spec)
     config = worker_config(spec, base_url, model, levels.prompts, run, headers)
