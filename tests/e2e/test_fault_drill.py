@@ -81,8 +81,8 @@ def test_the_shipped_drill_sees_each_fault_and_loses_no_request(tmp_path):
     assert report.returncode == 0, report.stderr
     page = (tmp_path / "drill.html").read_text(encoding="utf-8")
     assert "Fault drill: per fault" in page and "Request audit" in page
-    assert "moeperf.collectors.drill_records" in page  # its definitions, quoted in the appendix
-    assert "moeperf.reports.figures.drill" in page  # how its chart is drawn
+    assert "collectors.drill_records" in page  # its definitions, quoted in the appendix
+    assert "reports.figures.drill" in page  # how its chart is drawn
     for kind in faults:
         assert kind in page
 

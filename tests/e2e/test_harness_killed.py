@@ -147,7 +147,7 @@ def killed(tmp_path_factory) -> KilledRun:
 @pytest.mark.slow
 def test_the_target_and_the_load_workers_do_not_outlive_the_harness(killed):
     # Both kinds were there to be left behind.
-    assert any("moeperf.targets.synthetic" in c for c in killed.children), killed.children
+    assert any("targets.synthetic" in c for c in killed.children), killed.children
     assert any("multiprocessing.spawn" in c for c in killed.children), killed.children
     assert not killed.survivors, f"outlived the killed harness: {killed.survivors}"
 

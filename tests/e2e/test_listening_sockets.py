@@ -65,7 +65,7 @@ def test_a_serving_run_and_its_target_listen_on_loopback_only(tmp_path):
         process.wait()
     commands = {c for c, _, _ in seen}
     assert any("moeperf.cli" in c for c in commands), seen
-    assert any("moeperf.targets.synthetic" in c for c in commands), seen
+    assert any("targets.synthetic" in c for c in commands), seen
     assert {address for _, address, _ in seen} == {"127.0.0.1"}, seen
 
 

@@ -95,7 +95,7 @@ def test_clean_leak_and_slowdown_are_told_apart(tmp_path):
     )  # fmt: skip
     assert report.returncode == 0, report.stderr
     html = page.read_text(encoding="utf-8")
-    assert "Soak: windows over time" in html and "moeperf.collectors.soak_verdicts" in html
+    assert "Soak: windows over time" in html and "collectors.soak_verdicts" in html
     # The slope is what was planted: bytes per request x the requests the target answered
     # per second (measured), within what allocator overheads and timing can move.
     requests = sum(w.requests_ok + w.requests_failed for w in soak.windows)
