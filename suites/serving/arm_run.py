@@ -86,20 +86,23 @@ class ArmRun:
             self.observers.record(record)
         self.records[record.request_id] = record
 
-    def pool(self, url: str, prefix: str, workers: int) -> WorkerPool:
-        """A ready worker pool sending to one arm's ``url``, its request ids ``prefix``ed."""
+    def pool(self, url: str, prefix: str, workers: int, *, ready: bool = True) -> WorkerPool:
+        """A worker pool sending to one arm's ``url``, its request ids ``prefix``ed; ready
+        for a level unless ``ready`` is False (several arms' pools then start at once and
+        the caller waits for them)."""
         config = dataclasses.replace(
             worker_config(self.spec, url, self.model, self.prompts, self.run, self.headers),
             request_id_prefix=prefix,
-        )  # fmt: skip
+        )
         if self.run.manifest.request_settings is None:
             self.run.record_request_settings(request_settings(config, None))
         pool = WorkerPool(workers, config)
-        try:
-            pool.wait_ready()
-        except BaseException:
-            pool.close()
-            raise
+        if ready:
+            try:
+                pool.wait_ready()
+            except BaseException:
+                pool.close()
+                raise
         return pool
 
     def level(

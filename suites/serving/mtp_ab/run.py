@@ -178,8 +178,12 @@ def _run_mode(
     by_drafts = {arm.drafts: arm for arm in arms}
     pools: dict[int, WorkerPool] = {}
     try:
-        for arm in arms:
-            pools[arm.drafts] = session.pool(arm.url, f"{mode}-k{arm.drafts}-", workers)
+        for arm in arms:  # spawned together, then waited for
+            pools[arm.drafts] = session.pool(
+                arm.url, f"{mode}-k{arm.drafts}-", workers, ready=False
+            )
+        for pool in pools.values():
+            pool.wait_ready()
         levels = [int(level) for level in spec.load.levels]
         # Fresh: the arm's prefix cache emptied before each block, where the target can
         # (every block sends the same prompts: a cached one would favour later blocks).
