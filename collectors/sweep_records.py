@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeperf.collectors.capacity_records import CapacitySummary
+from moeperf.collectors.scenario import ScenarioMode
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,9 @@ class SweepSummary:
     max_output_tokens: int
     points: tuple[SweepPointSummary, ...]
     plan: SweepPlan | None = None  # [plan]: the planner's prediction per length
+    # How each length's levels were offered (load.mode), which names a level across the
+    # lengths ("c=4"); None: a run stored before summaries kept it.
+    load_mode: ScenarioMode | None = None
 
     def not_available(self) -> tuple[SweepPointSummary, ...]:
         return tuple(p for p in self.points if p.not_available is not None)

@@ -7,8 +7,6 @@ from dataclasses import dataclass
 
 from moeperf.collectors.quantiles import Described
 
-# A prefix workload's no-reuse control level is named after its level: "c=4 unique".
-UNIQUE_SUFFIX = " unique"
 # How tables label each RepeatMetric.metric: (label, scale to the unit, unit).
 REPEAT_METRIC_LABELS: dict[str, tuple[str, float, str]] = {
     "ttft_p50_s": ("TTFT p50", 1e3, "ms"),

@@ -66,22 +66,11 @@ NOT_SENT_COLOR = "#9e9e9e"
 X_PAD_DECADES = 0.1
 
 
-def _level_name(scenario: str, input_tokens: int) -> str:
-    """The load level part of a sweep scenario's name ("in=512 c=4" -> "c=4")."""
-    prefix = f"in={input_tokens} "
-    return scenario[len(prefix) :] if scenario.startswith(prefix) else scenario
-
-
 def _levels(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """(level name, its rows by prompt length) per load level, lowest level first."""
-    names = [
-        _level_name(s, int(n))
-        for s, n in zip(frame["scenario"], frame["input_tokens"], strict=True)
-    ]
-    named = frame.assign(level_name=names)
-    order = named.groupby("level_name", sort=False)["level"].min().sort_values(na_position="last")
+    order = frame.groupby("level_name", sort=False)["level"].min().sort_values(na_position="last")
     return [
-        (str(name), named[named["level_name"] == name].sort_values("input_tokens"))
+        (str(name), frame[frame["level_name"] == name].sort_values("input_tokens"))
         for name in order.index
     ]
 

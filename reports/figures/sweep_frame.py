@@ -10,6 +10,7 @@ import pandas as pd
 
 from moeperf.collectors.prefill import prefill_rates
 from moeperf.collectors.quantiles import QuantileEstimate
+from moeperf.collectors.scenario import UNIQUE_SUFFIX, Scenario, ScenarioMode
 from moeperf.collectors.serving_records import ScenarioSummary
 from moeperf.collectors.sweep_records import SweepSummary
 
@@ -17,6 +18,7 @@ COLUMNS = [
     "input_tokens",
     "scenario",
     "level",
+    "level_name",
     "status",
     "ttft_p50_s",
     "ttft_p50_low_s",
@@ -50,7 +52,22 @@ def _estimate(estimate: QuantileEstimate | None) -> tuple[float, float, float]:
     return estimate.value, _number(estimate.ci_low), _number(estimate.ci_high)
 
 
-def _row(input_tokens: int, scenario: str, entry: ScenarioSummary) -> dict[str, object]:
+def level_name(entry: ScenarioSummary, mode: ScenarioMode | None, scenario: str) -> str:
+    """What names the scenario's load level across the sweep's lengths ("c=4"), made from
+    its record. A run stored before summaries kept the load mode says "level 4"; a
+    scenario without a level (none is written so) keeps its own name."""
+    if entry.level is None:
+        return scenario
+    if mode is not None:
+        return Scenario(mode, entry.level, None, entry.unique, entry.repeat).name
+    unique = UNIQUE_SUFFIX if entry.unique else ""
+    repeat = f" #{entry.repeat}" if entry.repeat is not None else ""
+    return f"level {entry.level:g}{unique}{repeat}"
+
+
+def _row(
+    input_tokens: int, scenario: str, entry: ScenarioSummary, mode: ScenarioMode | None
+) -> dict[str, object]:
     latency = entry.latency_s
     ttft, ttft_low, ttft_high = _estimate(latency.ttft_s.at(0.5))
     tpot, tpot_low, tpot_high = _estimate(latency.tpot_s.at(0.5))
@@ -60,6 +77,7 @@ def _row(input_tokens: int, scenario: str, entry: ScenarioSummary) -> dict[str, 
         "input_tokens": input_tokens,
         "scenario": scenario,
         "level": _number(entry.level),
+        "level_name": level_name(entry, mode, scenario),
         "status": entry.status,
         "ttft_p50_s": ttft,
         "ttft_p50_low_s": ttft_low,
@@ -85,7 +103,7 @@ def sweep_frame(sweep: SweepSummary, scenarios: Mapping[str, ScenarioSummary]) -
     """One row per sent scenario of ``sweep``, by length then level (columns ``COLUMNS``;
     NaN where unknown). A scenario the summary lacks has no row."""
     rows = [
-        _row(point.input_tokens, name, scenarios[name])
+        _row(point.input_tokens, name, scenarios[name], sweep.load_mode)
         for point in sweep.points
         for name in point.scenarios
         if name in scenarios

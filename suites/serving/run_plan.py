@@ -47,7 +47,7 @@ def sweep_run(spec: ServingSpec, check: TargetCheck, model: str) -> SweepRun | N
     if spec.plan is not None:
         sent = [p.input_tokens for p in points if p.sent]
         predicted = sweep_plan(resolve_plan(spec), sent, spec.max_output_tokens)
-    return SweepRun(points, limit, spec.max_output_tokens, predicted)
+    return SweepRun(points, limit, spec.max_output_tokens, spec.load.mode, predicted)
 
 
 def planned_levels(

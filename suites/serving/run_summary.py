@@ -16,6 +16,7 @@ from moeperf.collectors.interference_records import InterferenceSummary
 from moeperf.collectors.mtp_ab_records import MtpAbSummary
 from moeperf.collectors.mtp_ab_summary import with_figures
 from moeperf.collectors.request_audit import RequestAudit
+from moeperf.collectors.scenario import ScenarioMode
 from moeperf.collectors.serving_records import (
     ServingSummary,
     Slo,
@@ -54,6 +55,7 @@ class SweepRun:
     points: tuple[SweepPoint, ...]
     limit: ContextLimit
     max_output_tokens: int
+    load_mode: ScenarioMode  # how each length's levels are offered (load.mode)
     plan: SweepPlan | None = None  # [plan]: the planner's prediction per length sent
 
 
@@ -167,4 +169,5 @@ def _sweep_summary(
             for p in sweep.points
         ),
         plan=sweep.plan,
+        load_mode=sweep.load_mode,
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from moeperf.collectors.workload_records import UNIQUE_SUFFIX
+from moeperf.collectors.scenario import Scenario, ScenarioMode
 from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.workload.prompts import PoolKey
 
@@ -37,27 +37,14 @@ ALL_PROMPTS = PromptPool()
 
 
 def scenario_name(
-    mode: str,
+    mode: ScenarioMode,
     level: float,
     input_tokens: int | None = None,
     unique: bool = False,
     repeat: int | None = None,
 ) -> str:
-    """ "c=4", "rate=2", "trace x1"; "in=L ..." in a sweep; "... unique" for the no-reuse
-    control of a prefix workload; "... #2" for the second repeat."""
-    if mode == "concurrency":
-        name = f"c={int(level)}"
-    elif mode == "trace":
-        name = f"trace x{level:g}"
-    else:
-        name = f"rate={level:g}"
-    if input_tokens is not None:
-        name = f"in={input_tokens} {name}"
-    if unique:
-        name += UNIQUE_SUFFIX
-    if repeat is not None:
-        name += f" #{repeat}"
-    return name
+    """The name of the scenario these fields make (``Scenario.name``)."""
+    return Scenario(mode, level, input_tokens, unique, repeat).name
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +55,7 @@ class PlannedLevel:
     # Run the length's fit search ([sweep.fit]) right after this level.
     fit_after: bool = False
 
-    def scenario(self, mode: str) -> str:
+    def scenario(self, mode: ScenarioMode) -> str:
         return scenario_name(mode, self.level, self.key.input_tokens, self.key.unique, self.repeat)
 
 

@@ -88,6 +88,7 @@ def a_sweep(
             SweepPointSummary(4096, ("in=4096 c=1", "in=4096 c=4")),
             SweepPointSummary(8192, not_available=REASON),
         ),
+        load_mode="concurrency",
     )
     return sweep, scenarios
 
@@ -209,3 +210,14 @@ def test_a_sweep_without_summaries_says_why():
     fig = sweep_chart(sweep_frame(sweep, {}), sweep.not_available())
     assert not fig.data
     assert "no scenario" in fig.layout.annotations[0].text
+
+
+def test_a_level_is_named_from_its_record_across_lengths():
+    sweep, scenarios = a_sweep()
+    frame = sweep_frame(sweep, scenarios)
+    assert frame["level_name"].tolist() == ["c=1", "c=4", "c=1", "c=4"]
+    # A run stored before summaries kept the load mode: the level by its number.
+    old = sweep_frame(dataclasses.replace(sweep, load_mode=None), scenarios)
+    assert old["level_name"].tolist() == ["level 1", "level 4", "level 1", "level 4"]
+    fig = sweep_chart(old, sweep.not_available())
+    assert {t.name for t in fig.data if t.xaxis == "x"} >= {"level 1", "level 4"}
