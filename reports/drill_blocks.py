@@ -7,12 +7,9 @@ from __future__ import annotations
 import pandas as pd
 
 from moeperf.collectors.drill_records import DrillSummary
+from moeperf.collectors.units import to_ms
 from moeperf.reports.figures.drill import drill_chart
 from moeperf.reports.render import Chart, Table
-
-
-def _ms(value_s: float | None) -> float | None:
-    return None if value_s is None else value_s * 1e3
 
 
 def drill_blocks(drill: DrillSummary, requests: pd.DataFrame) -> list[Chart | Table]:
@@ -26,11 +23,11 @@ def drill_blocks(drill: DrillSummary, requests: pd.DataFrame) -> list[Chart | Ta
                 "failed": f.failed,
                 "why": ", ".join(f"{k}={v}" for k, v in sorted(f.failed_by_type.items())) or "-",
                 "recovery s": f.recovery_s,
-                "TTFT p50 before ms": _ms(f.before.ttft_p50_s),
-                "TTFT p50 during ms": _ms(f.during.ttft_p50_s),
-                "TTFT p50 after ms": _ms(f.after.ttft_p50_s),
-                "E2E p50 before ms": _ms(f.before.e2e_p50_s),
-                "E2E p50 after ms": _ms(f.after.e2e_p50_s),
+                "TTFT p50 before ms": to_ms(f.before.ttft_p50_s),
+                "TTFT p50 during ms": to_ms(f.during.ttft_p50_s),
+                "TTFT p50 after ms": to_ms(f.after.ttft_p50_s),
+                "E2E p50 before ms": to_ms(f.before.e2e_p50_s),
+                "E2E p50 after ms": to_ms(f.after.e2e_p50_s),
                 "what was done": f.detail,
             }
             for f in drill.faults

@@ -8,12 +8,9 @@ from __future__ import annotations
 import pandas as pd
 
 from moeperf.collectors.mtp_ab_records import MtpAbSummary, arm_name
+from moeperf.collectors.units import to_ms
 from moeperf.reports.figures.forest import forest_plot
 from moeperf.reports.render import Chart, Table
-
-
-def _ms(value_s: float | None) -> float | None:
-    return None if value_s is None else value_s * 1e3
 
 
 def _arms(ab: MtpAbSummary) -> Table:
@@ -24,9 +21,9 @@ def _arms(ab: MtpAbSummary) -> Table:
                 "streams": r.streams,
                 "arm": arm_name(r.drafts),
                 "requests": r.requests,
-                "TTFT p50 ms": _ms(r.ttft_p50_s),
-                "TPOT p50 ms": _ms(r.tpot_p50_s),
-                "ITL p50 ms": _ms(r.itl_p50_s),
+                "TTFT p50 ms": to_ms(r.ttft_p50_s),
+                "TPOT p50 ms": to_ms(r.tpot_p50_s),
+                "ITL p50 ms": to_ms(r.itl_p50_s),
                 "output tok/s": r.output_tokens_per_s,
                 "tokens/chunk": r.tokens_per_chunk,
                 "acceptance": r.acceptance_ratio,

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from moeperf.collectors.serving_records import ScenarioSummary, ServingSummary
 from moeperf.collectors.store import RunWriter
+from moeperf.collectors.units import ms_text
 from moeperf.suites.run_options import Progress as RunProgress
 
 if TYPE_CHECKING:
@@ -78,10 +79,6 @@ def announce_run(run: RunWriter, console: Console) -> None:
     console.print(f"run {run.run_id} -> {run.directory}")
 
 
-def _ms(value: float | None, decimals: int = 2) -> str:
-    return "-" if value is None else f"{value * 1e3:.{decimals}f}"
-
-
 def harness_error_table(summary: ServingSummary, budget: ErrorBudget) -> Table:
     """The harness's own TTFT and ITL error against the synthetic server's write times."""
     table = Table(title="harness measurement error vs the server's write times (ms)")
@@ -108,11 +105,11 @@ def harness_error_table(summary: ServingSummary, budget: ErrorBudget) -> Table:
         table.add_row(
             scenario,
             str(errors.matched_requests),
-            _ms(errors.ttft.value_at(0.5), 3),
-            _ms(errors.ttft.value_at(0.99), 3),
-            _ms(errors.itl.value_at(0.5), 3),
-            _ms(errors.itl.value_at(0.99), 3),
-            _ms(lag, 3),
+            ms_text(errors.ttft.value_at(0.5), 3),
+            ms_text(errors.ttft.value_at(0.99), 3),
+            ms_text(errors.itl.value_at(0.5), 3),
+            ms_text(errors.itl.value_at(0.99), 3),
+            ms_text(lag, 3),
             f"{cpu:.0%}",
             verdict,
         )

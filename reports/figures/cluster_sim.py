@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from moeperf.collectors.simulation_summary import SimulationSummary
+from moeperf.collectors.units import to_ms
 from moeperf.reports.figures.text import plotly_text, styled
 
 GB = 1e9
@@ -25,15 +26,11 @@ def scenario_frame(summary: SimulationSummary) -> pd.DataFrame:
             "effective tok/s/device": e.effective_tokens_per_s_per_device, "bubble": e.bubble,
             "bubble (p-1)/(m+p-1)": e.bubble_formula,
             "peak GB": max(e.peak_memory_bytes_by_stage) / GB, "memory GB": e.memory_bytes / GB,
-            "moved s": e.moved_s_mean, "plan ms p50": _ms(e.decision_s_p50),
+            "moved s": e.moved_s_mean, "plan ms p50": to_ms(e.decision_s_p50),
         }
         for e in summary.scenarios.values()
     ]  # fmt: skip
     return pd.DataFrame(rows)
-
-
-def _ms(value: float | None) -> float | None:
-    return None if value is None else value * 1e3
 
 
 def ablation_frame(summary: SimulationSummary) -> pd.DataFrame:

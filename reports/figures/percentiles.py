@@ -12,6 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from moeperf.collectors.quantiles import Described
+from moeperf.collectors.units import ms_text
 from moeperf.reports.figures.text import plotly_text, styled
 
 QUANTILES = {0.5: "p50", 0.9: "p90", 0.99: "p99"}
@@ -42,17 +43,13 @@ def percentile_frame(latencies: Iterable[tuple[str, str, Described]]) -> pd.Data
     return pd.DataFrame(rows, columns=columns)
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None or not np.isfinite(value) else f"{value * 1e3:.2f}"
-
-
 def _with_ci(row: pd.Series, name: str) -> str:
     value, low, high = row[f"{name}_s"], row[f"{name}_low_s"], row[f"{name}_high_s"]
     if value is None or not np.isfinite(value):
         return "-"
     if low is None or high is None or not (np.isfinite(low) and np.isfinite(high)):
-        return f"{_ms(value)} (too few samples)"
-    return f"{_ms(value)} [{_ms(low)}, {_ms(high)}]"
+        return f"{ms_text(value)} (too few samples)"
+    return f"{ms_text(value)} [{ms_text(low)}, {ms_text(high)}]"
 
 
 def percentile_table(frame: pd.DataFrame, title: str = "Latency percentiles") -> go.Figure:

@@ -4,16 +4,12 @@ share."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rich.table import Table
 from rich.text import Text
 
 from moeperf.collectors.serving_records import ScenarioSummary, TokenDiscrepancy
 from moeperf.collectors.target_counters import NOT_AVAILABLE
-
-if TYPE_CHECKING:
-    pass
+from moeperf.collectors.units import ms_text
 
 
 def cell(value: float | None, spec: str, scale: float = 1.0) -> str:
@@ -28,10 +24,6 @@ def headed_table(title: str, heads: list[str], labels: int) -> Table:
     for i, name in enumerate(heads):
         table.add_column(name, justify="left" if i < labels else "right", no_wrap=i < labels)
     return table
-
-
-def _ms(value: float | None, decimals: int = 2) -> str:
-    return "-" if value is None else f"{value * 1e3:.{decimals}f}"
 
 
 def latency_table(scenario: str, entry: ScenarioSummary) -> Table:
@@ -51,16 +43,16 @@ def latency_table(scenario: str, entry: ScenarioSummary) -> Table:
             continue
         p99 = stats.at(0.99)
         ci = (
-            f"{_ms(p99.ci_low)}-{_ms(p99.ci_high)}"
+            f"{ms_text(p99.ci_low)}-{ms_text(p99.ci_high)}"
             if p99 is not None and p99.ci_low is not None
             else "too few samples"
         )
         table.add_row(
             label,
             str(stats.count),
-            _ms(stats.value_at(0.5)),
-            _ms(stats.value_at(0.9)),
-            _ms(stats.value_at(0.99)),
+            ms_text(stats.value_at(0.5)),
+            ms_text(stats.value_at(0.9)),
+            ms_text(stats.value_at(0.99)),
             ci,
         )
     return table

@@ -6,10 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from moeperf.collectors.mtp_ab_records import MtpAbEquality, MtpAbSummary, arm_name
-
-
-def _ms(value_s: float | None) -> str:
-    return "-" if value_s is None else f"{value_s * 1e3:.2f}"
+from moeperf.collectors.units import ms_text
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -44,9 +41,9 @@ def arms_table(ab: MtpAbSummary) -> Table:
             str(row.streams),
             arm_name(row.drafts),
             str(row.requests),
-            _ms(row.ttft_p50_s),
-            _ms(row.tpot_p50_s),
-            _ms(row.itl_p50_s),
+            ms_text(row.ttft_p50_s),
+            ms_text(row.tpot_p50_s),
+            ms_text(row.itl_p50_s),
             _num(row.output_tokens_per_s, 1),
             _num(row.tokens_per_chunk),
             _pct(row.acceptance_ratio),
