@@ -76,12 +76,15 @@ def _extended_path(base: str, extending: Path) -> Path:
 
 
 def merge_spec_data(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``over`` on top: tables merged key by key, other values (and a table
-    by an empty one) replaced."""
+    """``base`` with ``over`` on top: tables merged key by key, other values replaced. An
+    empty table removes the base's table, so it reads as left out (its defaults), as a
+    whole spec without that table would."""
     merged = dict(base)
     for key, value in over.items():
         below = merged.get(key)
-        if isinstance(below, Mapping) and isinstance(value, Mapping) and value:
+        if isinstance(value, Mapping) and not value:
+            merged.pop(key, None)
+        elif isinstance(below, Mapping) and isinstance(value, Mapping):
             merged[key] = merge_spec_data(below, value)
         else:
             merged[key] = value

@@ -21,7 +21,7 @@ def test_tables_merge_key_by_key_and_other_values_are_replaced():
     base = {"name": "a", "load": {"levels": [1, 2], "duration_s": 5.0}, "target": {"x": {"k": 1}}}
     over = {"name": "b", "load": {"levels": [8]}, "target": {"x": {}}}
     merged = merge_spec_data(base, over)
-    assert merged == {"name": "b", "load": {"levels": [8], "duration_s": 5.0}, "target": {"x": {}}}
+    assert merged == {"name": "b", "load": {"levels": [8], "duration_s": 5.0}, "target": {}}
     assert base["load"] == {"levels": [1, 2], "duration_s": 5.0}  # left as it was
 
 
