@@ -24,7 +24,7 @@ p99 of a probe every 10 ms can miss a rare long stall that the error's tail does
 CPU (each worker's share of a core); the level's status (invalid when client-bound, with
 the harness's reason, printed under the table).
 
-The error budget (``--ttft-budget-ms``, ``--chunk-budget-ms``; module constants below): a
+The error budget (``--ttft-budget-ms``, ``--chunk-budget-ms``; engines_budget.py's constants): a
 level holds when its TTFT error p99 and chunk error p99 are both within 2 ms, every ok
 request was matched to the ground truth, and the harness judged the level ok (not
 client-bound, not failed). 2 ms is the harness's own bound on event-loop lag
@@ -47,23 +47,20 @@ import socket
 import statistics
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from engines_budget import CHUNK_BUDGET_S, TTFT_BUDGET_S, ErrorBudget, within_line
+from engines_results import ENGINES, Engine, LevelResult, level_result
+from engines_tables import markdown_table, ms_text, results_table
 from rich.console import Console
-from rich.table import Table
 
-from moeperf.collectors.quantiles import Described
-from moeperf.collectors.serving_records import ScenarioSummary, ServingSummary
+from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.sources.fingerprint import host_fingerprint
 from moeperf.collectors.store import RunStore
 from moeperf.specs import LoadedSpec, validate_spec
 from moeperf.suites.errors import SuiteError, UsageError
 from moeperf.suites.serving.runner import run_serving
 
-Engine = Literal["asyncio", "locust"]
-ENGINES: tuple[Engine, Engine] = ("asyncio", "locust")
 STREAMS = (1, 16, 64, 256)
 DURATION_S = 8.0
 WARMUP_S = 1.0
@@ -71,9 +68,6 @@ WORKERS = 2
 TTFT_S = 0.05
 ITL_S = 0.01
 OUTPUT_TOKENS = 32
-# The budget (module doc): the harness's own loop-lag bound, harness.max_loop_lag_p99_s.
-TTFT_BUDGET_S = 0.002
-CHUNK_BUDGET_S = 0.002
 WIDTH = 200  # columns the table is printed in, at least: one row per stream count
 
 
@@ -109,206 +103,6 @@ def engine_order(index: int) -> tuple[Engine, Engine]:
     """The engines in the order they run at the ``index``-th stream count: alternating,
     so neither always runs first (on a host warmed, or loaded, by the run before)."""
     return ENGINES if index % 2 == 0 else (ENGINES[1], ENGINES[0])
-
-
-@dataclass(frozen=True)
-class Quantiles:
-    """p50 and p99 of an error, seconds (None: no samples)."""
-
-    p50: float | None
-    p99: float | None
-
-    @staticmethod
-    def of(described: Described) -> Quantiles:
-        return Quantiles(described.value_at(0.5), described.value_at(0.99))
-
-
-NO_SAMPLES = Quantiles(None, None)
-
-
-@dataclass(frozen=True)
-class LevelResult:
-    """One engine at one stream count, as its run's summary has it."""
-
-    engine: Engine
-    streams: int
-    run_status: str
-    status: str  # the level's: ok / failed / invalid
-    status_reason: str | None
-    client_bottleneck: tuple[str, ...]
-    requests: int  # measured (after warm-up)
-    ok: int
-    matched: int  # ok requests compared with the target's write times
-    unmatched: int
-    ttft: Quantiles
-    itl: Quantiles
-    chunk: Quantiles
-    loop_lag_p99_s: tuple[float, ...]  # per worker
-    loop_lag_max_s: tuple[float, ...]  # per worker
-    cpu_fraction: tuple[float, ...]  # per worker, of one core
-    wall_s: float  # the whole run: target start to summary
-
-    @property
-    def client_bound(self) -> bool:
-        return bool(self.client_bottleneck)
-
-
-def level_result(
-    engine: Engine, streams: int, run_status: str, summary: ServingSummary, wall_s: float
-) -> LevelResult:
-    """The result of a one-level run from its summary (a run that stored no level: zeros)."""
-    entries = list(summary.scenarios.values())
-    if len(entries) > 1:
-        raise ValueError(f"expected one level, the summary has {len(entries)}")
-    entry: ScenarioSummary | None = entries[0] if entries else None
-    if entry is None:
-        return LevelResult(engine, streams, run_status, "invalid", "no level in the summary",
-                           (), 0, 0, 0, 0, NO_SAMPLES, NO_SAMPLES, NO_SAMPLES, (), (), (),
-                           wall_s)  # fmt: skip
-    errors = entry.harness_error_s
-    workers = sorted(entry.harness, key=lambda w: w.worker)
-    return LevelResult(
-        engine=engine,
-        streams=streams,
-        run_status=run_status,
-        status=entry.status,
-        status_reason=entry.status_reason,
-        client_bottleneck=tuple(entry.client_bottleneck),
-        requests=entry.requests,
-        ok=entry.ok,
-        matched=errors.matched_requests if errors else 0,
-        unmatched=errors.unmatched_requests if errors else entry.ok,
-        ttft=Quantiles.of(errors.ttft) if errors else NO_SAMPLES,
-        itl=Quantiles.of(errors.itl) if errors else NO_SAMPLES,
-        chunk=Quantiles.of(errors.chunk) if errors else NO_SAMPLES,
-        loop_lag_p99_s=tuple(w.selfwatch.loop_lag_p99_s for w in workers),
-        loop_lag_max_s=tuple(w.selfwatch.loop_lag_max_s for w in workers),
-        cpu_fraction=tuple(w.selfwatch.cpu_fraction for w in workers),
-        wall_s=wall_s,
-    )
-
-
-@dataclass(frozen=True)
-class ErrorBudget:
-    """How far an engine's stamps may be from the target's write times (p99, seconds)."""
-
-    ttft_p99_s: float = TTFT_BUDGET_S
-    chunk_p99_s: float = CHUNK_BUDGET_S
-
-    def describe(self) -> str:
-        return (
-            f"TTFT error p99 <= {self.ttft_p99_s * 1e3:g} ms and chunk error p99 <= "
-            f"{self.chunk_p99_s * 1e3:g} ms, every ok request matched to the ground truth, "
-            "level ok (not client-bound)"
-        )
-
-
-def budget_misses(result: LevelResult, budget: ErrorBudget) -> list[str]:
-    """Why ``result`` is outside ``budget``; empty when it holds."""
-    misses = []
-    if result.status != "ok":
-        misses.append("client-bound" if result.client_bound else f"level {result.status}")
-    if result.unmatched:
-        misses.append(f"{result.unmatched} of {result.ok} ok requests unmatched")
-    for name, value, bound in (
-        ("TTFT", result.ttft.p99, budget.ttft_p99_s),
-        ("chunk", result.chunk.p99, budget.chunk_p99_s),
-    ):
-        if value is None:
-            misses.append(f"no {name} error samples")
-        elif abs(value) > bound:
-            misses.append(f"{name} p99 {value * 1e3:.2f} ms > {bound * 1e3:g} ms")
-    return misses
-
-
-def highest_within(
-    results: Iterable[LevelResult], engine: Engine, budget: ErrorBudget
-) -> int | None:
-    """The highest stream count at which ``engine`` held the budget (None: at none)."""
-    held = [r.streams for r in results if r.engine == engine and not budget_misses(r, budget)]
-    return max(held, default=None)
-
-
-def within_line(results: Sequence[LevelResult], engine: Engine, budget: ErrorBudget) -> str:
-    """ "asyncio: 64 streams (over budget at 256: client-bound)"."""
-    best = highest_within(results, engine, budget)
-    over = [
-        f"{r.streams}: {', '.join(budget_misses(r, budget))}"
-        for r in sorted(results, key=lambda r: r.streams)
-        if r.engine == engine and budget_misses(r, budget)
-    ]
-    head = f"{engine}: " + ("none" if best is None else f"{best} stream{'s' * (best != 1)}")
-    return head + (f" (over budget at {'; '.join(over)})" if over else "")
-
-
-def _ms(value: float | None, digits: int = 2) -> str:
-    return "n/a" if value is None else f"{value * 1e3:.{digits}f}"
-
-
-def _pair(q: Quantiles) -> str:
-    return f"{_ms(q.p50)}/{_ms(q.p99)}"
-
-
-def _lag(result: LevelResult) -> str:
-    """The worst worker's loop lag p99 and the longest lag seen by any worker."""
-    worst = max(result.loop_lag_p99_s, default=None)
-    return f"{_ms(worst)}/{_ms(max(result.loop_lag_max_s, default=None))}"
-
-
-def _percent(fractions: Sequence[float]) -> str:
-    return " + ".join(f"{f:.0%}" for f in fractions) or "n/a"
-
-
-def _status(result: LevelResult, budget: ErrorBudget) -> str:
-    level = "client-bound" if result.client_bound else result.status
-    return f"{level}; {'within' if not budget_misses(result, budget) else 'over'}"
-
-
-CELLS: tuple[tuple[str, Any], ...] = (
-    ("requests (matched/ unmatched)", lambda r, _b: f"{r.requests} ({r.matched}/{r.unmatched})"),
-    ("TTFT err p50/p99 ms", lambda r, _b: _pair(r.ttft)),
-    ("ITL err p50/p99 ms", lambda r, _b: _pair(r.itl)),
-    ("chunk err p50/p99 ms", lambda r, _b: _pair(r.chunk)),
-    ("loop lag p99/max ms", lambda r, _b: _lag(r)),
-    ("CPU per worker", lambda r, _b: _percent(r.cpu_fraction)),
-    ("level; budget", _status),
-)
-
-
-def _rows(results: Sequence[LevelResult], budget: ErrorBudget) -> list[list[str]]:
-    by = {(r.streams, r.engine): r for r in results}
-    rows = []
-    for streams in sorted({r.streams for r in results}):
-        row = [str(streams)]
-        for _name, cell in CELLS:
-            for engine in ENGINES:
-                result = by.get((streams, engine))
-                row.append(cell(result, budget) if result else "not run")
-        rows.append(row)
-    return rows
-
-
-def _headers(between: str = " ") -> list[str]:
-    return ["streams"] + [f"{name}{between}{engine}" for name, _ in CELLS for engine in ENGINES]
-
-
-def results_table(results: Sequence[LevelResult], budget: ErrorBudget, title: str) -> Table:
-    """One row per stream count, each measure's engines side by side."""
-    table = Table(title=title)
-    for header in _headers("\n"):
-        table.add_column(header, justify="left" if header.startswith("level") else "right")
-    for row in _rows(results, budget):
-        table.add_row(*row)
-    return table
-
-
-def markdown_table(results: Sequence[LevelResult], budget: ErrorBudget) -> str:
-    """The same table as Markdown (for a README)."""
-    headers = _headers()
-    aligns = ["---" if h.startswith("level") else "---:" for h in headers]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(aligns) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in _rows(results, budget)]
-    return "\n".join(lines)
 
 
 def level_spec(engine: Engine, streams: int, args: argparse.Namespace) -> LoadedSpec:
@@ -414,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(result)
                 console.print(
                     f"{streams} streams, {engine}: {result.requests} requests, TTFT error "
-                    f"p99 {_ms(result.ttft.p99)} ms, chunk error p99 {_ms(result.chunk.p99)} "
-                    f"ms, level {result.status} ({result.wall_s:.1f} s)"
+                    f"p99 {ms_text(result.ttft.p99)} ms, chunk error p99 "
+                    f"{ms_text(result.chunk.p99)} ms, level {result.status} ({result.wall_s:.1f} s)"
                 )
     total_s = time.perf_counter() - started
     title = (

@@ -28,22 +28,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any
 
-import psutil
-from prometheus_client.parser import text_string_to_metric_families
+from harness_stress_memory import RssSampler, vm_hwm_bytes
+from harness_stress_results import MIB, CaseResult, marginal_bytes_per_request, results_table
+from harness_stress_target import TargetCounts, read_target
 from rich.console import Console
-from rich.table import Table
 
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunStore, RunWriter
@@ -57,10 +53,6 @@ NORMAL_RATE = 40.0  # requests/s (module doc: about the nightly's top level on t
 FACTOR = 10
 DURATION_S = 8.0
 WORKERS = 2
-SAMPLE_S = 0.05
-MIB = 2**20
-
-ProcessKind = Literal["worker", "target", "other"]
 
 
 def stress_spec(rate: float, duration_s: float, workers: int = WORKERS) -> dict[str, Any]:
@@ -79,185 +71,6 @@ def stress_spec(rate: float, duration_s: float, workers: int = WORKERS) -> dict[
     }  # fmt: skip
 
 
-def classify_process(cmdline: Sequence[str]) -> ProcessKind:
-    """A child of the harness, by its command line: a load worker (multiprocessing's
-    spawn), the embedded target, or something else (the resource tracker; a process
-    between fork and exec still shows its parent's command line)."""
-    text = " ".join(cmdline)
-    if "spawn_main" in text:
-        return "worker"
-    if "moeperf.targets.synthetic" in text or "moeperf.targets.serving" in text:
-        return "target"
-    return "other"
-
-
-@dataclass
-class MemoryPeaks:
-    """The largest RSS seen, in bytes: the parent's, the sum over the load workers (at one
-    sample) and the largest single worker's."""
-
-    parent: int = 0
-    workers: int = 0
-    worker_max: int = 0
-    samples: int = 0
-
-    def add(self, parent: int, workers: Mapping[int, int]) -> None:
-        self.parent = max(self.parent, parent)
-        self.workers = max(self.workers, sum(workers.values()))
-        self.worker_max = max(self.worker_max, max(workers.values(), default=0))
-        self.samples += 1
-
-
-class RssSampler:
-    """Samples the RSS of this process and of its load workers on a thread."""
-
-    def __init__(self, interval_s: float = SAMPLE_S) -> None:
-        self.interval_s = interval_s
-        self.peaks = MemoryPeaks()
-        self._me = psutil.Process()
-        self._kinds: dict[int, ProcessKind] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="rss-sampler", daemon=True)
-
-    def sample(self) -> tuple[int, int]:
-        """One sample, added to the peaks: (parent RSS, workers' RSS summed)."""
-        parent = self._me.memory_info().rss
-        workers: dict[int, int] = {}
-        for child in self._me.children(recursive=True):
-            try:
-                kind = self._kinds.get(child.pid) or classify_process(child.cmdline())
-                if kind != "other":  # "other" may still exec into a worker or the target
-                    self._kinds[child.pid] = kind
-                if kind == "worker":
-                    workers[child.pid] = child.memory_info().rss
-            except psutil.Error:  # it ended between the listing and the read
-                continue
-        with self._lock:
-            self.peaks.add(parent, workers)
-        return parent, sum(workers.values())
-
-    def _watch(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.sample()
-
-    def __enter__(self) -> RssSampler:
-        self.sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-@dataclass(frozen=True)
-class TargetCounts:
-    """The synthetic target's own counters: requests finished by outcome, faults injected."""
-
-    requests: Mapping[str, float] = field(default_factory=dict)
-    faults: Mapping[str, float] = field(default_factory=dict)
-
-    def minus(self, before: TargetCounts) -> TargetCounts:
-        def delta(now: Mapping[str, float], then: Mapping[str, float]) -> dict[str, float]:
-            return {k: v - then.get(k, 0.0) for k, v in now.items()}
-
-        return TargetCounts(
-            delta(self.requests, before.requests), delta(self.faults, before.faults)
-        )
-
-
-def target_counts(exposition: str) -> TargetCounts:
-    """``synthetic_requests_total`` by status and ``synthetic_faults_total`` by fault."""
-    requests: dict[str, float] = {}
-    faults: dict[str, float] = {}
-    for family in text_string_to_metric_families(exposition):
-        for sample in family.samples:
-            if sample.name == "synthetic_requests_total":
-                requests[sample.labels["status"]] = sample.value
-            elif sample.name == "synthetic_faults_total":
-                faults[sample.labels["fault"]] = sample.value
-    return TargetCounts(requests, faults)
-
-
-def _read_target(url: str) -> TargetCounts:
-    with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=10) as response:
-        return target_counts(response.read().decode())
-
-
-def per_thousand_mib(grown_bytes: float, requests: int) -> float:
-    """MiB per 1,000 requests (nan without requests)."""
-    return grown_bytes / MIB / requests * 1000 if requests else math.nan
-
-
-@dataclass(frozen=True)
-class CaseResult:
-    """One run of the benchmark: what was sent and stored, the truth, the memory."""
-
-    factor: int
-    rate: float
-    run_status: str
-    level_status: str
-    client_bound: tuple[str, ...]  # the harness's [harness] checks, whatever the status
-    sent: int
-    offered: int
-    records: int
-    record_ids: int
-    ok: int
-    errors: Mapping[str, int]
-    cancelled: int
-    target_ok: int
-    injected_errors: int
-    # The harness's own check (measured phase): ok requests matched to the target's
-    # ground truth by response id, and those that could not be; None: not compared.
-    ground_truth_matched: int | None
-    ground_truth_unmatched: int | None
-    parent_start: int  # RSS after imports
-    parent_level_start: int  # RSS as the level starts (target up, prompts built)
-    parent_level_end: int  # RSS once every record is in, before the summary is written
-    parent_peak: int
-    parent_hwm: int  # VmHWM: the true peak, between samples too
-    workers_level_start: int
-    workers_peak: int
-    worker_max: int
-    samples: int
-    level_s: float
-    wall_s: float
-
-    @property
-    def error_count(self) -> int:
-        return sum(self.errors.values())
-
-    @property
-    def records_exact(self) -> bool:
-        """Every request the workers sent is stored, once, and ended one way."""
-        return (
-            self.records == self.record_ids == self.sent
-            and self.ok + self.error_count + self.cancelled == self.records
-        )
-
-    @property
-    def errors_exact(self) -> bool:
-        """The errors are the faults the target injected (HTTP 500s, each one), and the
-        oks are the requests it answered in full."""
-        return (
-            self.errors.get("http_5xx", 0) == self.error_count == self.injected_errors
-            and self.ok == self.target_ok
-        )
-
-    @property
-    def exact(self) -> bool:
-        return self.records_exact and self.errors_exact
-
-    @property
-    def parent_growth(self) -> int:
-        return self.parent_peak - self.parent_level_start
-
-    @property
-    def workers_growth(self) -> int:
-        return self.workers_peak - self.workers_level_start
-
-
 class _Watch(Progress):
     """The runner's progress hooks: the target's counters before and after the level,
     and RSS as the level starts."""
@@ -274,7 +87,7 @@ class _Watch(Progress):
 
     def on_started(self, run: RunWriter) -> None:
         self.url = run.manifest.target["url"]
-        self.before = _read_target(self.url)
+        self.before = read_target(self.url)
 
     def level_started(self, scenario: str, duration_s: float) -> None:
         self.at_level_start = self.sampler.sample()
@@ -285,15 +98,7 @@ class _Watch(Progress):
         # target is still up, and its counters are the level's whole truth.
         self.level_s = time.perf_counter() - self.level_started_s
         self.at_level_end = self.sampler.sample()
-        self.after = _read_target(self.url).minus(self.before)
-
-
-def _vm_hwm() -> int:
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+        self.after = read_target(self.url).minus(self.before)
 
 
 def run_case(factor: int, rate: float, duration_s: float, runs_dir: str,
@@ -347,7 +152,7 @@ def run_case(factor: int, rate: float, duration_s: float, runs_dir: str,
         parent_level_start=watch.at_level_start[0],
         parent_level_end=watch.at_level_end[0],
         parent_peak=sampler.peaks.parent,
-        parent_hwm=_vm_hwm(),
+        parent_hwm=vm_hwm_bytes(),
         workers_level_start=watch.at_level_start[1],
         workers_peak=sampler.peaks.workers,
         worker_max=sampler.peaks.worker_max,
@@ -371,69 +176,6 @@ def _case_in_child(factor: int, args: argparse.Namespace, runs_dir: str) -> Case
 
 def _mib(value: float) -> str:
     return f"{value / MIB:.1f}"
-
-
-def _ratio(high: float, low: float) -> str:
-    return f"{high / low:.2f}" if low else "n/a"
-
-
-def _matched(case: CaseResult) -> str:
-    matched, unmatched = case.ground_truth_matched, case.ground_truth_unmatched
-    if matched is None or unmatched is None:
-        return "n/a"
-    return f"{matched:,} of {matched + unmatched:,}"
-
-
-def results_table(low: CaseResult, high: CaseResult) -> Table:
-    """One row per measure, the two runs side by side and the stress run over the normal."""
-    table = Table(title="the harness under stress: synthetic target, error_rate 0.5")
-    table.add_column("")
-    for column in (f"{low.factor}x", f"{high.factor}x", f"{high.factor}x / {low.factor}x"):
-        table.add_column(column, justify="right")
-    mib = MIB
-
-    def row(
-        name: str,
-        of: Callable[[CaseResult], Any],
-        text: Callable[[Any], str] = str,
-        ratio: bool = True,
-    ) -> None:
-        a, b = of(low), of(high)
-        table.add_row(name, text(a), text(b), _ratio(b, a) if ratio else "")
-
-    row("rate (requests/s)", lambda c: c.rate, lambda v: f"{v:g}")
-    row("requests sent", lambda c: c.sent, lambda v: f"{v:,}")
-    row("records stored (ids)", lambda c: c.record_ids, lambda v: f"{v:,}")
-    row("ok", lambda c: c.ok, lambda v: f"{v:,}", ratio=False)
-    row("errors (http_5xx)", lambda c: c.error_count, lambda v: f"{v:,}", ratio=False)
-    row("faults injected (target)", lambda c: c.injected_errors, lambda v: f"{v:,}", False)
-    row("target's ok (ground truth)", lambda c: c.target_ok, lambda v: f"{v:,}", False)
-    row("measured oks matched to ground truth", _matched, ratio=False)
-    row("records exact", lambda c: "yes" if c.records_exact else "NO", ratio=False)
-    row("errors = faults injected", lambda c: "yes" if c.errors_exact else "NO", ratio=False)
-    row("parent RSS at level start (MiB)", lambda c: c.parent_level_start / mib, "{:.1f}".format)
-    row("parent RSS at level end (MiB)", lambda c: c.parent_level_end / mib, "{:.1f}".format)
-    row("parent RSS peak (MiB)", lambda c: c.parent_peak / mib, "{:.1f}".format)
-    row("parent growth (MiB)", lambda c: c.parent_growth / mib, "{:.1f}".format)
-    row("parent growth per 1k requests (MiB)",
-        lambda c: per_thousand_mib(c.parent_growth, c.sent), "{:.2f}".format)  # fmt: skip
-    row("workers RSS peak, sum (MiB)", lambda c: c.workers_peak / mib, "{:.1f}".format)
-    row("workers growth (MiB)", lambda c: c.workers_growth / mib, "{:.1f}".format)
-    row("workers growth per 1k requests (MiB)",
-        lambda c: per_thousand_mib(c.workers_growth, c.sent), "{:.2f}".format)  # fmt: skip
-    row("client-bound", lambda c: "yes" if c.client_bound else "no", ratio=False)
-    row("level / run status", lambda c: f"{c.level_status} / {c.run_status}", ratio=False)
-    row("level (s)", lambda c: c.level_s, "{:.1f}".format, ratio=False)
-    row("wall (s)", lambda c: c.wall_s, "{:.1f}".format)
-    return table
-
-
-def marginal_bytes_per_request(low: CaseResult, high: CaseResult, measure: str) -> float:
-    """The slope of an RSS measure (a ``CaseResult`` field: ``parent_peak``,
-    ``workers_peak``...) over requests sent between two cases: what one more request
-    costs, the fixed part left out."""
-    grown = getattr(high, measure) - getattr(low, measure)
-    return grown / (high.sent - low.sent) if high.sent != low.sent else math.nan
 
 
 def main(argv: list[str] | None = None) -> int:

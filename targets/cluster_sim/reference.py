@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from moeperf.targets.cluster_sim.activations import PolicyName, reference_layout
+from moeperf.targets.cluster_sim.adaptive import ADAPTIVE_MARGIN, adaptive_plan
 from moeperf.targets.cluster_sim.config import SimModel
 from moeperf.targets.cluster_sim.flops import (
     attention_macs_per_token,
@@ -39,7 +40,6 @@ from moeperf.targets.cluster_sim.flops import (
     training_flops_per_token,
 )
 from moeperf.targets.cluster_sim.pipeline import peak_saved_bytes, stage_orders
-from moeperf.targets.cluster_sim.simulate import ADAPTIVE_MARGIN, adaptive_plan
 from moeperf.targets.training.flops import FLOPS_PER_MAC
 from moeperf.targets.training.setup import TrainerConfig
 from moeperf.targets.training.skew import RoutingShape, SkewProfile

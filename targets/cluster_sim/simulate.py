@@ -23,10 +23,10 @@ Megatron's interleaved 1F1B; ``uneven_layers`` gives the first chunks one layer 
 Policies: keep-all, full-recompute, selective (experts recomputed), adaptive (after the
 router: keep while the stage's predicted peak fits under ``memory x (1 - margin)``, else the
 cheaper of recomputing or offloading the fewest expert slots that fit, room reserved for
-the forwards still to come before the next backward), adaptive-dual (adaptive, its extra
-work then moved into the stage's bubbles and under its transfers: dual_batch.py). Skews:
-the reference trainer's none / calm / spiky drawn per micro-batch and layer, or replayed
-from its tokens-per-expert files. An OOM is any stage of any expert group over its
+the forwards still to come before the next backward: adaptive.py), adaptive-dual (adaptive,
+its extra work then moved into the stage's bubbles and under its transfers: dual_batch.py).
+Skews: the reference trainer's none / calm / spiky drawn per micro-batch and layer, or
+replayed from its tokens-per-expert files. An OOM is any stage of any expert group over its
 memory. All figures are simulated and say so where shown.
 """
 
@@ -39,6 +39,7 @@ import numpy as np
 
 from moeperf.targets.cluster_sim import routing
 from moeperf.targets.cluster_sim.activations import ActivationLayout, PolicyName, megatron_layout
+from moeperf.targets.cluster_sim.adaptive import ADAPTIVE_MARGIN, adaptive_plan
 from moeperf.targets.cluster_sim.config import ClusterSimConfigError, SimConfig
 from moeperf.targets.cluster_sim.dual_batch import DualBatchPlan, plan_dual_batch
 from moeperf.targets.cluster_sim.flops import (
@@ -48,21 +49,14 @@ from moeperf.targets.cluster_sim.flops import (
     routed_expert_macs_per_slot,
     training_flops_per_token,
 )
-from moeperf.targets.cluster_sim.pipeline import (
-    IterationTimeline,
-    interleaved_orders,
-    peak_saved_bytes,
-    simulate_1f1b,
-    simulate_interleaved,
-    stage_orders,
-)
+from moeperf.targets.cluster_sim.pipeline import IterationTimeline, peak_saved_bytes
+from moeperf.targets.cluster_sim.ranks import by_rank, rank_orders, rank_timeline
 
 SimPolicy = Literal["keep-all", "full-recompute", "selective", "adaptive", "adaptive-dual"]
 SIM_POLICIES: tuple[SimPolicy, ...] = (
     "keep-all", "full-recompute", "selective", "adaptive", "adaptive-dual",
 )  # fmt: skip
 OPTIMIZER_BYTES_PER_PARAM_STEP = 16  # Adam: read/write fp32 master, 2 moments, bf16 copy
-ADAPTIVE_MARGIN = 0.03  # the reference trainer's AdaptivePolicy.margin
 
 
 @dataclass(frozen=True)
@@ -185,7 +179,7 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
     layout = layout or megatron_layout(m, par.tensor)
     # Per model chunk ("stage" below: p x v of them, chunk g on rank g mod p) until the
     # policies have their bytes and times, then per pipeline rank, its v chunks' micro-
-    # batches side by side (``_by_rank``): the ranks are what run and hold memory.
+    # batches side by side (``by_rank``): the ranks are what run and hold memory.
     p, v, mb = cfg.stages, par.virtual_stages, cfg.microbatches
     ranks = par.pipeline
     stages = _stages(cfg)
@@ -237,7 +231,7 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
     static = np.array([st.static_bytes for st in stages]).reshape(v, ranks).sum(axis=0)
     layer_hot_max = hot_slots.max(-1)
     working = 2 * layer_hot_max * (m.hidden_size + 3 * m.expert_hidden_size) * e  # [I,G,p,m]
-    working_peak = _by_rank(working, ranks, v).max(-1)  # [I,G,ranks]
+    working_peak = by_rank(working, ranks, v).max(-1)  # [I,G,ranks]
     orders = rank_orders(ranks, v, mb)
     # The adaptive policy starts from keep-all and drops what does not fit (below).
     adaptive = job.policy in ("adaptive", "adaptive-dual")
@@ -256,9 +250,9 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
         extra = expert_fwd.copy()
     # Seconds of each op the stage's compute waits on the network, in every group: what
     # dual-batch interleaving can run another micro-batch's recompute under.
-    comm = _by_rank(a2a + layers_tp[:, None], ranks, v).min(axis=1)  # [I,ranks,v m]
+    comm = by_rank(a2a + layers_tp[:, None], ranks, v).min(axis=1)  # [I,ranks,v m]
     forward, backward, saved, extra = (
-        _by_rank(a, ranks, v) for a in (forward, backward, saved, extra)
+        by_rank(a, ranks, v) for a in (forward, backward, saved, extra)
     )
     kept = saved  # the base policy's bytes (adaptive: keep-all's, restored where it drops)
     if adaptive:
@@ -267,9 +261,9 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
                                                  head=st.head) for st in stages])  # fmt: skip
         each = np.ones((p, mb))
         saved, extra = adaptive_plan(
-            saved, _by_rank(slots_sum, ranks, v), limit, orders, layout, expert_fwd_per_slot,
-            cl.host_link_bytes_per_s, _by_rank(full[:, None] * each, ranks, v),
-            _by_rank(fixed_fwd[:, None] * each, ranks, v), reserve=True,
+            saved, by_rank(slots_sum, ranks, v), limit, orders, layout, expert_fwd_per_slot,
+            cl.host_link_bytes_per_s, by_rank(full[:, None] * each, ranks, v),
+            by_rank(fixed_fwd[:, None] * each, ranks, v), reserve=True,
         )  # fmt: skip
     plain_backward = backward
     backward = backward + extra
@@ -355,107 +349,3 @@ def _replay_counts(job: JobSpec, experts: int) -> np.ndarray:
             f"[micro-batches, layers, {experts} experts]"
         )
     return counts
-
-
-def _by_rank(a: np.ndarray, ranks: int, chunks: int) -> np.ndarray:
-    """``[..., p x v, m]`` per model chunk to ``[..., p, v x m]`` per pipeline rank: chunk
-    ``c p + r`` is rank r's c-th, its micro-batch j at ``c m + j`` (identity for v = 1)."""
-    if chunks == 1:
-        return a
-    *lead, _, m = a.shape
-    split = a.reshape(*lead, chunks, ranks, m)
-    return np.swapaxes(split, -3, -2).reshape(*lead, ranks, chunks * m)
-
-
-def rank_orders(ranks: int, chunks: int, microbatches: int) -> list[list[tuple[bool, int]]]:
-    """Per pipeline rank, ``(is_forward, c m + j)`` in its schedule's order: 1F1B, or
-    Megatron's interleaved 1F1B over ``chunks`` model chunks per rank."""
-    if chunks == 1:
-        return stage_orders(ranks, microbatches)
-    return [
-        [(f, c * microbatches + j) for f, c, j in order]
-        for order in interleaved_orders(ranks, chunks, microbatches)
-    ]
-
-
-def rank_timeline(
-    forward_s: np.ndarray,
-    backward_s: np.ndarray,
-    hop_s: float,
-    orders: list[list[tuple[bool, int]]],
-    chunks: int,
-    fill_s: np.ndarray | None = None,
-) -> IterationTimeline:
-    """One iteration from per-rank times ``[p, v m]``, its end times in the same shape."""
-    if chunks == 1:
-        return simulate_1f1b(forward_s, backward_s, hop_s, orders, fill_s=fill_s)
-    p, q = forward_s.shape
-    shape = (p, chunks, q // chunks)
-    t = simulate_interleaved(forward_s.reshape(shape), backward_s.reshape(shape), hop_s,
-                             fill_s=fill_s)  # fmt: skip
-    return IterationTimeline(t.makespan_s, t.busy_s, t.forward_end_s.reshape(p, q),
-                             t.backward_end_s.reshape(p, q))  # fmt: skip
-
-
-def adaptive_plan(
-    kept: np.ndarray,
-    slots: np.ndarray,
-    limit: np.ndarray,
-    orders: list[list[tuple[bool, int]]],
-    layout: ActivationLayout,
-    recompute_s_per_slot: float,
-    host_bytes_per_s: float,
-    full_bytes: np.ndarray,
-    full_s: np.ndarray,
-    reserve: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per micro-batch, after its router: keep all if the stage's alive bytes plus this
-    micro-batch's fit under ``limit``; else drop the fewest expert slots that make it fit,
-    each by the cheaper of recompute (its forward again) or offload (out and back over the
-    host link); if dropping every slot is not enough, recompute its whole layers
-    (``full_bytes`` kept per stage, ``full_s`` more forward). Vectorized over iterations and
-    groups; sequential in each stage's order.
-
-    ``reserve``: the limit a forward plans against is lowered by what the stage's forwards
-    still to come before its next backward need at least (each ``full_bytes``), so a
-    warm-up's early micro-batches cannot take the room of its last ones (without it a
-    greedy plan can OOM where full recompute fits). The reference trainer decides without
-    it, so its emulation (reference.py) leaves it off."""
-    saved = kept.copy()
-    extra = np.zeros_like(kept)
-    # Per stage, or per stage and micro-batch (a rank's chunks side by side).
-    full_bytes = np.broadcast_to(np.reshape(full_bytes, (len(orders), -1)), kept.shape[2:])
-    full_s = np.broadcast_to(np.reshape(full_s, (len(orders), -1)), kept.shape[2:])
-    per_slot = layout.expert_per_slot - layout.expert_kept_per_slot
-    offload_s = 2 * layout.expert_per_slot / host_bytes_per_s
-    cost_per_slot = min(recompute_s_per_slot, offload_s)
-    for s, order in enumerate(orders):
-        alive = np.zeros(kept.shape[:2])
-        for k, (is_forward, j) in enumerate(order):
-            if not is_forward:
-                alive -= saved[:, :, s, j]
-                continue
-            ahead = _forwards_before_next_backward(order, k) if reserve else []
-            room = limit[:, :, s] - full_bytes[s, ahead].sum()
-            excess = np.maximum(alive + kept[:, :, s, j] - room, 0.0)
-            dropped = np.minimum(np.ceil(excess / per_slot), slots[:, :, s, j])
-            saved[:, :, s, j] = kept[:, :, s, j] - dropped * per_slot
-            extra[:, :, s, j] = dropped * cost_per_slot
-            whole = alive + saved[:, :, s, j] > room
-            saved[:, :, s, j] = np.where(whole, np.minimum(full_bytes[s, j], saved[:, :, s, j]),
-                                         saved[:, :, s, j])  # fmt: skip
-            whole_s = full_s[s, j] + slots[:, :, s, j] * recompute_s_per_slot
-            extra[:, :, s, j] = np.where(whole, whole_s, extra[:, :, s, j])
-            alive += saved[:, :, s, j]
-    return saved, extra
-
-
-def _forwards_before_next_backward(order: list[tuple[bool, int]], k: int) -> list[int]:
-    """Micro-batches forwarded after position ``k`` of a stage's order, before its next
-    backward."""
-    ahead = []
-    for is_forward, j in order[k + 1 :]:
-        if not is_forward:
-            break
-        ahead.append(j)
-    return ahead

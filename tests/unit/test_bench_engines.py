@@ -1,4 +1,4 @@
-"""The engines benchmark's own parts (benchmarks/engines.py): the spec it runs, the
+"""The engines benchmark's own parts (benchmarks/engines*.py): the spec it runs, the
 order of the engines, what it reads from a summary, the error budget and the table."""
 
 from __future__ import annotations
@@ -6,21 +6,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from engines import (
-    NO_SAMPLES,
-    ErrorBudget,
-    LevelResult,
-    Quantiles,
-    budget_misses,
-    engine_order,
-    engines_spec,
-    highest_within,
-    level_result,
-    main,
-    markdown_table,
-    results_table,
-    within_line,
-)
+from engines import engine_order, engines_spec, main
+from engines_budget import ErrorBudget, budget_misses, highest_within, within_line
+from engines_results import NO_SAMPLES, LevelResult, Quantiles, level_result
+from engines_tables import markdown_table, results_table
 from rich.console import Console
 
 from moeperf.collectors.quantiles import describe

@@ -1,4 +1,4 @@
-"""The harness stress benchmark's own parts (benchmarks/harness_stress.py): which
+"""The harness stress benchmark's own parts (benchmarks/harness_stress*.py): which
 processes count as load workers, the peaks, the target's counters, the exactness checks."""
 
 from __future__ import annotations
@@ -8,18 +8,15 @@ import math
 import multiprocessing as mp
 import time
 
-from harness_stress import (
+from harness_stress import stress_spec
+from harness_stress_memory import MemoryPeaks, RssSampler, classify_process
+from harness_stress_results import (
     CaseResult,
-    MemoryPeaks,
-    RssSampler,
-    TargetCounts,
-    classify_process,
     marginal_bytes_per_request,
     per_thousand_mib,
     results_table,
-    stress_spec,
-    target_counts,
 )
+from harness_stress_target import TargetCounts, target_counts
 from prometheus_client import CollectorRegistry, generate_latest
 from rich.console import Console
 

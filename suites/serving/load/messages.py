@@ -1,5 +1,6 @@
 """What an asyncio load worker process tells the parent, one record per kind of message
-(suites/serving/load/worker.py sends them, suites/serving/load/pool.py reads them)."""
+(suites/serving/load/worker.py and level.py send them, suites/serving/load/pool.py reads
+them)."""
 
 from __future__ import annotations
 
