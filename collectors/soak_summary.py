@@ -25,7 +25,7 @@ from moeperf.collectors.soak_records import (
 from moeperf.collectors.soak_slope import fit_slope
 from moeperf.collectors.soak_target_series import TargetSeries
 from moeperf.collectors.soak_verdicts import drift_verdict, expert_verdict, kv_verdict, leak_verdict
-from moeperf.collectors.sources import target_metrics as tm
+from moeperf.collectors.sources import target_dialects as td
 from moeperf.collectors.tables import flatten_list_column, list_column_lengths
 
 NS_PER_S = 1_000_000_000
@@ -156,7 +156,7 @@ def _window(
         rss_bytes=rss[0],
         rss_samples=rss[1],
         kv_usage_ratio=target.gauge_mean(mn.TARGET_KV_USAGE.name, lo, hi),
-        preemptions=target.increase(tm.TARGET_PREEMPTIONS.name, lo, hi),
+        preemptions=target.increase(td.TARGET_PREEMPTIONS.name, lo, hi),
         expert_tokens=target.increase(mn.TARGET_EXPERT_TOKENS.name, lo, hi),
     )
 
@@ -177,7 +177,7 @@ def _rss(
             inside = [m.rss_bytes for m in memory if lo <= m.t_ns < hi]
             out.append((float(np.mean(inside)) if inside else None, len(inside)))
             continue
-        values = target.gauge_values(tm.TARGET_PROCESS_RSS.name, lo, hi)
+        values = target.gauge_values(td.TARGET_PROCESS_RSS.name, lo, hi)
         out.append((float(np.mean(values)) if values else None, len(values)))
     if source == "none" and any(n for _, n in out):
         source = "target metric"

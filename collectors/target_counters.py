@@ -2,9 +2,10 @@
 
 The run's scraper (``suites.serving.observe.scraper``) writes every scrape of the target's
 /metrics to ``server_metrics.jsonl``, read through the dialect adapters of
-``collectors.sources.target_metrics``: canonical series, counters with ``window_value`` (their
-increase since the window, the load level, began). ``level_target_counters`` turns one
-run's scrapes into one ``TargetCounters`` per level:
+``collectors.sources.target_metrics`` and windowed by ``collectors.sources.counter_window``:
+canonical series, counters with ``window_value`` (their increase since the window, the load
+level, began). ``level_target_counters`` turns one run's scrapes into one ``TargetCounters``
+per level:
 
 - counters (drafts, accepted tokens, preemptions, prefix-cache hits) are the increase over
   the level: the ``window_value`` of the level's last scrape, taken when the next level
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from moeperf.collectors.export import metric_names as mn
-from moeperf.collectors.sources import target_metrics as tm
+from moeperf.collectors.sources import target_dialects as td
 
 NOT_AVAILABLE = "not available from this target"
 
@@ -136,12 +137,12 @@ def _level(records: Sequence[Mapping[str, Any]]) -> TargetCounters:
     def mean(values: list[float]) -> float | None:
         return sum(values) / len(values) if values else None
 
-    drafts, draft_tokens = count(tm.TARGET_DRAFTS), count(mn.TARGET_DRAFT_TOKENS)
+    drafts, draft_tokens = count(td.TARGET_DRAFTS), count(mn.TARGET_DRAFT_TOKENS)
     accepted = count(mn.TARGET_ACCEPTED_TOKENS)
     per_position = sorted(
         (int(dict(labels)["position"]), float(s["window_value"]))
         for (name, labels), s in closing.items()
-        if name == tm.TARGET_ACCEPTED_PER_POSITION.name
+        if name == td.TARGET_ACCEPTED_PER_POSITION.name
         and dict(labels).get("position", "x").isdigit()
     )
     by_position = None
@@ -150,10 +151,10 @@ def _level(records: Sequence[Mapping[str, Any]]) -> TargetCounters:
     tokens_per_step = 1 + accepted / drafts if drafts and accepted is not None else None
     if tokens_per_step is None:
         tokens_per_step = mean(gauge(mn.TARGET_ACCEPT_LENGTH))
-    steps, generated = count(tm.TARGET_ENGINE_STEPS), count(mn.TARGET_GENERATION_TOKENS)
+    steps, generated = count(td.TARGET_ENGINE_STEPS), count(mn.TARGET_GENERATION_TOKENS)
     kv = gauge(mn.TARGET_KV_USAGE)
-    kv_bytes, state_bytes = gauge(tm.TARGET_KV_BYTES), gauge(tm.TARGET_LINEAR_STATE_BYTES)
-    kv_blocks = gauge(tm.TARGET_KV_BLOCKS)
+    kv_bytes, state_bytes = gauge(td.TARGET_KV_BYTES), gauge(td.TARGET_LINEAR_STATE_BYTES)
+    kv_blocks = gauge(td.TARGET_KV_BLOCKS)
     blocks_total = kv_blocks[-1] if kv_blocks else None
     running, waiting = gauge(mn.TARGET_RUNNING), gauge(mn.TARGET_WAITING)
     queries, hits = count(mn.TARGET_PREFIX_QUERIES), count(mn.TARGET_PREFIX_HITS)
@@ -180,7 +181,7 @@ def _level(records: Sequence[Mapping[str, Any]]) -> TargetCounters:
         linear_state_bytes_used_max=max(state_bytes) if state_bytes else None,
         running_max=max(running) if running else None,
         waiting_max=max(waiting) if waiting else None,
-        preemptions=count(tm.TARGET_PREEMPTIONS),
+        preemptions=count(td.TARGET_PREEMPTIONS),
         prefix_cache_queries=queries,
         prefix_cache_hits=hits,
         prefix_cache_hit_ratio=hit_ratio,

@@ -25,11 +25,9 @@ import torch
 
 from moeperf.collectors.accuracy_records import AccuracySummary, Figure, write_prompt_table
 from moeperf.collectors.export import metric_names as mn
-from moeperf.collectors.sources.target_metrics import (
-    TARGET_PREEMPTIONS,
-    combine_copies,
-    read_exposition,
-)
+from moeperf.collectors.sources.counter_window import combine_copies
+from moeperf.collectors.sources.target_dialects import TARGET_PREEMPTIONS
+from moeperf.collectors.sources.target_metrics import read_exposition
 from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
 from moeperf.suites.accuracy.judge import Measured, summarize
 from moeperf.suites.accuracy.prompts import PromptSet, load_prompt_set

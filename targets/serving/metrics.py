@@ -6,7 +6,7 @@ per step. Latencies and request outcomes are seen only by the HTTP server, which
 them as it streams.
 
 The names are a contract: the harness's scraper reads the ``reference_`` dialect
-(``collectors.sources.target_metrics.REFERENCE_CONTRACT``). Counters are exposed with ``_total``;
+(``collectors.sources.target_dialects.REFERENCE_CONTRACT``). Counters are exposed with ``_total``;
 units are in the names; labels are bounded (layer and expert indices, draft positions,
 three statuses).
 """

@@ -1,7 +1,7 @@
 """The reference target's published OpenAPI document (``GET /openapi.json``).
 
 The handlers read their bodies raw and validate them with the request models of
-``openai_request.py`` (strict, with OpenAI-shaped errors), so FastAPI alone would publish
+``openai_bodies.py`` (strict, with OpenAI-shaped errors), so FastAPI alone would publish
 no request bodies and only a 200 per route. This fills the document in from the same
 models and from what the server really answers: each body's JSON schema, the success
 content types (JSON, or SSE for a stream; Prometheus text for /metrics; nothing for
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from moeperf.targets.serving.openai_request import (
+from moeperf.targets.serving.openai_bodies import (
     ChatRequest,
     CompletionRequest,
     DetokenizeRequest,

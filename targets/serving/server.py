@@ -36,16 +36,14 @@ from moeperf.targets.serving.auth import ApiKeyMiddleware
 from moeperf.targets.serving.errors import install_error_handlers
 from moeperf.targets.serving.http_limits import Asgi, HttpGuard, HttpLimits
 from moeperf.targets.serving.metrics import ReferenceMetrics
+from moeperf.targets.serving.openai_bodies import DetokenizeRequest, TokenizeRequest, parse_body
 from moeperf.targets.serving.openai_request import (
-    DetokenizeRequest,
     GenerationJob,
     ServedModel,
-    TokenizeRequest,
     chat_job,
     chat_prompt,
     check_model,
     completion_job,
-    parse_body,
 )
 from moeperf.targets.serving.openai_response import ResponseWriter
 from moeperf.targets.serving.openapi import document

@@ -17,7 +17,8 @@ from prometheus_client import CollectorRegistry
 
 from moeperf.targets.ready_line import base_url
 from moeperf.targets.synthetic.config import SyntheticConfig
-from moeperf.targets.synthetic.server import ClockNs, build_app
+from moeperf.targets.synthetic.server import build_app
+from moeperf.targets.synthetic.state import ClockNs
 
 _LINGERING_S = 1.0
 

@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from moeperf.collectors.export import metric_names as mn
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.soak_records import SoakSummary
-from moeperf.collectors.sources import target_metrics as tm
+from moeperf.collectors.sources import target_dialects as td
 from moeperf.collectors.store import RunStore
 from moeperf.specs import load_spec
 
@@ -157,7 +157,7 @@ def test_the_reference_soak_counts_what_the_engine_counted(tmp_path):
     # edges; over the level, what this test read from the engine itself.
     for i, w in enumerate(soak.windows):
         lo, hi = _edges_ns(soak, i)
-        raw = _raw_increase(scrapes, tm.TARGET_PREEMPTIONS.name, lo, hi)
+        raw = _raw_increase(scrapes, td.TARGET_PREEMPTIONS.name, lo, hi)
         assert w.preemptions == sum(raw.values())
     assert soak.preemptions_total is not None and soak.preemptions_total > 0
     # The last reading came after the load (nothing running or waiting) and the first

@@ -24,11 +24,11 @@ from openai.types import Completion, CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 from prometheus_client.parser import text_string_to_metric_families
 
-from moeperf.collectors.sources.target_metrics import (
+from moeperf.collectors.sources.target_dialects import (
     REFERENCE_CONTRACT,
     TARGET_ACCEPTED_PER_POSITION,
-    read_exposition,
 )
+from moeperf.collectors.sources.target_metrics import read_exposition
 from moeperf.targets.ready_line import ReadyChild
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -11,14 +11,8 @@ from moeperf.targets.model.checkpoint import default_model_dir
 from moeperf.targets.model.tokenizer import ChatTokenizer
 from moeperf.targets.openai_wire import ApiError, BadRequest, ModelNotFound
 from moeperf.targets.serving.engine.api import TokenLogprob
-from moeperf.targets.serving.openai_request import (
-    ChatRequest,
-    CompletionRequest,
-    ServedModel,
-    chat_job,
-    completion_job,
-    parse_body,
-)
+from moeperf.targets.serving.openai_bodies import ChatRequest, CompletionRequest, parse_body
+from moeperf.targets.serving.openai_request import ServedModel, chat_job, completion_job
 from moeperf.targets.serving.openai_response import Delta, ResponseWriter, TextAssembler
 
 TEXT = "Café naïve 東京 — ✓ résumé, and plain words."

@@ -7,7 +7,7 @@ import pytest
 
 from moeperf.collectors.export import metric_names as mn
 from moeperf.collectors.soak_target_series import TargetSeries
-from moeperf.collectors.sources import target_metrics as tm
+from moeperf.collectors.sources import target_dialects as td
 from moeperf.specs import load_spec
 from moeperf.suites.errors import SpecError
 from moeperf.suites.serving.spec import ServingSpec
@@ -20,7 +20,7 @@ S = 1_000_000_000
 def _scrape(t_s: float, kv: float, preempted: float, experts: dict[tuple[str, str], float]):
     series = [
         {"name": mn.TARGET_KV_USAGE.name, "labels": {}, "kind": "gauge", "value": kv},
-        {"name": tm.TARGET_PREEMPTIONS.name, "labels": {}, "kind": "counter",
+        {"name": td.TARGET_PREEMPTIONS.name, "labels": {}, "kind": "counter",
          "value": preempted, "run_value": preempted},
     ] + [
         {"name": mn.TARGET_EXPERT_TOKENS.name, "labels": {"layer": layer, "expert": expert},
@@ -41,8 +41,8 @@ def test_gauges_counters_and_expert_shares_over_windows():
     target = TargetSeries(scrapes)
     # Gauges: the scrapes inside [lo, hi); counters: run_value at hi minus at lo.
     assert target.gauge_mean(mn.TARGET_KV_USAGE.name, 0, 10 * S) == pytest.approx(0.15)
-    assert target.increase(tm.TARGET_PREEMPTIONS.name, 0, 10 * S) == 3
-    assert target.increase(tm.TARGET_PREEMPTIONS.name, 10 * S, 20 * S) == 4
+    assert target.increase(td.TARGET_PREEMPTIONS.name, 0, 10 * S) == 3
+    assert target.increase(td.TARGET_PREEMPTIONS.name, 10 * S, 20 * S) == 4
     # First window 50/50, last 180/20: the shares moved by 0.4 (total variation).
     drift = target.expert_drift((0, 10 * S), (10 * S, 20 * S))
     assert drift == pytest.approx((0.4,))

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from moeperf.collectors.sources.target_metrics import CounterWindow, read_exposition
+from moeperf.collectors.sources.counter_window import CounterWindow
+from moeperf.collectors.sources.target_metrics import read_exposition
 from moeperf.collectors.target_counters import TargetCounters, level_target_counters
 from moeperf.targets.serving.engine.api import EngineCounters, EngineStats
 from moeperf.targets.serving.metrics import ReferenceMetrics

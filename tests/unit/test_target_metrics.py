@@ -15,18 +15,19 @@ from moeperf.collectors.export.metric_names import (
     TARGET_PREFIX_HIT_RATIO,
     TARGET_PROMPT_TOKENS,
 )
-from moeperf.collectors.sources.target_metrics import (
+from moeperf.collectors.sources.counter_window import CounterWindow, combine_copies
+from moeperf.collectors.sources.target_dialects import (
     REFERENCE_CONTRACT,
     TARGET_ACCEPTED_PER_POSITION,
     TARGET_DRAFTS,
     TARGET_ENGINE_STEPS,
     TARGET_PREEMPTIONS,
     TARGET_PROCESS_RSS,
-    CounterWindow,
+)
+from moeperf.collectors.sources.target_metrics import (
     ExpositionError,
     TargetSample,
     canonical_samples,
-    combine_copies,
     detect_dialect,
     parse_exposition,
     read_exposition,

@@ -27,11 +27,8 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from moeperf.collectors.sources.target_metrics import (
-    CounterWindow,
-    ExpositionError,
-    read_exposition,
-)
+from moeperf.collectors.sources.counter_window import CounterWindow
+from moeperf.collectors.sources.target_metrics import ExpositionError, read_exposition
 from moeperf.suites.serving.load.auth import NO_HEADERS, RequestHeaders
 
 OnSample = Callable[[dict[str, Any]], None]

@@ -1,12 +1,13 @@
 """The engine: requests in, one batched forward per step, tokens out.
 
 ``step()`` asks the scheduler for this step's requests and tokens, runs the main model
-once over all of them packed together (paged attention), keeps the prompt logprobs of
-requests that asked for them (prompt_logprobs.py), samples where a request reached
-its last known token, verifies MTP drafts (greedy: the longest prefix agreeing with the
-main model's argmax; sampled: rejection sampling; either way plus one token of the main
-model's own, engine/sampler.py), commits tokens with stop checks, lets the MTP module
-propose the next drafts, offers newly full blocks to the prefix cache and reports outputs.
+once over all of them packed together (paged attention, forward_pass.py), keeps the
+prompt logprobs of requests that asked for them (prompt_logprobs.py), samples where a
+request reached its last known token, verifies MTP drafts (greedy: the longest prefix
+agreeing with the main model's argmax; sampled: rejection sampling; either way plus one
+token of the main model's own, engine/sampler.py), commits tokens with stop checks
+(commit.py), lets the MTP module propose the next drafts, offers newly full blocks to
+the prefix cache and reports outputs.
 
 Thread-safe entry points (``add_request``, ``abort_request``, ``stats``,
 ``request_prefix_cache_reset``) may be called from any thread; ``step`` from one thread
@@ -24,11 +25,10 @@ from concurrent.futures import Future
 from copy import deepcopy
 
 import torch
-from torch import Tensor
 
 from moeperf.targets.model.hybrid import HybridMoETransformer
 from moeperf.targets.model.model import MoETransformer
-from moeperf.targets.serving.engine import prompt_logprobs, sampler
+from moeperf.targets.serving.engine import prompt_logprobs
 from moeperf.targets.serving.engine.api import (
     EngineConfig,
     EngineCounters,
@@ -40,10 +40,11 @@ from moeperf.targets.serving.engine.api import (
     TokenLogprob,
 )
 from moeperf.targets.serving.engine.block_pool import BlockPool, block_hash
+from moeperf.targets.serving.engine.commit import sample_and_commit
+from moeperf.targets.serving.engine.forward_pass import forward_main
 from moeperf.targets.serving.engine.kv_cache import KVCache
-from moeperf.targets.serving.engine.linear_state import LinearSegment, LinearStateCache, PagedLinear
+from moeperf.targets.serving.engine.linear_state import LinearStateCache
 from moeperf.targets.serving.engine.mtp_drafter import MTPDrafter
-from moeperf.targets.serving.engine.paged_attention import PagedAttention, Segment
 from moeperf.targets.serving.engine.scheduler import ScheduledSeq, Scheduler
 from moeperf.targets.serving.engine.sequence import Sequence
 from moeperf.targets.serving.engine.validation import validate_request
@@ -236,9 +237,19 @@ class Engine:
         )
 
     def _run(self, batch: list[ScheduledSeq], emitted: list) -> None:
-        hidden = self._forward_main(batch)
+        hidden = forward_main(
+            self.model, self.cache, self.linear, batch, self.counters, self._expert_tokens
+        )
         prompt_logprobs.collect(self.model, batch, hidden)
-        new_tokens = self._sample_and_commit(batch, hidden)
+        new_tokens = sample_and_commit(
+            self.model,
+            batch,
+            hidden,
+            linear=self.linear,
+            counters=self.counters,
+            eos_token_ids=self.eos_token_ids,
+            unsafe_accept_all_drafts=self.config.unsafe_accept_all_drafts,
+        )
         still_running = [item.seq for item in batch if item.seq.finish_reason is None]
         if self.drafter is not None and still_running:
             wants = [s.is_decoding for s in still_running]
@@ -252,121 +263,6 @@ class Engine:
             if seq.finish_reason:
                 self._retire(seq)
         self.counters.steps += 1
-
-    def _forward_main(self, batch: list[ScheduledSeq]) -> Tensor:
-        tokens: list[int] = []
-        positions: list[int] = []
-        write: list[Tensor] = []
-        segments: list[Segment] = []
-        row = 0
-        for item in batch:
-            ids = item.token_ids
-            context = self.cache.slots(item.seq.block_ids(), 0, item.start + len(ids))
-            segments.append(Segment(row, len(ids), item.start, context))
-            write.append(context[item.start :])
-            tokens.extend(ids)
-            positions.extend(range(item.start, item.start + len(ids)))
-            row += len(ids)
-            if item.seq.is_decoding:
-                self.counters.decode_tokens += len(ids)
-            else:
-                self.counters.prefill_tokens += len(ids)
-        write_slots = torch.cat(write)
-        attend = PagedAttention(self.cache, write_slots, segments)
-        token_ids, token_positions = torch.tensor(tokens), torch.tensor(positions)
-        if isinstance(self.model, HybridMoETransformer):
-            assert self.linear is not None
-            linear_segments = [
-                LinearSegment(seg.token_start, seg.num_queries, item.seq, bool(item.drafts))
-                for seg, item in zip(segments, batch, strict=True)
-            ]
-            hidden, routings = self.model.forward_flat(
-                token_ids, token_positions, attend, PagedLinear(self.linear, linear_segments)
-            )
-        else:
-            hidden, routings = self.model.forward_flat(token_ids, token_positions, attend)
-        if self.cache.hidden is not None:
-            self.cache.hidden[write_slots] = hidden
-        self._expert_tokens += torch.stack([r.tokens_per_expert for r in routings])
-        return hidden
-
-    def _sample_and_commit(
-        self, batch: list[ScheduledSeq], hidden: Tensor
-    ) -> dict[Sequence, tuple[list[int], list[TokenLogprob] | None]]:
-        # Rows whose logits are needed: a sampling request's last fed token and its drafts.
-        rows: list[int] = []
-        spans: list[tuple[ScheduledSeq, int, int]] = []  # (item, first row, rows)
-        row = 0
-        for item in batch:
-            n = item.num_new + len(item.drafts)
-            if item.samples:
-                first = row + item.num_new - 1
-                spans.append((item, len(rows), len(item.drafts) + 1))
-                rows.extend(range(first, first + len(item.drafts) + 1))
-            row += n
-        if not rows:
-            for item in batch:
-                item.seq.num_computed += item.num_new
-            return {}
-        logits = self.model.logits(hidden[torch.tensor(rows)]).float()
-        committed: dict[Sequence, tuple[list[int], list[TokenLogprob] | None]] = {}
-        sampled = {id(item) for item, _, _ in spans}
-        for item in batch:
-            if id(item) not in sampled:
-                item.seq.num_computed += item.num_new
-        for item, offset, count in spans:
-            seq = item.seq
-            item_logits = logits[offset : offset + count]
-            drafts = sampler.Drafts(item.drafts, self._draft_probs(seq, len(item.drafts)))
-            tokens, accepted = sampler.verify(
-                item_logits, drafts, seq.params, seq.generator, self.config.unsafe_accept_all_drafts
-            )
-            self._count_speculation(item.drafts, accepted)
-            seq.num_computed = item.start + item.num_new + accepted
-            if self.linear is not None:  # keep the linear state of the accepted tokens only
-                self.linear.commit(seq, item.num_new + accepted)
-            tokens = self._append_with_stops(seq, tokens)
-            top_n = seq.params.logprobs
-            lps = (
-                sampler.logprobs(item_logits[: len(tokens)], tokens, top_n)
-                if top_n is not None
-                else None
-            )
-            committed[seq] = (tokens, lps)
-        return committed
-
-    @staticmethod
-    def _draft_probs(seq: Sequence, count: int) -> Tensor | None:
-        """The distributions a sampled request's first ``count`` drafts were drawn from."""
-        if not count or seq.params.temperature == 0.0:
-            return None
-        return torch.stack(seq.draft_probs[:count])
-
-    def _count_speculation(self, drafts: list[int], accepted: int) -> None:
-        if not drafts:
-            return
-        c = self.counters
-        c.spec_decode_drafts += 1
-        c.spec_decode_draft_tokens += len(drafts)
-        c.spec_decode_accepted_tokens += accepted
-        for position in range(accepted):
-            c.spec_decode_accepted_per_position[position] += 1
-
-    def _append_with_stops(self, seq: Sequence, tokens: list[int]) -> list[int]:
-        params, kept = seq.params, []
-        for token in tokens:
-            seq.token_ids.append(token)
-            kept.append(token)
-            self.counters.generation_tokens += 1
-            if (
-                not params.ignore_eos and token in self.eos_token_ids
-            ) or token in params.stop_token_ids:
-                seq.finish_reason = "stop"
-            elif seq.num_output >= params.max_tokens:
-                seq.finish_reason = "length"
-            if seq.finish_reason:
-                break
-        return kept
 
     def _register_full_blocks(self, seq: Sequence) -> None:
         if not self.pool.enable_prefix_caching:
