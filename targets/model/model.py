@@ -13,12 +13,16 @@ and predicts token i+2, sharing the embedding and the output head with the main 
 Tokens travel flat, as ``[N, C]`` (N tokens of any number of sequences): a training batch
 ``[B, T]`` is flattened, and the serving engine packs many requests into one N. Attention is
 the only place where sequences matter, so it is passed in as a function (``AttentionFn``):
-dense causal attention here for training, the paged KV cache in the serving engine.
+dense causal attention for training (``causal_attention``), the paged KV cache in the
+serving engine.
+
+Its parts are modules of their own, shared with the hybrid model and the trainer: attention
+and ``AttentionFn`` (``attention``), the router and experts (``moe``), and the operators a
+training policy runs (``op_runner``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -26,42 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from moeperf.targets.model.attention import Attention, AttentionFn, causal_attention, rotary_cos_sin
 from moeperf.targets.model.config import MoEConfig
-
-# (layer slot, q [N, H, D], k [N, Hkv, D], v [N, Hkv, D]) -> [N, H, D]. Slots 0..L-1 are
-# the main layers, L + d the MTP module d: a KV cache keeps one entry per slot.
-AttentionFn = Callable[[int, Tensor, Tensor, Tensor], Tensor]
-
-# An operator whose saved activations a training policy may keep, recompute or offload:
-# ("layer", l, -1) a whole transformer layer, ("attention", l, -1) its attention half,
-# ("expert", l, e) one expert's SwiGLU over the tokens routed to it.
-Op = tuple[str, int, int]
-
-
-class OpRunner(Protocol):
-    """Runs the model's operators; activation-memory policies (the trainer's) implement it.
-
-    ``after_routing`` is called once a layer's router has chosen, before its experts run:
-    the point where a policy knows this micro-batch's expert loads. A recomputed operator's
-    forward runs again in backward, calls included.
-    """
-
-    def after_routing(self, layer: int, tokens_per_expert: Tensor) -> None: ...
-
-    def run(self, op: Op, fn: Callable[..., Any], *args: Any) -> Any: ...
-
-
-class DirectRunner:
-    """Run every operator as is: autograd keeps what it saves (inference, plain training)."""
-
-    def after_routing(self, layer: int, tokens_per_expert: Tensor) -> None:
-        pass
-
-    def run(self, op: Op, fn: Callable[..., Any], *args: Any) -> Any:
-        return fn(*args)
-
-
-DIRECT = DirectRunner()
+from moeperf.targets.model.moe import MoE, Routing
+from moeperf.targets.model.op_runner import DIRECT, OpRunner
 
 
 class RMSNorm(nn.Module):
@@ -75,146 +47,6 @@ class RMSNorm(nn.Module):
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
-
-
-def rotary_cos_sin(positions: Tensor, head_dim: int, theta: float) -> tuple[Tensor, Tensor]:
-    """cos and sin ``[N, D]`` for each token's position (the "rotate half" layout)."""
-    inv_freq = 1.0 / theta ** (
-        torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim
-    )
-    angles = positions.float()[:, None] * inv_freq[None, :]  # [N, D/2]
-    angles = torch.cat([angles, angles], dim=-1)  # [N, D]
-    return angles.cos(), angles.sin()
-
-
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate ``x [N, heads, D]``: pairs (i, i + D/2) turn by their position's angle."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return (x * cos[:, None, :] + rotated * sin[:, None, :]).to(x.dtype)
-
-
-class Attention(nn.Module):
-    def __init__(self, cfg: MoEConfig, slot: int):
-        super().__init__()
-        self.slot = slot
-        self.num_heads, self.num_kv_heads, self.head_dim = (
-            cfg.num_heads,
-            cfg.num_kv_heads,
-            cfg.head_dim,
-        )
-        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
-        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
-
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: AttentionFn) -> Tensor:
-        n = x.shape[0]
-        q = self.q_proj(x).view(n, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(n, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        out = attend(self.slot, q, k, v)  # [N, H, D]
-        return self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
-
-
-class Expert(nn.Module):
-    """SwiGLU: w2(silu(w1 x) * w3 x), Mixtral's names."""
-
-    def __init__(self, cfg: MoEConfig):
-        super().__init__()
-        self.w1 = nn.Linear(cfg.hidden_size, cfg.expert_hidden_size, bias=False)
-        self.w2 = nn.Linear(cfg.expert_hidden_size, cfg.hidden_size, bias=False)
-        self.w3 = nn.Linear(cfg.hidden_size, cfg.expert_hidden_size, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
-@dataclass
-class Routing:
-    """One MoE layer's routing of N tokens."""
-
-    tokens_per_expert: Tensor  # [E] int64: token-slots routed to each expert (N * top_k in all)
-    aux_loss: Tensor  # scalar: Switch Transformer load-balancing loss, E * sum(f_e * P_e)
-
-
-@dataclass
-class Dispatch:
-    """How one MoE layer's N tokens go to its experts: the router's top-k, and the N*k
-    (token, expert) pairs sorted by expert (expert 0's first)."""
-
-    probs: Tensor  # [N, E] float32: the router's softmax
-    weights: Tensor  # [N, k] in x's dtype: each token's top-k probabilities, summing to 1
-    order: Tensor  # [N*k]: the pairs (token-major, as weights.flatten()) in expert order
-    token_of_pair: Tensor  # [N*k]: the token of each pair, in expert order
-    tokens_per_expert: Tensor  # [E] int64: pairs routed to each expert
-
-
-class MoE(nn.Module):
-    """Top-k of E experts per token. ``expert`` builds one expert: Mixtral's by default; the
-    hybrid model passes Qwen's SwiGLU, whose weights have other names."""
-
-    def __init__(self, cfg: Any, layer: int, expert: Callable[[], nn.Module] | None = None):
-        super().__init__()
-        self.layer = layer
-        self.top_k = cfg.top_k
-        self.gate = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=False)
-        make = expert or (lambda: Expert(cfg))
-        self.experts = nn.ModuleList(make() for _ in range(cfg.num_experts))
-        # Added to the router logits when set: how a benchmark forces routing skew, as
-        # Megatron's moe_router_force_biased does. A tensor [E], or a function of this
-        # micro-batch's logits returning one. Not a weight; never saved.
-        self.router_bias: Tensor | Callable[[int, Tensor], Tensor] | None = None
-        self.runner: OpRunner = DIRECT
-
-    def forward(self, x: Tensor) -> tuple[Tensor, Routing]:
-        d = self.route(x)
-        self.runner.after_routing(self.layer, d.tokens_per_expert)
-        x_grouped = x[d.token_of_pair]  # [N*k, C], expert 0's tokens first
-        out_grouped = torch.empty_like(x_grouped)
-        start = 0
-        for e, count in enumerate(d.tokens_per_expert.tolist()):
-            if count:
-                group = x_grouped[start : start + count]
-                out_grouped[start : start + count] = self.runner.run(
-                    ("expert", self.layer, e), self.experts[e], group
-                )
-            start += count
-        y = self.combine(x, out_grouped, d)  # [N, C]
-        return y, Routing(d.tokens_per_expert, self.aux_loss(d))
-
-    def route(self, x: Tensor) -> Dispatch:
-        """The router's top-k of ``x [N, C]``, its N*k (token, expert) pairs grouped by expert."""
-        logits = self.gate(x)  # [N, E]
-        if callable(self.router_bias):
-            logits = logits + self.router_bias(self.layer, logits.detach())
-        elif self.router_bias is not None:
-            logits = logits + self.router_bias
-        probs = F.softmax(logits, dim=-1, dtype=torch.float)
-        weights, chosen = probs.topk(self.top_k, dim=-1)  # [N, k]
-        weights = (weights / weights.sum(dim=-1, keepdim=True)).to(x.dtype)
-
-        # Group the N*k (token, expert) pairs by expert so each expert runs one matmul
-        # over all its tokens.
-        flat_expert = chosen.flatten()  # [N*k]
-        order = flat_expert.argsort(stable=True)
-        token_of_pair = order // self.top_k
-        tokens_per_expert = torch.bincount(flat_expert, minlength=len(self.experts))
-        return Dispatch(probs, weights, order, token_of_pair, tokens_per_expert)
-
-    def combine(self, x: Tensor, out_grouped: Tensor, d: Dispatch) -> Tensor:
-        """Each token's output ``[N, C]``: its k experts' outputs (``out_grouped [N*k, C]``,
-        in the order of ``d.order``) weighted and summed."""
-        out_grouped = out_grouped * d.weights.flatten()[d.order, None]
-        return torch.zeros_like(x).index_add_(0, d.token_of_pair, out_grouped)
-
-    def aux_loss(self, d: Dispatch) -> Tensor:
-        """Switch Transformer's load-balancing loss: E * sum(f_e * P_e), f_e the fraction of
-        the N*k token-slots routed to expert e, P_e its mean router probability."""
-        n, num_experts = d.probs.shape[0], len(self.experts)
-        fraction_routed = d.tokens_per_expert.float() / max(n * self.top_k, 1)
-        return num_experts * (fraction_routed * d.probs.mean(dim=0)).sum()
 
 
 class Block(nn.Module):
@@ -265,21 +97,6 @@ class ModelOutput:
     aux_loss: Tensor  # mean load-balancing loss over the main layers
     loss: Tensor | None = None  # next-token cross-entropy when targets are given
     mtp_loss: Tensor | None = None  # MTP module 0's cross-entropy (predicting t+2 from h_t)
-
-
-def causal_attention(batch: int, seq_len: int) -> AttentionFn:
-    """Dense causal attention over a ``[batch, seq_len]`` batch laid out flat."""
-
-    def attend(slot: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        def heads_first(t: Tensor) -> Tensor:  # [B*T, h, D] -> [B, h, T, D]
-            return t.view(batch, seq_len, t.shape[1], t.shape[2]).transpose(1, 2)
-
-        out = F.scaled_dot_product_attention(
-            heads_first(q), heads_first(k), heads_first(v), is_causal=True, enable_gqa=True
-        )
-        return out.transpose(1, 2).reshape(batch * seq_len, q.shape[1], q.shape[2])
-
-    return attend
 
 
 class Decoder(nn.Module):

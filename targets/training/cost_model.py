@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from moeperf.targets.model.model import DIRECT, MoETransformer, Op
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.model.op_runner import DIRECT, Op
 from moeperf.targets.training.policies import CostModel, MemoryBudget, OpCost
 
 _OFFLOAD_PROBE_BYTES = 32 * 2**20

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from moeperf.targets.model.model import Op
+from moeperf.targets.model.op_runner import Op
 
 
 def _not_accounted(tensor: Tensor) -> Tensor:

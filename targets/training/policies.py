@@ -1,6 +1,6 @@
 """Activation-memory policies: what each operator keeps for backward.
 
-Each policy is an ``OpRunner`` (targets.model.model): the model hands it every operator
+Each policy is an ``OpRunner`` (targets.model.op_runner): the model hands it every operator
 ("layer", "attention", "expert") to run.
 
 - keep-all (aggressive): autograd keeps everything; fastest while it fits.
@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from moeperf.targets.model.model import Op
+from moeperf.targets.model.op_runner import Op
 
 Action = Literal["keep", "recompute", "offload"]
 POLICY_NAMES = ("keep-all", "full-recompute", "selective", "adaptive")

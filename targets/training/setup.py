@@ -14,7 +14,9 @@ from moeperf.targets.model.config import MoEConfig
 from moeperf.targets.model.corpus import load_corpus
 from moeperf.targets.model.model import MoETransformer
 from moeperf.targets.model.tokenizer import ChatTokenizer
-from moeperf.targets.model.train import TrainRecipe, lr_at, split_documents, token_stream
+from moeperf.targets.model.train_data import split_documents, token_stream
+from moeperf.targets.model.train_optim import lr_at
+from moeperf.targets.model.train_recipe import TrainRecipe
 from moeperf.targets.training import flops, memory, memory_calibrate, skew, skew_fit
 from moeperf.targets.training.cost_model import calibrate_costs
 from moeperf.targets.training.expert_parallel import HottestExpertRank

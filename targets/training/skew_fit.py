@@ -29,7 +29,8 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
-from moeperf.targets.model.model import MoE, MoETransformer
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.model.moe import MoE
 from moeperf.targets.training.skew import MicrobatchTarget, RoutingShape, SkewProfile
 
 FIT_DAMPING = 0.7  # 0.5 to 0.8 converge in ~10 steps on random logits; 1.0 oscillates

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from moeperf.targets.model.model import MoETransformer
-from moeperf.targets.model.train import make_optimizer
+from moeperf.targets.model.train_optim import make_optimizer
 from moeperf.targets.training.checkpoint import CheckpointStore, TrainState
 from moeperf.targets.training.pipeline import one_f_one_b
 from moeperf.targets.training.setup import TrainerConfig, TrainingConfigError, TrainingSetup

@@ -29,7 +29,8 @@ from moeperf.targets.cluster_sim.pipeline import (
 )
 from moeperf.targets.cluster_sim.simulate import JobSpec, simulate
 from moeperf.targets.model.config import MoEConfig
-from moeperf.targets.model.model import DIRECT, MoETransformer, OpRunner
+from moeperf.targets.model.model import MoETransformer
+from moeperf.targets.model.op_runner import DIRECT, OpRunner
 from moeperf.targets.training import flops
 from moeperf.targets.training.memory import AccountedBudget
 from moeperf.targets.training.policies import FullRecompute, KeepAll, SelectiveRecompute

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from moeperf.targets.model.config import MoEConfig
-from moeperf.targets.model.model import MoE
+from moeperf.targets.model.moe import MoE
 from moeperf.targets.training.distributed.comm import Comm
 from moeperf.targets.training.distributed.ep_moe import ExpertParallelMoE
 

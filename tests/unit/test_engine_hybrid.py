@@ -11,9 +11,10 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor
 
-from moeperf.targets.model.hybrid import GatedDeltaNet, HybridMoETransformer, LinearState
+from moeperf.targets.model.attention import causal_attention
+from moeperf.targets.model.gated_deltanet import GatedDeltaNet, LinearState
+from moeperf.targets.model.hybrid import HybridMoETransformer
 from moeperf.targets.model.hybrid_config import HybridConfig
-from moeperf.targets.model.model import causal_attention
 from moeperf.targets.serving.engine import mtp_drafter
 from moeperf.targets.serving.engine.api import EngineConfig, SamplingParams
 from moeperf.targets.serving.engine.engine import PREFIX_CACHING_OFF_FOR_LINEAR, Engine

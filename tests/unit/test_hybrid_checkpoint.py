@@ -29,18 +29,15 @@ from moeperf.targets.model.config import MoEConfig
 from moeperf.targets.model.hybrid import HybridMoETransformer
 from moeperf.targets.model.hybrid_config import HybridConfig
 from moeperf.targets.model.model import MoETransformer
-from moeperf.targets.model.train import (
+from moeperf.targets.model.train import TrainResult, main, parse_args, train
+from moeperf.targets.model.train_recipe import (
     HYBRID_RECIPE,
     QUICK_HYBRID_CONFIG,
     QUICK_HYBRID_RECIPE,
     QUICK_RECIPE,
     TrainRecipe,
-    TrainResult,
     architecture,
     build_model,
-    main,
-    parse_args,
-    train,
 )
 
 RECIPE = replace(QUICK_HYBRID_RECIPE, steps=20, eval_every=10)

@@ -9,12 +9,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from moeperf.targets.model.hybrid import (
-    HybridMoETransformer,
+from moeperf.targets.model.gated_deltanet import (
     LinearState,
     delta_rule_chunked,
     delta_rule_recurrent,
 )
+from moeperf.targets.model.hybrid import HybridMoETransformer
 from moeperf.targets.model.hybrid_config import HybridConfig
 
 

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from moeperf.targets.model import MoEConfig, MoETransformer
 from moeperf.targets.model.corpus import load_corpus, stdlib_files
-from moeperf.targets.model.model import MoE
+from moeperf.targets.model.moe import MoE
 from moeperf.targets.model.tokenizer import SPECIAL_TOKENS, ChatTokenizer, train_tokenizer
 
 TINY = MoEConfig(

@@ -16,15 +16,10 @@ from moeperf.targets.model.checkpoint import (
     verify_model_dir,
 )
 from moeperf.targets.model.corpus import Corpus
-from moeperf.targets.model.train import (
-    QUICK_RECIPE,
-    TrainRecipe,
-    TrainResult,
-    lr_at,
-    main,
-    split_documents,
-    train,
-)
+from moeperf.targets.model.train import TrainResult, main, train
+from moeperf.targets.model.train_data import split_documents
+from moeperf.targets.model.train_optim import lr_at
+from moeperf.targets.model.train_recipe import QUICK_RECIPE, TrainRecipe
 
 RECIPE = replace(QUICK_RECIPE, steps=30, eval_every=10)
 

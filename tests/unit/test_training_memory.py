@@ -12,7 +12,8 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from moeperf.targets.model import MoEConfig, MoETransformer
-from moeperf.targets.model.model import DIRECT, Op, Routing
+from moeperf.targets.model.moe import Routing
+from moeperf.targets.model.op_runner import DIRECT, Op
 from moeperf.targets.training.memory import (
     OOM_ERRORS,
     AccountedBudget,

@@ -1,6 +1,6 @@
 """Linear-attention state: a fixed-size slot per running sequence, beside the paged KV cache.
 
-A hybrid model's linear layers (Gated DeltaNet, ``targets.model.hybrid``) keep, per
+A hybrid model's linear layers (Gated DeltaNet, ``targets.model.gated_deltanet``) keep, per
 sequence and layer, the last ``kernel - 1`` inputs of their short convolution and a
 ``Hv x dk x dv`` recurrent matrix. Unlike KV, that state does not grow with the context:
 one slot per running request (``max_running_requests`` slots), taken when the request
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from moeperf.targets.model.hybrid import GatedDeltaNet, HybridMoETransformer, LinearState
+from moeperf.targets.model.gated_deltanet import GatedDeltaNet, LinearState
+from moeperf.targets.model.hybrid import HybridMoETransformer
 from moeperf.targets.serving.engine.sequence import Sequence
 
 _BATCHED_MAX_TOKENS = 8  # segments this short (decode, verification) run batched

@@ -31,7 +31,7 @@ class Segment:
 
 
 class PagedAttention:
-    """An ``AttentionFn`` (see targets.model.model) for one forward over packed tokens."""
+    """An ``AttentionFn`` (see targets.model.attention) for one forward over packed tokens."""
 
     def __init__(self, cache: KVCache, write_slots: Tensor, segments: list[Segment]):
         self.cache = cache

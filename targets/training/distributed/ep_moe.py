@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from moeperf.targets.model.model import MoE, Routing
+from moeperf.targets.model.moe import MoE, Routing
 from moeperf.targets.training.distributed.comm import Comm, ExpertTraffic
 
 

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from moeperf.targets.model.config import MoEConfig
-from moeperf.targets.model.train import make_optimizer
+from moeperf.targets.model.train_optim import make_optimizer
 from moeperf.targets.training.checkpoint import TrainState
 from moeperf.targets.training.distributed.comm import Comm, ExpertTraffic
 from moeperf.targets.training.distributed.layout import Layout, local_experts, stage_layers

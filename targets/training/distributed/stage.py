@@ -14,13 +14,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from moeperf.targets.model.model import (
-    MoE,
-    MoETransformer,
-    batch_output,
-    causal_attention,
-    rotary_cos_sin,
-)
+from moeperf.targets.model.attention import causal_attention, rotary_cos_sin
+from moeperf.targets.model.model import MoETransformer, batch_output
+from moeperf.targets.model.moe import MoE
 from moeperf.targets.training.distributed.comm import Comm
 from moeperf.targets.training.distributed.ep_moe import ExpertParallelMoE
 
