@@ -36,6 +36,7 @@ from moeperf.suites.serving.load.pool import WorkerPool
 from moeperf.suites.serving.load.request_settings import request_settings
 from moeperf.suites.serving.load.validity import judged_level
 from moeperf.suites.serving.observe.live import LiveObservers
+from moeperf.suites.serving.run_parts import InterferencePart, MtpAbPart, RunPart
 from moeperf.suites.serving.run_summary import write_summary
 from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.verdict import Verdict, conclude, levels_verdict
@@ -209,10 +210,16 @@ def arm_run(
         if sampler is not None:
             sampler.finish()
         arms = summary()
-        interference = arms if isinstance(arms, InterferenceSummary) else None
-        mtp_ab = arms if isinstance(arms, MtpAbSummary) else None
-        write_summary(run, spec, run.requests_frame(), session.outcomes, None,
-                      interference=interference, mtp_ab=mtp_ab, telemetry=sampler)  # fmt: skip
+        # Interference's figures are per arm and level (its part computes them); MTP A/B's
+        # are each level's.
+        part: RunPart = (
+            InterferencePart(arms, sampler)
+            if isinstance(arms, InterferenceSummary)
+            else MtpAbPart(arms)
+        )
+        level_sampler = None if isinstance(arms, InterferenceSummary) else sampler
+        write_summary(run, spec, run.requests_frame(), session.outcomes, None, [part],
+                      telemetry=level_sampler)  # fmt: skip
 
     try:
         with run, interrupts_end_runs():

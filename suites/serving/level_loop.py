@@ -29,7 +29,6 @@ from moeperf.suites.serving.load.validity import (
 )
 from moeperf.suites.serving.mode_spec import FitSpec
 from moeperf.suites.serving.observe.live import LiveObservers
-from moeperf.suites.serving.run_summary import SweepRun
 from moeperf.suites.serving.schedule import (
     ALL_PROMPTS,
     PROBE_DRAW,
@@ -43,6 +42,7 @@ from moeperf.suites.serving.sweep_fit import fit_scenario, fit_verdict
 from moeperf.suites.serving.workload.cache_reset import CacheResetter
 from moeperf.suites.serving.workload.prompts import PoolKey
 from moeperf.suites.serving.workload.sources import Prompt
+from moeperf.suites.serving.workload.sweep import SweepRun
 from moeperf.suites.serving.workload.trace import Trace
 
 

@@ -4,8 +4,8 @@ and the prefix cache's resets."""
 from __future__ import annotations
 
 from moeperf.suites.serving.level_plan import LevelOutcome
-from moeperf.suites.serving.run_summary import SweepRun
 from moeperf.suites.serving.spec import ServingSpec
+from moeperf.suites.serving.workload.sweep import SweepRun
 from moeperf.suites.serving.workload.trace import Trace
 
 

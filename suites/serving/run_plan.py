@@ -15,7 +15,6 @@ from moeperf.suites.serving.load.auth import (
 from moeperf.suites.serving.preflight import TargetCheck
 from moeperf.suites.serving.probe.adapt import adapt_target
 from moeperf.suites.serving.probe.probe import probe_target
-from moeperf.suites.serving.run_summary import SweepRun
 from moeperf.suites.serving.schedule import (
     PromptPool,
     level_schedule,
@@ -26,6 +25,7 @@ from moeperf.suites.serving.sweep_plan import resolve_plan, sweep_plan
 from moeperf.suites.serving.workload.prompts import build_prompt_pools
 from moeperf.suites.serving.workload.sources import Prompt
 from moeperf.suites.serving.workload.sweep import (
+    SweepRun,
     context_limit,
     sweep_points,
 )

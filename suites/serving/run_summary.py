@@ -1,31 +1,23 @@
 """A serving run's summary written from its stored requests and its levels' outcomes, with
-what its kind adds (capacity, sweep, interference, MTP A/B, drill, soak, telemetry)."""
+what its modes add (their parts: suites/serving/run_parts.py) and the accelerator's
+figures."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 
-from moeperf.collectors.capacity_records import CapacitySummary
-from moeperf.collectors.drill_records import DrillSummary
-from moeperf.collectors.interference_records import InterferenceSummary
-from moeperf.collectors.mtp_ab_records import MtpAbSummary
-from moeperf.collectors.mtp_ab_summary import with_figures
-from moeperf.collectors.request_audit import RequestAudit
-from moeperf.collectors.scenario import ScenarioMode
 from moeperf.collectors.serving_records import (
     ServingSummary,
     Slo,
     empty_scenario,
 )
-from moeperf.collectors.soak_records import SoakSummary
 from moeperf.collectors.store import RunWriter
 from moeperf.collectors.summary import summarize_requests
-from moeperf.collectors.sweep_records import SweepPlan, SweepPointSummary, SweepSummary
 from moeperf.collectors.workload_summary import repeat_levels, trace_replay, turn_summaries
 from moeperf.suites.serving.level_plan import LevelOutcome
 from moeperf.suites.serving.load.validity import (
@@ -37,26 +29,11 @@ from moeperf.suites.serving.observe.ground_truth import (
     summarize_errors,
 )
 from moeperf.suites.serving.observe.level_counters import with_target_counters
+from moeperf.suites.serving.run_parts import RunPart
 from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.telemetry import with_figures as with_device_figures
-from moeperf.suites.serving.telemetry import with_interference_figures
-from moeperf.suites.serving.workload.sweep import (
-    ContextLimit,
-    SweepPoint,
-)
 from moeperf.suites.serving.workload.trace import Trace
 from moeperf.suites.telemetry import Telemetry
-
-
-@dataclass(frozen=True, slots=True)
-class SweepRun:
-    """A sweep's prompt lengths, fit to the target's context limit before anything is sent."""
-
-    points: tuple[SweepPoint, ...]
-    limit: ContextLimit
-    max_output_tokens: int
-    load_mode: ScenarioMode  # how each length's levels are offered (load.mode)
-    plan: SweepPlan | None = None  # [plan]: the planner's prediction per length sent
 
 
 def ground_truth(
@@ -74,17 +51,14 @@ def write_summary(
     frame: pd.DataFrame,
     outcomes: list[LevelOutcome],
     truth: dict[str, dict[str, Any]] | None,
-    capacity: CapacitySummary | None = None,
-    sweep: SweepRun | None = None,
-    fits: dict[int, CapacitySummary] | None = None,
-    interference: InterferenceSummary | None = None,
+    parts: Sequence[RunPart] = (),
+    *,
     trace: Trace | None = None,
-    mtp_ab: MtpAbSummary | None = None,
-    drill: DrillSummary | None = None,
-    soak: SoakSummary | None = None,
-    audit: RequestAudit | None = None,
     telemetry: Telemetry | None = None,
 ) -> None:
+    """The run's summary: each level's requests, what the runner knows of the level, the
+    target's counters and the accelerator's figures per level (``telemetry``), then each
+    of its modes' ``parts`` in order."""
     slo = Slo(**spec.slo.model_dump())
     summary = summarize_requests(frame, slo) if len(frame) else ServingSummary()
     scenarios = dict(summary.scenarios)
@@ -125,49 +99,14 @@ def write_summary(
             scenarios[name] = dataclasses.replace(entry, status="invalid", status_reason=reason)
     scenarios = with_target_counters(scenarios, run.directory)  # from the stored scrapes
     telemetry_summary = None
-    if telemetry is not None and interference is not None:  # per arm and level
-        interference, telemetry_summary = with_interference_figures(
-            telemetry, interference, scenarios, frame
-        )
-    elif telemetry is not None:  # each level's figures over its measured window
+    if telemetry is not None:  # each level's figures over its measured window
         scenarios, telemetry_summary = with_device_figures(telemetry, scenarios, frame)
-    swept = _sweep_summary(sweep, outcomes, fits or {}) if sweep is not None else None
-    if mtp_ab is not None and len(frame):
-        mtp_ab = with_figures(mtp_ab, frame, scenarios)
-    run.write_summary(
-        dataclasses.replace(
-            summary,
-            scenarios=scenarios,
-            capacity=capacity,
-            sweep=swept,
-            interference=interference,
-            # An A/B run's blocks repeat each arm: its own summary compares them.
-            repeats=repeat_levels(scenarios) if mtp_ab is None else (),
-            mtp_ab=mtp_ab,
-            drill=drill,
-            soak=soak,
-            request_audit=audit,
-            telemetry=telemetry_summary,
-        )
+    summary = dataclasses.replace(
+        summary,
+        scenarios=scenarios,
+        repeats=repeat_levels(scenarios),
+        telemetry=telemetry_summary,
     )
-
-
-def _sweep_summary(
-    sweep: SweepRun, outcomes: list[LevelOutcome], fits: dict[int, CapacitySummary]
-) -> SweepSummary:
-    def scenarios(length: int) -> tuple[str, ...]:
-        return tuple(o.scenario for o in outcomes if o.input_tokens == length and not o.fit_probe)
-
-    return SweepSummary(
-        context_tokens=sweep.limit.tokens,
-        context_source=sweep.limit.source,
-        max_output_tokens=sweep.max_output_tokens,
-        points=tuple(
-            SweepPointSummary(
-                p.input_tokens, scenarios(p.input_tokens), p.not_available, fits.get(p.input_tokens)
-            )
-            for p in sweep.points
-        ),
-        plan=sweep.plan,
-        load_mode=sweep.load_mode,
-    )
+    for part in parts:
+        summary = part.add_to(summary, frame)
+    run.write_summary(summary)

@@ -20,13 +20,11 @@ from moeperf.collectors.drill_records import DrillSummary, FaultEvent
 from moeperf.collectors.drill_summary import summarize_drill
 from moeperf.collectors.request_audit import audit_requests, audit_text
 from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
-from moeperf.collectors.sweep_records import fit_answer
 from moeperf.suites.run_options import Progress, RunOptions
-from moeperf.suites.serving.capacity.run import capacity_note, capacity_verdict, search_capacity
+from moeperf.suites.serving.capacity.run import search_capacity
 from moeperf.suites.serving.embedded.process import EmbeddedTarget, embedded_target
 from moeperf.suites.serving.embedded.reference import embedded_reference, with_reference_defaults
 from moeperf.suites.serving.faults.inject import Drill
-from moeperf.suites.serving.faults.verdict import drill_verdict
 from moeperf.suites.serving.level_loop import LevelHook, LevelLoop, PlannedLevels
 from moeperf.suites.serving.level_plan import LevelOutcome, worker_config, worker_count
 from moeperf.suites.serving.load.auth import (
@@ -46,9 +44,18 @@ from moeperf.suites.serving.locust_pool import LocustPool
 from moeperf.suites.serving.observe.live import LiveObservers
 from moeperf.suites.serving.preflight import check_target, http_get, served_model
 from moeperf.suites.serving.run_notes import cache_note, sweep_note, window_note
+from moeperf.suites.serving.run_parts import (
+    AuditPart,
+    CapacityPart,
+    DrillPart,
+    RunPart,
+    SoakPart,
+    SweepPart,
+    judged,
+)
 from moeperf.suites.serving.run_plan import planned_levels, probed_spec, sweep_run
 from moeperf.suites.serving.run_summary import ground_truth, write_summary
-from moeperf.suites.serving.soak.run import Soak, soak_verdict
+from moeperf.suites.serving.soak.run import Soak
 from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.sweep_fit import search_fit
 from moeperf.suites.serving.telemetry import serving_telemetry
@@ -254,19 +261,9 @@ def _run_levels(
         if telemetry is not None:
             telemetry.finish()
         frame = run.requests_frame()
-        write_summary(
-            run,
-            spec,
-            frame,
-            outcomes,
-            None,
-            sweep=sweep,
-            fits=fits,
-            trace=levels.trace,
-            drill=_drill_summary(drill, outcomes, frame, run),
-            soak=soak.summary(frame) if soak is not None else None,
-            telemetry=telemetry,
-        )
+        parts = _mode_parts(levels, outcomes, fits, None, drill, soak, frame, run)
+        write_summary(run, spec, frame, outcomes, None, parts, trace=levels.trace,
+                      telemetry=telemetry)  # fmt: skip
         raise
     finally:
         pool.close()
@@ -277,9 +274,7 @@ def _run_levels(
     truth = None
     if drill is None or not drill.kills:  # a restarted target numbers its answers anew
         truth = ground_truth(spec, base_url, frame)
-    drilled = _drill_summary(drill, outcomes, frame, run)
-    soaked = soak.summary(frame) if soak is not None else None
-    audit = None
+    parts = _mode_parts(levels, outcomes, fits, capacity, drill, soak, frame, run)
     if pool.merges_records:  # from other processes, maybe hosts: every one accounted for
         sent: dict[int, int] = {}
         for outcome in outcomes:
@@ -287,41 +282,44 @@ def _run_levels(
                 sent[report.worker] = sent.get(report.worker, 0) + report.sent
         audit = audit_requests(frame["request_id"], sent)
         run.add_note(audit_text(audit))
-    write_summary(
-        run,
-        spec,
-        frame,
-        outcomes,
-        truth,
-        capacity,
-        sweep,
-        fits,
-        trace=levels.trace,
-        drill=drilled,
-        soak=soaked,
-        audit=audit,
-        telemetry=telemetry,
-    )
+        parts.append(AuditPart(audit))
+    write_summary(run, spec, frame, outcomes, truth, parts, trace=levels.trace,
+                  telemetry=telemetry)  # fmt: skip
     note = cache_note(spec, outcomes)
     if note:
         run.add_note(note)
-    for length, fit in fits.items():
-        run.add_note(f"Fit at {length} prompt tokens ({fit.criteria}): {fit_answer(fit)}.")
+    for part in parts:
+        for text in part.notes():
+            run.add_note(text)
+    # A fit probe is judged by the target's counters: its level's status is its own.
+    levels_verdict = as_verdict(*run_verdict([o.verdict for o in outcomes if not o.fit_probe]))
+    conclude(run, judged(levels_verdict, parts), warn_only)
+
+
+def _mode_parts(
+    levels: PlannedLevels,
+    outcomes: list[LevelOutcome],
+    fits: dict[int, CapacitySummary],
+    capacity: CapacitySummary | None,
+    drill: Drill | None,
+    soak: Soak | None,
+    frame: pd.DataFrame,
+    run: RunWriter,
+) -> list[RunPart]:
+    """What the run's modes add to its summary, notes and verdict, in the order they
+    judge it (a capacity search's verdict replaces the levels')."""
+    parts: list[RunPart] = []
+    if levels.sweep is not None:
+        parts.append(SweepPart(levels.sweep, outcomes, fits))
     if capacity is not None:
-        # Levels above the capacity may fail (an overloaded target times out): that is
-        # what the search measures, not a failure of the run.
-        run.add_note(capacity_note(capacity))
-        status, reason = capacity_verdict(capacity)
-    else:
-        # A fit probe is judged by the target's counters: its level's status is its own.
-        status, reason = run_verdict([o.verdict for o in outcomes if not o.fit_probe])
+        parts.append(CapacityPart(capacity))
+    drilled = _drill_summary(drill, outcomes, frame, run)
     if drilled is not None:
-        status, reason = drill_verdict(drilled, status, reason)
+        parts.append(DrillPart(drilled))
+    soaked = soak.summary(frame) if soak is not None else None
     if soaked is not None:
-        status, reason = soak_verdict(soaked, status, reason)
-    if audit is not None and not audit.exact:
-        status, reason = "invalid", audit_text(audit)
-    conclude(run, as_verdict(status, reason), warn_only)
+        parts.append(SoakPart(soaked))
+    return parts
 
 
 def _pool(spec: ServingSpec, workers: int, config: WorkerConfig) -> LoadEngine:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from moeperf.collectors.scenario import ScenarioMode
+from moeperf.collectors.sweep_records import SweepPlan
 from moeperf.suites.errors import UsageError
 from moeperf.suites.serving.mode_spec import InputTokensSweep
 
@@ -99,3 +101,14 @@ def context_limit(sweep: InputTokensSweep, stated: int | None, checked: str) -> 
     if stated is not None:
         return ContextLimit(stated, f"target: max_model_len at {checked}")
     return ContextLimit(None, "not stated by the target")
+
+
+@dataclass(frozen=True, slots=True)
+class SweepRun:
+    """A sweep's prompt lengths, fit to the target's context limit before anything is sent."""
+
+    points: tuple[SweepPoint, ...]
+    limit: ContextLimit
+    max_output_tokens: int
+    load_mode: ScenarioMode  # how each length's levels are offered (load.mode)
+    plan: SweepPlan | None = None  # [plan]: the planner's prediction per length sent
