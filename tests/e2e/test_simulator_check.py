@@ -34,7 +34,6 @@ from moeperf.cli import main
 from moeperf.collectors.store import RunStore
 from moeperf.collectors.training_summary import TrainingSummary
 
-
 # The whole spec (tox -e sim-check), or its CI-sized matrix (the module docstring).
 FULL_SIZE = os.environ.get("MOEPERF_FULL_SIZE") == "1"
 POLICIES = ("keep-all", "full-recompute", "selective", "adaptive") if FULL_SIZE else (
