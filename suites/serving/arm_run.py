@@ -212,12 +212,11 @@ def arm_run(
         arms = summary()
         # Interference's figures are per arm and level (its part computes them); MTP A/B's
         # are each level's.
-        part: RunPart = (
-            InterferencePart(arms, sampler)
-            if isinstance(arms, InterferenceSummary)
-            else MtpAbPart(arms)
-        )
-        level_sampler = None if isinstance(arms, InterferenceSummary) else sampler
+        part: RunPart
+        if isinstance(arms, InterferenceSummary):
+            part, level_sampler = InterferencePart(arms, sampler), None
+        else:
+            part, level_sampler = MtpAbPart(arms), sampler
         write_summary(run, spec, run.requests_frame(), session.outcomes, None, [part],
                       telemetry=level_sampler)  # fmt: skip
 
