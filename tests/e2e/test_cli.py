@@ -113,6 +113,7 @@ def short_run(tmp_path_factory) -> tuple[Path, str, subprocess.CompletedProcess]
     return runs, run_id, result
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_a_short_run_completes_and_stores_everything(short_run):
     runs, run_id, result = short_run
@@ -140,6 +141,7 @@ def test_a_short_run_completes_and_stores_everything(short_run):
     assert (requests["status"] == "ok").all()
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_runs_list_shows_the_run(short_run):
     runs, run_id, _ = short_run
@@ -159,6 +161,7 @@ def _table_rows(text: str) -> dict[str, list[str]]:
     return rows
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_runs_show_latest_prints_percentiles_with_counts(short_run):
     runs, run_id, _ = short_run
@@ -333,6 +336,7 @@ def test_sigterm_aborts_the_run_keeps_its_records_and_stops_the_target(tmp_path)
     _assert_no_orphans(children)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_sigterm_keeps_every_request_that_was_sent(tmp_path):
     runs = tmp_path / "runs"

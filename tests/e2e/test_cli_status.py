@@ -85,6 +85,7 @@ def test_a_run_with_levels_not_ok_exits_1_unless_warn_only(
     assert ("exit code 0 because of --warn-only" in out) == warn_only
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_promote_refuses_a_run_that_just_failed_the_gate(tmp_path):
     # Issue 11, item 5: promote accepted, as a new version, a run that had just failed the gate.

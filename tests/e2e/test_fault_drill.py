@@ -29,6 +29,7 @@ def _only_run(runs: Path):
     return reader, summary
 
 
+@pytest.mark.timing
 def test_the_shipped_drill_sees_each_fault_and_loses_no_request(tmp_path):
     runs = tmp_path / "runs"
     result = moeperf(runs, "run", "faults")
@@ -123,6 +124,7 @@ hook_timeout_s = 20
     return path
 
 
+@pytest.mark.timing
 def test_a_hook_drills_a_target_moeperf_did_not_start(tmp_path):
     with embedded_target("moeperf.targets.synthetic", {"ttft_s": 0.02, "itl_s": 0.002}) as target:
         # The user's own way to break and mend their deployment: here, stop it for 1 s.

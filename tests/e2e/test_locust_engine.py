@@ -47,6 +47,7 @@ def _p50_and_halfwidth(described) -> tuple[float, float]:
     return estimate.value, (estimate.ci_high - estimate.ci_low) / 2
 
 
+@pytest.mark.timing
 def test_two_local_workers_record_every_request_and_agree_with_asyncio(tmp_path):
     locust = moeperf(tmp_path / "locust", "run", "synthetic", "--engine", "locust",
                      "--workers", "2", *WORKLOAD)  # fmt: skip

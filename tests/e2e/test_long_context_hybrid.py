@@ -25,6 +25,7 @@ KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 64 * 4
 STATE_BYTES = 3 * ((4 - 1) * 256 * 4 + 4 * 32 * 32 * 4)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_kv_grows_with_the_context_and_the_linear_state_stays_flat(tmp_path, capsys):

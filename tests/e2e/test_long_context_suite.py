@@ -36,6 +36,7 @@ OUTPUT_TOKENS = 32
 KV_BLOCKS = 512
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_kv_usage_and_the_concurrent_fit_follow_the_context(tmp_path, capsys):

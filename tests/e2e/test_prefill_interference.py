@@ -29,6 +29,7 @@ from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunStore
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_chunking_the_prefill_trades_decode_stalls_for_prompt_ttft(tmp_path, capsys):

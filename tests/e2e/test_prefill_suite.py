@@ -37,6 +37,7 @@ def _summary(runs) -> ServingSummary:
     return summary
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ttft_grows_with_prompt_length_on_the_reference_target(tmp_path, capsys):

@@ -33,6 +33,7 @@ def _hit_ratio(summary: ServingSummary, scenario: str) -> float:
     return counters.prefix_cache_hit_ratio
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_shared_prefixes_hit_the_cache_and_cut_ttft(tmp_path, capsys):
@@ -55,6 +56,7 @@ def test_shared_prefixes_hit_the_cache_and_cut_ttft(tmp_path, capsys):
     assert "TTFT with prefix reuse against without" in printed
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_later_turns_of_a_conversation_hit_the_cache(tmp_path, capsys):

@@ -123,6 +123,7 @@ def _shares_by_layer(increase: Mapping[str, float]) -> dict[str, np.ndarray]:
     return out
 
 
+@pytest.mark.timing
 def test_the_reference_soak_counts_what_the_engine_counted(tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()

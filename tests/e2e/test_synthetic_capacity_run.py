@@ -34,6 +34,7 @@ CAPACITY_RUN = [
 ]  # fmt: skip
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_ttft_jumps_by_a_request_duration_above_the_capacity(tmp_path):
     runs = tmp_path / "runs"

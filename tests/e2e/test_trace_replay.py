@@ -39,6 +39,7 @@ def ideal_hit_ratio(trace: Trace, block_tokens: int) -> float:
     return shared / total
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_the_trace_is_replayed_at_its_times_with_its_prefix_sharing(tmp_path, capsys):

@@ -64,6 +64,7 @@ warmup_s = 0
 """
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_sweep_against_transformers_serve_completes_with_exact_tokens(transformers_url, tmp_path):

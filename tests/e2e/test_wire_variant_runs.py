@@ -105,6 +105,7 @@ def default_run(tmp_path_factory) -> Run:
     return run
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_without_done_every_stream_ends_at_its_finish_reason(tmp_path, default_run):
     run = synthetic_run(tmp_path, "target.synthetic.send_done=false")
@@ -114,6 +115,7 @@ def test_without_done_every_stream_ends_at_its_finish_reason(tmp_path, default_r
     assert_harness_error_as_small_as_by_default(run, default_run)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_usage_at_the_end_only_gives_the_count_but_not_the_chunks(tmp_path, default_run):
     run = synthetic_run(tmp_path, 'target.synthetic.usage="end_only"')
@@ -128,6 +130,7 @@ def test_usage_at_the_end_only_gives_the_count_but_not_the_chunks(tmp_path, defa
     assert_harness_error_as_small_as_by_default(run, default_run)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_a_role_chunk_is_never_the_first_token(tmp_path, default_run):
     # The default variant sends the role chunk at once (as vLLM does), long before TTFT_S.
@@ -143,6 +146,7 @@ def test_a_role_chunk_is_never_the_first_token(tmp_path, default_run):
     assert_harness_error_as_small_as_by_default(run, default_run)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_without_usage_the_tokens_come_from_the_tokenizer(tmp_path, default_run):
     run = synthetic_run(tmp_path, 'target.synthetic.usage="never"')
@@ -154,6 +158,7 @@ def test_without_usage_the_tokens_come_from_the_tokenizer(tmp_path, default_run)
     assert_harness_error_as_small_as_by_default(run, default_run)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_a_strict_target_refuses_the_default_spec_naming_the_field_and_switch(tmp_path):
     # warm-up 0 and a request budget: the refusals are instant, and all measured.
@@ -173,6 +178,7 @@ def test_a_strict_target_refuses_the_default_spec_naming_the_field_and_switch(tm
         assert "continuous_usage_stats" in message  # the 422's detail names both
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_a_strict_target_serves_a_spec_that_sends_openai_fields_only(tmp_path, default_run):
     run = synthetic_run(
@@ -186,6 +192,7 @@ def test_a_strict_target_serves_a_spec_that_sends_openai_fields_only(tmp_path, d
 # --- the reference target ----------------------------------------------------------------
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_reference_target_like_transformers_serve_completes_with_usage_counts(tmp_path):

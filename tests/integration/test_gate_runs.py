@@ -37,6 +37,7 @@ SHORT = [
 ]
 
 
+@pytest.mark.timing
 def test_paired_blocks_detect_a_20_percent_itl_regression(tmp_path):
     lines: list[str] = []
     code = paired_command(
@@ -75,6 +76,7 @@ NIGHTLY_SHORT = [
 ]
 
 
+@pytest.mark.timing
 def test_a_10_percent_throughput_drop_fails_the_gate(tmp_path, capsys):
     # The issue: throughput could never fail the gate (4-5 one-second bins per nightly level,
     # 8 needed); a real 15% drop stayed inconclusive. Same spec on both sides but the
@@ -106,6 +108,7 @@ def test_a_10_percent_throughput_drop_fails_the_gate(tmp_path, capsys):
         assert headline[side] == pytest.approx(tok_s, rel=1e-9)
 
 
+@pytest.mark.timing
 def test_the_power_study_runs_every_condition_and_sees_the_large_ones(tmp_path, capsys):
     # One trial per condition of the study behind the README's power table, on the
     # shortened nightly spec (the table itself is `tox -e gate-power`, about an hour).
@@ -150,6 +153,7 @@ def _sets(overrides: list[str]) -> list[str]:
     return [arg for o in overrides for arg in ("--set", o)]
 
 
+@pytest.mark.timing
 def test_a_over_a_flags_nothing(tmp_path):
     lines: list[str] = []
     overrides = [*SHORT, "target.synthetic.jitter=lognormal", "target.synthetic.jitter_scale=0.1"]

@@ -46,6 +46,7 @@ def series(record: dict, name: str) -> dict:
     return found
 
 
+@pytest.mark.timing
 async def test_scrapes_see_the_load_and_count_its_requests(target_url):
     records: list[dict] = []
     scraper = TargetScraper(target_url, 0.02, records.append)

@@ -54,6 +54,7 @@ def run(tmp_path, s: ServingSpec):
     return store.open(run_id)
 
 
+@pytest.mark.timing
 def test_sweep_measures_what_the_server_wrote(tmp_path):
     config = {"ttft_s": 0.05, "itl_s": 0.01, "tokens_per_chunk": 2}
     with running_target("moeperf.targets.synthetic", config) as url:
@@ -245,6 +246,7 @@ def test_a_level_whose_requests_all_fail_is_a_failed_level(tmp_path):
     assert reader.manifest.status_reason.startswith("levels failed: c=2 (http_5xx ")
 
 
+@pytest.mark.timing
 def test_max_requests_alone_bounds_a_level(tmp_path):
     # No duration_s at all (spec() would give one).
     data = spec().model_dump(mode="json", include={"name", "workload"})

@@ -93,6 +93,7 @@ def config(max_concurrent_streams: int) -> dict[str, Any]:
     return {"ttft_s": TTFT_S, "itl_s": ITL_S, "max_concurrent_streams": max_concurrent_streams}
 
 
+@pytest.mark.timing
 def test_two_slots_start_two_streams_at_once_and_queue_the_others_fifo():
     async def main(url: str) -> tuple[list[Stream], list[dict], tuple[float, float]]:
         async with aiohttp.ClientSession() as session:
@@ -134,6 +135,7 @@ def test_two_slots_start_two_streams_at_once_and_queue_the_others_fifo():
         assert streams[i].ttft_s == pytest.approx(E2E_S + TTFT_S, abs=TOLERANCE_S)
 
 
+@pytest.mark.timing
 def test_a_client_that_goes_away_queued_or_streaming_frees_its_place():
     long_tokens = 1000  # 10 s of stream: nothing here may wait for it to end
 

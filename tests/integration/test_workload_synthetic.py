@@ -81,6 +81,7 @@ def test_a_trace_that_cannot_be_read_exits_2_before_anything_runs(
     assert not runs.exists()
 
 
+@pytest.mark.timing
 @pytest.mark.timeout(120)
 def test_a_trace_is_sent_at_its_recorded_times(tmp_path, capsys):
     # The light synthetic target leaves the host's cores to the load worker: the sends keep

@@ -19,6 +19,7 @@ HOLD = (
 )
 
 
+@pytest.mark.timing
 def test_the_tree_holds_the_childs_memory_and_the_cpu_is_over_wall_time() -> None:
     child = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True)
     try:

@@ -96,6 +96,7 @@ def test_a_failing_store_is_counted_not_raised() -> None:
     assert errors.source == "store" and errors.count == 2
 
 
+@pytest.mark.timing
 def test_a_running_sampler_reads_every_period_and_measures_itself() -> None:
     stored: list[DeviceSample] = []
     sampler = DeviceSampler(
@@ -119,6 +120,7 @@ def test_a_running_sampler_reads_every_period_and_measures_itself() -> None:
     assert cost.errors == ()
 
 
+@pytest.mark.timing
 def test_reads_longer_than_the_period_skip_ticks_and_count_them() -> None:
     stored: list[DeviceSample] = []
     slow = FakeSource(read_s=0.05)  # each read spans 2.5 periods of 20 ms

@@ -4,6 +4,7 @@ per round."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -66,6 +67,9 @@ def produced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             f"--benchmark-storage=file://{root / 'storage'}",
         ],
         cwd=root,
+        # Not this run's PYTEST_XDIST_WORKER: pytest-benchmark reads it as "under xdist" and
+        # saves nothing (the tests run across both cores, README "Development").
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
         capture_output=True,
         text=True,
         timeout=120,
@@ -79,6 +83,7 @@ def _raw(path: Path) -> dict[str, dict]:
     return {b["fullname"]: b for b in json.loads(path.read_text())["benchmarks"]}
 
 
+@pytest.mark.timing
 def test_every_round_becomes_one_sample(produced, tmp_path):
     raw = _raw(produced["json"])
     store = RunStore(tmp_path / "runs")
@@ -104,6 +109,7 @@ def test_every_round_becomes_one_sample(produced, tmp_path):
     assert sleep.median() < 0.0045
 
 
+@pytest.mark.timing
 def test_summary_and_manifest(produced, tmp_path):
     raw = _raw(produced["json"])
     store = RunStore(tmp_path / "runs")
@@ -129,6 +135,7 @@ def test_summary_and_manifest(produced, tmp_path):
     assert reader.manifest.spec_resolved["benchmarks"][SLEEP]["rounds"] == 7
 
 
+@pytest.mark.timing
 def test_ingest_command_prints_a_table(produced, tmp_path):
     lines: list[str] = []
     assert ingest_command(str(produced["json"]), str(tmp_path / "runs"), None, lines.append) == 0
@@ -182,6 +189,7 @@ def _one_benchmark(**stats) -> str:
         "not-utf8",
     ],
 )
+@pytest.mark.timing
 def test_bad_input_is_a_usage_error_and_creates_no_run(tmp_path, content, message):
     path = tmp_path / "missing.json" if content is None else _bad(tmp_path, content)
     store = RunStore(tmp_path / "runs")
@@ -192,6 +200,7 @@ def test_bad_input_is_a_usage_error_and_creates_no_run(tmp_path, content, messag
     assert store.run_ids() == []
 
 
+@pytest.mark.timing
 def test_saved_file_without_save_data_names_the_flag(produced, tmp_path):
     """--benchmark-save keeps no rounds unless --benchmark-save-data; --benchmark-json does."""
     store = RunStore(tmp_path / "runs")
@@ -202,6 +211,7 @@ def test_saved_file_without_save_data_names_the_flag(produced, tmp_path):
     assert all(b["stats"].get("data") for b in _raw(produced["json"]).values())
 
 
+@pytest.mark.timing
 def test_directory_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="is a directory"):
         read_benchmark_json(tmp_path)
