@@ -158,7 +158,6 @@ def test_without_usage_the_tokens_come_from_the_tokenizer(tmp_path, default_run)
     assert_harness_error_as_small_as_by_default(run, default_run)
 
 
-@pytest.mark.timing
 @pytest.mark.slow
 def test_a_strict_target_refuses_the_default_spec_naming_the_field_and_switch(tmp_path):
     # warm-up 0 and a request budget: the refusals are instant, and all measured.
@@ -192,7 +191,6 @@ def test_a_strict_target_serves_a_spec_that_sends_openai_fields_only(tmp_path, d
 # --- the reference target ----------------------------------------------------------------
 
 
-@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_reference_target_like_transformers_serve_completes_with_usage_counts(tmp_path):

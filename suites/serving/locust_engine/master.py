@@ -45,6 +45,10 @@ from moeperf.suites.serving.locust_engine.user import StreamUser  # noqa: E402
 _PINGS = 7
 _POLL_S = 0.01
 _SPAWN_TIMEOUT_S = 60.0
+# A ping not answered by then is sent again: a worker that has just joined may get the
+# first before its handlers are registered, and Locust drops a message it has no handler
+# for ("Unknown message type received"; seen on a busy 2-core host).
+_PING_RESEND_S = 1.0
 
 
 def _say(**event: Any) -> None:
@@ -126,10 +130,16 @@ class _Master:
         """Its clock minus ours, from the ping with the least round trip (NTP's estimate:
         the offset is bounded by half that round trip)."""
         self.pongs[node_id] = []
+        deadline = time.monotonic() + _SPAWN_TIMEOUT_S
         for _ in range(_PINGS):
             count = len(self.pongs[node_id])
-            self.runner.send_message(messages.PING, {"t0": time.monotonic_ns()}, node_id)
-            self._wait(lambda c=count: len(self.pongs[node_id]) > c, "a clock ping")
+            while True:
+                self.runner.send_message(messages.PING, {"t0": time.monotonic_ns()}, node_id)
+                if self._answered(lambda c=count: len(self.pongs[node_id]) > c, _PING_RESEND_S):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("timed out waiting for a clock ping")
+        # Every pong carries its own ping's t0, so one of a resent ping is a sample too.
         t0, t1, t2 = min(self.pongs[node_id], key=lambda p: p[2] - p[0])
         return t1 - (t0 + t2) // 2, (t2 - t0) // 2
 
@@ -172,11 +182,17 @@ class _Master:
         self.runner.send_message(messages.STOP, {})
 
     def _wait(self, condition: Any, what: str, timeout_s: float = _SPAWN_TIMEOUT_S) -> None:
+        if not self._answered(condition, timeout_s):
+            raise RuntimeError(f"timed out waiting for {what}")
+
+    @staticmethod
+    def _answered(condition: Any, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         while not condition():
             if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out waiting for {what}")
+                return False
             gevent.sleep(_POLL_S)
+        return True
 
 
 def _proportional(total: int, weights: list[int]) -> list[int]:
