@@ -58,6 +58,7 @@ def test_a_length_past_the_context_limit_is_not_available_and_not_sent(tmp_path,
     assert "not available from this target: 500 prompt" in page
 
 
+@pytest.mark.slow
 @pytest.mark.timing
 @pytest.mark.timeout(120)
 def test_the_fit_search_finds_the_targets_known_concurrent_streams(tmp_path, capsys):

@@ -23,6 +23,7 @@ SYNTHETIC = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_no_reset_and_no_cache_counters_are_not_available(tmp_path, capsys):
     code = main([
@@ -81,6 +82,7 @@ def test_a_trace_that_cannot_be_read_exits_2_before_anything_runs(
     assert not runs.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timing
 @pytest.mark.timeout(120)
 def test_a_trace_is_sent_at_its_recorded_times(tmp_path, capsys):

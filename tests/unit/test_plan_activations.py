@@ -31,11 +31,15 @@ def shape():
     return load_model_config(default_model_dir() / "config.json")
 
 
-# A prefill chunk and a decode batch, fp32 and bf16, with and without MTP drafts.
-CHECKED = [CASES[0], CASES[3], CASES[5], CASES[6]]
+# A prefill chunk and a decode batch, fp32 and bf16, with and without MTP drafts. Those
+# with several requests running take 6-9 s each: slow, out of the inner loop.
+CHECKED = [
+    pytest.param(case, id=case.label, marks=[pytest.mark.slow] if case.running > 1 else [])
+    for case in (CASES[0], CASES[3], CASES[5], CASES[6])
+]
 
 
-@pytest.mark.parametrize("case", CHECKED, ids=[c.label for c in CHECKED])
+@pytest.mark.parametrize("case", CHECKED)
 def test_activations_are_within_the_stated_tolerance_of_the_engines_peak(shape, case):
     model, _ = load_mixtral_dir(default_model_dir(), dtype=TORCH_DTYPES[case.dtype])
     measured = measure(model, shape, case)

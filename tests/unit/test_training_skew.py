@@ -216,6 +216,7 @@ def test_none_profile_leaves_the_model_bitwise_untouched():
 # -- realized on a model ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_calm_realized_long_run_imbalance_stays_under_1_2():
     targets, realized = realized_run(tiny_model(num_layers=2), CalmProfile(seed=0), range(300))
     ratios = load_imbalance(realized)  # [300, 2]
@@ -228,6 +229,7 @@ def test_calm_realized_long_run_imbalance_stays_under_1_2():
     assert (realized - want).abs().max().item() <= 1
 
 
+@pytest.mark.slow
 def test_spiky_realized_spikes_at_the_seeds_frequency_and_magnitude():
     n = 1000
     targets, realized = realized_run(
