@@ -16,7 +16,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats
 
 from moeperf.collectors.soak_records import Slope
 
@@ -34,6 +33,9 @@ def fit_slope(mid_s: Sequence[float], values: Sequence[float | None]) -> Slope:
     last = float(points[-1][1]) if points else None
     if len(points) < MIN_WINDOWS:
         return Slope(len(points), first, last)
+    # scipy.stats takes a second to import: only a run that fits slopes (a soak) pays it.
+    from scipy import stats
+
     x = np.array([t for t, _ in points], dtype=float)
     y = np.array([v for _, v in points], dtype=float)
     if np.ptp(y) == 0.0:

@@ -17,7 +17,6 @@ import statistics
 from collections.abc import Mapping
 
 import pandas as pd
-from scipy import stats
 
 from moeperf.collectors.latency import NS_PER_S, per_request
 from moeperf.collectors.quantiles import Described, describe
@@ -117,6 +116,8 @@ def _metric(name: str, pairs: list[tuple[float | None, float | None]]) -> Repeat
     low = high = ratio = None
     within = statistics.median(halves) if halves else None
     if len(known) >= 2 and mean is not None:
+        from scipy import stats  # a second to import: only for repeated runs
+
         sd = statistics.stdev(known)
         margin = float(stats.t.ppf(0.975, len(known) - 1)) * sd / math.sqrt(len(known))
         low, high = mean - margin, mean + margin

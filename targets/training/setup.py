@@ -3,6 +3,7 @@ activation policy, routing-skew profile and the FLOPs per token for MFU."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -196,9 +197,19 @@ def _model(config: TrainerConfig) -> tuple[MoETransformer, ChatTokenizer | None]
 
 
 def training_stream(tokenizer: ChatTokenizer) -> Tensor:
-    """The training split of the corpus as one token stream (what the trainer draws from)."""
-    train_docs, _ = split_documents(load_corpus(), TrainRecipe.eval_fraction)
-    return token_stream(train_docs, tokenizer)
+    """The training split of the corpus as one token stream (what the trainer draws from).
+
+    Tokenized once per tokenizer in a process (about 1 s; a run builds a setup per
+    scenario). Trainers only read windows of it, so they share the one tensor.
+    """
+    vocab = hashlib.sha256(tokenizer.tokenizer.to_str().encode("utf-8")).hexdigest()
+    if vocab not in _STREAMS:
+        train_docs, _ = split_documents(load_corpus(), TrainRecipe.eval_fraction)
+        _STREAMS[vocab] = token_stream(train_docs, tokenizer)
+    return _STREAMS[vocab]
+
+
+_STREAMS: dict[str, Tensor] = {}  # by the sha256 of the tokenizer's serialized form
 
 
 def _without_mtp(model: MoETransformer) -> MoETransformer:
