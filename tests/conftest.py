@@ -32,17 +32,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 SPECIAL_TOKEN = "<|endoftext|>"
 
 
-_DESELECTED: list[pytest.Item] = []
+_deselected_total = 0
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
-    _DESELECTED.extend(items)
+    global _deselected_total
+    _deselected_total += len(items)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # A tier whose marker expression selects none of the given tests (say, ``-m timing``
     # on a file with no timing test) has nothing to fail: it passes, as when its tests do.
-    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and _DESELECTED:
+    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and _deselected_total:
         session.exitstatus = pytest.ExitCode.OK
 
 

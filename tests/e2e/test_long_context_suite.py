@@ -44,6 +44,10 @@ def test_kv_usage_and_the_concurrent_fit_follow_the_context(tmp_path, capsys):
         "--runs-dir", str(tmp_path), "run", "long-context",
         # The spec's two longest lengths (its 1,024-token fit takes 5 probes: test time).
         "--set", "sweep.input_tokens.min=2040", "--set", "sweep.input_tokens.points=2",
+        # 3 requests per length, not the spec's 6 (a p50 interval's n; issue 48): the gauges'
+        # highest scrape needs one, and the TTFT p50s it orders were 0.87 and 2.66 s, each
+        # request within 11% of its p50 (the 95% intervals 0.85-0.96 and 2.61-2.71 s).
+        "--set", "load.max_requests=3",
         "--set", "harness.max_loop_lag_p99_s=1.0", "--set", "harness.max_cpu_fraction=1.0",
     ])  # fmt: skip
     printed = capsys.readouterr().out
@@ -57,7 +61,7 @@ def test_kv_usage_and_the_concurrent_fit_follow_the_context(tmp_path, capsys):
     for point in summary.sweep.points:
         (name,) = point.scenarios
         entry = summary.scenarios[name]
-        assert entry.ok == 6 and entry.errors == 0, (name, entry.error_types)
+        assert entry.ok == 3 and entry.errors == 0, (name, entry.error_types)
         counters = entry.target_counters
         assert counters is not None and counters.kv_blocks_total == KV_BLOCKS
         used = counters.kv_blocks_used_max

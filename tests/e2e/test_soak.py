@@ -77,7 +77,13 @@ def test_clean_leak_and_slowdown_are_told_apart(tmp_path):
         "leak": _start_soak(runs["leak"], f"leak_bytes_per_request={LEAK_BYTES}"),
         "slow": _start_soak(runs["slow"], f"slowdown_per_request_ratio={SLOWDOWN}"),
     }
-    finished = {name: _finish(runs[name], proc) for name, proc in started.items()}
+    try:
+        finished = {name: _finish(runs[name], proc) for name, proc in started.items()}
+    finally:  # one soak that hangs or fails must not leave the others running
+        for proc in started.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
     clean, soak = finished["clean"]
     assert clean.returncode == 0, clean.stdout[-3000:] + clean.stderr[-3000:]
