@@ -3,6 +3,7 @@ what the first parsed, and anything that changed the text, or the file itself, m
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from moeperf.targets.model.corpus import load_corpus, parse_corpus, stdlib_files
 
 
 @pytest.fixture
-def stdlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def stdlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A two-module standard library, and an empty cache directory of this test's own."""
     monkeypatch.setenv("MOEPERF_CACHE_DIR", str(tmp_path / "cache"))
     root = tmp_path / "lib"
