@@ -30,6 +30,7 @@ from moeperf.suites.spec_errors import problems_of, spec_error
 from moeperf.suites.spec_files import spec_data_path
 from moeperf.targets.cluster_sim import presets
 from moeperf.targets.cluster_sim.config import ClusterSimConfigError, Parallel, SimConfig
+from moeperf.targets.cluster_sim.recipe import DataParallelComm, Dispatcher, Precision, Recipe
 from moeperf.targets.cluster_sim.routing import SkewName
 from moeperf.targets.cluster_sim.simulate import SIM_POLICIES, SimPolicy
 from moeperf.targets.training.skew import SkewProfileError, read_replay_file
@@ -52,6 +53,7 @@ class JobSpec(Strict):
     virtual_stages: Count = 1
     expert: Count = 1
     context: Count = 1
+    expert_tensor: Count = 1  # each expert split over this many ranks (MoE parallel folding)
     uneven_layers: bool = False  # layers pipeline x virtual_stages does not divide: allowed
     fsdp: bool = False  # weights and gradients sharded over data parallel too (ZeRO-3)
     global_batch: Count  # sequences per optimizer step
@@ -59,6 +61,15 @@ class JobSpec(Strict):
     # Share of peak reached by GEMMs and by links: assumptions unless calibrated.
     gemm_efficiency: Efficiency | None = None
     comm_efficiency: Efficiency | None = None
+    fp8_gemm_efficiency: Efficiency | None = None
+    # What the framework does (targets/cluster_sim/recipe.py, each option's source there):
+    # off unless the simulated run's recipe turns it on.
+    precision: Precision = "bf16"
+    fp8_dispatch: bool = False
+    dispatcher: Dispatcher = "alltoall"
+    a2a_overlap: bool = False
+    tp_comm_overlap: bool = False
+    dp_comm: DataParallelComm = "hidden"
     # A training-dist run (its directory or summary.json): the links it measured replace the
     # cluster's, the all-to-all's bytes/s as scale-up, the pipeline ping-pong's as
     # scale-out, at efficiency 1 (measured bytes/s are achieved ones) unless given.
@@ -74,14 +85,21 @@ class JobSpec(Strict):
             changes["gemm_efficiency"] = self.gemm_efficiency
         if self.comm_efficiency is not None:
             changes["comm_efficiency"] = self.comm_efficiency
+        if self.fp8_gemm_efficiency is not None:
+            changes["fp8_gemm_efficiency"] = self.fp8_gemm_efficiency
         layout = Parallel(
             tensor=self.tensor, pipeline=self.pipeline, virtual_stages=self.virtual_stages,
-            expert=self.expert, context=self.context, uneven_layers=self.uneven_layers,
-            fsdp=self.fsdp,
+            expert=self.expert, context=self.context, expert_tensor=self.expert_tensor,
+            uneven_layers=self.uneven_layers, fsdp=self.fsdp,
+        )  # fmt: skip
+        recipe = Recipe(
+            precision=self.precision, fp8_dispatch=self.fp8_dispatch, dispatcher=self.dispatcher,
+            a2a_overlap=self.a2a_overlap, tp_comm_overlap=self.tp_comm_overlap,
+            dp_comm=self.dp_comm,
         )  # fmt: skip
         cfg = SimConfig(
             presets.model(self.model, self.seq_len), layout,
-            dataclasses.replace(cluster, **changes), self.global_batch, self.micro_batch,
+            dataclasses.replace(cluster, **changes), self.global_batch, self.micro_batch, recipe,
         )  # fmt: skip
         cfg.validate()
         return cfg

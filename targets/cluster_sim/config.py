@@ -7,8 +7,9 @@ naming every mismatch at once (the CLI turns it into exit 2).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from moeperf.targets.cluster_sim.recipe import Recipe
 from moeperf.targets.model.config import MoEConfig
 from moeperf.targets.training.flops import TRAINED_MTP_MODULES
 
@@ -53,6 +54,10 @@ class SimModel:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # DeepSeek's group-limited routing: experts in ``expert_groups`` groups, a token's top-k
+    # drawn from its best ``expert_groups_per_token`` of them (n_group, topk_group).
+    expert_groups: int = 1
+    expert_groups_per_token: int = 1
 
     @classmethod
     def of(cls, cfg: MoEConfig, seq_len: int, bytes_per_element: int = 4) -> SimModel:
@@ -113,7 +118,11 @@ class Parallel:
     """Megatron's layout: tensor, pipeline (with virtual stages), expert, context, data.
 
     ``data`` is derived: devices / (tensor x pipeline x context). Experts are spread over
-    ``expert`` ranks taken from data x context (Megatron's expert_model_parallel_size).
+    ``expert`` ranks, each expert split over ``expert_tensor`` ranks (Megatron's
+    expert_model_parallel_size and expert_tensor_parallel_size), taken from tensor x data x
+    context: MoE parallel folding (Liu et al. 2025, arXiv:2504.14960), in which the expert
+    layers' layout is chosen apart from attention's. With sequence parallelism a rank
+    dispatches its ``1 / tensor`` of the micro-batch's tokens, gathered over ``expert_tensor``.
     """
 
     tensor: int = 1
@@ -121,6 +130,7 @@ class Parallel:
     virtual_stages: int = 1  # model chunks per pipeline rank (interleaved 1F1B when > 1)
     expert: int = 1
     context: int = 1
+    expert_tensor: int = 1
     # Layers that pipeline x virtual_stages does not divide: split as evenly as possible,
     # the first chunks one layer more (the last, with the head and MTP, fewer), as jobs
     # with 61 layers do (Megatron's num_layers_in_first/last_pipeline_stage). Off: refused.
@@ -145,6 +155,9 @@ class Cluster:
     host_link_bytes_per_s: float  # device <-> host, for offloaded activations
     gemm_efficiency: float = 0.6  # an assumption unless calibrated; stated in outputs
     comm_efficiency: float = 0.7
+    # FP8 GEMMs (Recipe.precision "fp8"): dense FP8 peak and the share of it reached.
+    fp8_peak_flops_per_s: float = 0.0  # 0: the device has no FP8 (a job asking is refused)
+    fp8_gemm_efficiency: float = 0.6
 
 
 @dataclass(frozen=True)
@@ -154,11 +167,25 @@ class SimConfig:
     cluster: Cluster
     global_batch: int  # sequences per optimizer step
     micro_batch: int  # sequences per micro-batch
+    recipe: Recipe = field(default_factory=Recipe)
 
     @property
     def data_parallel(self) -> int:
         p = self.parallel
         return self.cluster.devices // (p.tensor * p.pipeline * p.context)
+
+    @property
+    def expert_data_parallel(self) -> int:
+        """Replicas of each expert shard: tensor x data x context / (expert x expert_tensor)."""
+        p = self.parallel
+        return max(self.data_parallel * p.tensor * p.context // (p.expert * p.expert_tensor), 1)
+
+    @property
+    def moe_tokens_per_rank(self) -> float:
+        """Tokens of one micro-batch a rank dispatches: its sequence-parallel share
+        (1 / tensor of the context shard), gathered over the expert-tensor group."""
+        p = self.parallel
+        return self.micro_batch * self.model.seq_len / p.context / p.tensor * p.expert_tensor
 
     @property
     def microbatches(self) -> int:
@@ -175,7 +202,7 @@ class SimConfig:
         problems: list[str] = []
         for name, value in (
             ("tensor", p.tensor), ("pipeline", p.pipeline), ("virtual_stages", p.virtual_stages),
-            ("expert", p.expert), ("context", p.context),
+            ("expert", p.expert), ("context", p.context), ("expert_tensor", p.expert_tensor),
         ):  # fmt: skip
             if value < 1:
                 problems.append(f"parallel.{name} must be >= 1, not {value}")
@@ -202,10 +229,20 @@ class SimConfig:
         if m.num_experts % p.expert:
             problems.append(f"expert {p.expert} must divide num_experts {m.num_experts}")
         dp = self.data_parallel
-        if dp >= 1 and (dp * p.context) % p.expert:
+        if p.tensor % p.expert_tensor:
+            problems.append(f"expert_tensor {p.expert_tensor} must divide tensor {p.tensor}")
+        elif dp >= 1 and (p.tensor * dp * p.context) % (p.expert * p.expert_tensor):
             problems.append(
-                f"expert {p.expert} must divide data x context = {dp} x {p.context} "
-                f"(the ranks experts are spread over)"
+                f"expert x expert_tensor = {p.expert} x {p.expert_tensor} must divide tensor "
+                f"x data x context = {p.tensor} x {dp} x {p.context} (the ranks experts are "
+                "spread over)"
+            )
+        if self.recipe.precision == "fp8" and c.fp8_peak_flops_per_s <= 0:
+            problems.append("precision fp8 needs a cluster with an FP8 peak (fp8_peak_flops_per_s)")
+        if m.expert_groups < 1 or not 1 <= m.expert_groups_per_token <= m.expert_groups:
+            problems.append(
+                f"expert_groups_per_token {m.expert_groups_per_token} must be in [1, "
+                f"expert_groups {m.expert_groups}]"
             )
         if m.seq_len % p.context:
             problems.append(f"context {p.context} must divide seq_len {m.seq_len}")

@@ -26,12 +26,25 @@ from moeperf.targets.training.flops import MEGATRON_CAUSAL_FACTOR, TRAIN_FLOPS_P
 
 
 def attention_macs_per_token(m: SimModel, causal_factor: float = MEGATRON_CAUSAL_FACTOR) -> float:
+    return attention_projection_macs_per_token(m) + attention_score_macs_per_token(m, causal_factor)
+
+
+def attention_projection_macs_per_token(m: SimModel) -> float:
+    """The projections' GEMMs: one MAC per weight (GQA's q, k, v and o; MLA's paths)."""
+    if m.is_mla:
+        return m.attention_params()
+    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
+    return m.hidden_size * (q + 2 * kv) + q * m.hidden_size
+
+
+def attention_score_macs_per_token(
+    m: SimModel, causal_factor: float = MEGATRON_CAUSAL_FACTOR
+) -> float:
+    """QK^T and the weighted sum of values over the (causal share of the) sequence."""
     if m.is_mla:
         per_key = m.num_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
-        return m.attention_params() + per_key * m.seq_len * causal_factor
-    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
-    projections = m.hidden_size * (q + 2 * kv) + q * m.hidden_size
-    return projections + 2 * q * m.seq_len * causal_factor
+        return per_key * m.seq_len * causal_factor
+    return 2 * m.num_heads * m.head_dim * m.seq_len * causal_factor
 
 
 def moe_macs_per_token(m: SimModel) -> float:

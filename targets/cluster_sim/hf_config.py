@@ -6,7 +6,8 @@ classes (checked against transformers 5.24's ``configuration_*.py``):
 - ``deepseek_v3``, ``deepseek_v2``: MLA (q_lora_rank, null for no query compression;
   kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim), n_routed_experts,
   num_experts_per_tok, moe_intermediate_size, n_shared_experts, first_k_dense_replace
-  (leading dense layers of intermediate_size), num_nextn_predict_layers (MTP; absent = 0).
+  (leading dense layers of intermediate_size), num_nextn_predict_layers (MTP; absent = 0),
+  n_group and topk_group (group-limited routing, read unless topk_method says it is off).
 - ``qwen3_moe``, ``qwen2_moe``: GQA (num_key_value_heads; head_dim, absent or null =
   hidden / heads, as the modeling code reads it), num_experts (qwen3_moe may say
   num_local_experts, the name transformers 5 stores it under), num_experts_per_tok,
@@ -139,7 +140,18 @@ def _deepseek(f: _Fields) -> dict[str, int]:
         dense_layers=f.integer("first_k_dense_replace"),
         dense_hidden_size=f.integer("intermediate_size"),
         mtp_depth=f.integer("num_nextn_predict_layers", 0),
+        # Group-limited (node-limited) routing; DeepSeek-V2's "greedy" topk_method keeps
+        # n_group / topk_group in its config without using them.
+        **_groups(f),
     )
+
+
+def _groups(f: _Fields) -> dict[str, int]:
+    if f.raw.get("topk_method", "group_limited_greedy") not in ("group_limited_greedy", "noaux_tc"):
+        return {}
+    groups = f.integer("n_group", 1, nullable=True) or 1
+    per_token = f.integer("topk_group", groups, nullable=True) or groups
+    return dict(expert_groups=groups, expert_groups_per_token=per_token)
 
 
 def _qwen_dense_layers(f: _Fields, layers: int, experts: int) -> int:

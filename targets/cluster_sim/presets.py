@@ -12,9 +12,10 @@ Models:
 
 Clusters (per device; links one direction; efficiencies are assumptions until calibrated):
 
-- ``h100``: H100 SXM, 989.4 TFLOP/s dense BF16, 80 GB HBM3 at 3.35 TB/s, NVLink 4 at 450
-  GB/s per direction in an 8-GPU domain, one 400 Gb/s InfiniBand NIC per GPU (50 GB/s),
-  PCIe 5 x16 to the host (64 GB/s raw, 55 taken as reachable).
+- ``h100``: H100 SXM, 989.4 TFLOP/s dense BF16 and 1,978.9 dense FP8 (NVIDIA's H100
+  datasheet; its 1,979 / 3,958 TFLOP/s FP8 figures are dense / with sparsity), 80 GB
+  HBM3 at 3.35 TB/s, NVLink 4 at 450 GB/s per direction in an 8-GPU domain, one 400 Gb/s
+  InfiniBand NIC per GPU (50 GB/s), PCIe 5 x16 to the host (64 GB/s raw, 55 reachable).
 - ``h800``: the H100's compute and memory with NVLink cut to 400 GB/s both ways (200 per
   direction), as DeepSeek-V3's report describes its cluster (arXiv:2412.19437, 3.1).
 - ``seed-000``: seed 000's accelerator as far as its figures define it: 2.012 EFLOPS at
@@ -53,7 +54,7 @@ _HF_MODELS = {
 _H100 = Cluster(
     devices=8, peak_flops_per_s=989.4e12, memory_bytes=80e9, hbm_bytes_per_s=3.35e12,
     scale_up_domain=8, scale_up_bytes_per_s=450e9, scale_out_bytes_per_s=50e9,
-    host_link_bytes_per_s=55e9,
+    host_link_bytes_per_s=55e9, fp8_peak_flops_per_s=1978.9e12,
 )  # fmt: skip
 CLUSTERS = {
     "h100": _H100,

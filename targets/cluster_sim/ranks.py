@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from moeperf.targets.cluster_sim.overlap import overlapped_single_stage_order
 from moeperf.targets.cluster_sim.pipeline import (
     IterationTimeline,
     interleaved_orders,
@@ -28,9 +29,14 @@ def by_rank(a: np.ndarray, ranks: int, chunks: int) -> np.ndarray:
     return np.swapaxes(split, -3, -2).reshape(*lead, ranks, chunks * m)
 
 
-def rank_orders(ranks: int, chunks: int, microbatches: int) -> list[list[tuple[bool, int]]]:
+def rank_orders(
+    ranks: int, chunks: int, microbatches: int, a2a_overlap: bool = False
+) -> list[list[tuple[bool, int]]]:
     """Per pipeline rank, ``(is_forward, c m + j)`` in its schedule's order: 1F1B, or
-    Megatron's interleaved 1F1B over ``chunks`` model chunks per rank."""
+    Megatron's interleaved 1F1B over ``chunks`` model chunks per rank. Without a pipeline,
+    ``a2a_overlap`` runs one forward ahead so that forwards and backwards pair (overlap.py)."""
+    if ranks == 1 and chunks == 1 and a2a_overlap:
+        return [overlapped_single_stage_order(microbatches)]
     if chunks == 1:
         return stage_orders(ranks, microbatches)
     return [

@@ -40,17 +40,15 @@ import numpy as np
 from moeperf.targets.cluster_sim import routing
 from moeperf.targets.cluster_sim.activations import ActivationLayout, PolicyName, megatron_layout
 from moeperf.targets.cluster_sim.adaptive import ADAPTIVE_MARGIN, adaptive_plan
+from moeperf.targets.cluster_sim.comm import a2a_seconds_per_slot
 from moeperf.targets.cluster_sim.config import ClusterSimConfigError, SimConfig
 from moeperf.targets.cluster_sim.dual_batch import DualBatchPlan, plan_dual_batch
-from moeperf.targets.cluster_sim.flops import (
-    attention_macs_per_token,
-    dense_macs_per_token,
-    head_macs_per_token,
-    routed_expert_macs_per_slot,
-    training_flops_per_token,
-)
+from moeperf.targets.cluster_sim.flops import training_flops_per_token
+from moeperf.targets.cluster_sim.overlap import hide_transfers
 from moeperf.targets.cluster_sim.pipeline import IterationTimeline, peak_saved_bytes
 from moeperf.targets.cluster_sim.ranks import by_rank, rank_orders, rank_timeline
+from moeperf.targets.cluster_sim.stages import data_parallel_step_s, op_times
+from moeperf.targets.cluster_sim.stages import stages as chunk_stages
 
 SimPolicy = Literal["keep-all", "full-recompute", "selective", "adaptive", "adaptive-dual"]
 SIM_POLICIES: tuple[SimPolicy, ...] = (
@@ -128,46 +126,6 @@ class JobResult:
         return self.completed * self.model_flops_per_iteration / (self.wall_s * peak)
 
 
-@dataclass(frozen=True)
-class _Stage:
-    layers: int
-    dense: int
-    head: bool
-    first: bool
-    static_bytes: float
-    params: float  # weights on one rank of this stage
-
-
-def _stages(cfg: SimConfig) -> list[_Stage]:
-    m, par = cfg.model, cfg.parallel
-    chunks = cfg.stages  # pipeline x virtual stages, in pipeline order (Megatron's chunks)
-    # As even as possible, the first chunks one layer more (all equal when they divide).
-    counts = [len(part) for part in np.array_split(np.arange(m.num_layers), chunks)]
-    c, f, e = m.hidden_size, m.expert_hidden_size, m.bytes_per_element
-    attention = m.attention_params() / par.tensor
-    shared = (m.shared_experts * 3 * c * f + c * m.num_experts) / par.tensor
-    routed = m.num_experts // par.expert * 3 * c * f
-    dense = 3 * c * m.dense_hidden_size / par.tensor
-    dp = cfg.data_parallel
-    expert_dp = max(dp * par.context // par.expert, 1)
-    out = []
-    for s, per in enumerate(counts):
-        d = int(np.clip(m.dense_layers - sum(counts[:s]), 0, per))
-        head, first = s == chunks - 1, s == 0
-        plain = per * attention + (per - d) * shared + d * dense
-        plain += (m.vocab_size * c / par.tensor) * (int(head) + int(first))
-        if head:
-            plain += m.mtp_depth * (attention + shared + 2 * c * c / par.tensor)
-        experts = (per - d + (m.mtp_depth if head else 0)) * routed
-        weights_and_grads = (plain + experts) * (e + 4)
-        if par.fsdp:  # sharded, plus one layer gathered for its forward or backward
-            gathered = (plain + experts) / max(per, 1) * e
-            weights_and_grads = (plain / dp + experts / expert_dp) * (e + 4) + gathered
-        optimizer = 12 * (plain / dp + experts / expert_dp)
-        out.append(_Stage(per, d, head, first, weights_and_grads + optimizer, plain + experts))
-    return out
-
-
 def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = None) -> JobResult:
     """``job.iterations`` iterations of ``cfg``; the layout defaults to Megatron's."""
     cfg.validate()
@@ -182,9 +140,10 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
     # batches side by side (``by_rank``): the ranks are what run and hold memory.
     p, v, mb = cfg.stages, par.virtual_stages, cfg.microbatches
     ranks = par.pipeline
-    stages = _stages(cfg)
+    stages = chunk_stages(cfg)
     tokens = cfg.micro_batch * m.seq_len / par.context  # per rank (SP splits activations)
-    groups = max(cfg.data_parallel * par.context // par.expert, 1)
+    moe_tokens = cfg.moe_tokens_per_rank  # what this rank dispatches
+    groups = cfg.expert_data_parallel
     rng = np.random.default_rng(job.seed)
     most = max(st.layers for st in stages)  # uneven chunks: the missing layers masked out
     draws = routing.draw(rng, (job.iterations, groups, p, mb), most,
@@ -194,45 +153,27 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
                                      (job.iterations, groups, p, mb), most)  # fmt: skip
     else:
         share = routing.hottest_share(draws.ratio, m.num_experts, par.expert)  # [I,G,p,m,Ls]
-    group_slots = par.expert * tokens * m.top_k
+    group_slots = par.expert * moe_tokens * m.top_k
     moe_mask = np.array([[st.dense <= i < st.layers for i in range(most)] for st in stages])
     hot_slots = share * group_slots * moe_mask[None, None, :, None, :]  # [I,G,p,m,Ls]
     slots_sum = hot_slots.sum(-1)  # [I,G,p,m]
-    own_slots = tokens * m.top_k * moe_mask.sum(-1)  # [p]
+    own_slots = moe_tokens * m.top_k * moe_mask.sum(-1)  # [p]
 
     e = m.bytes_per_element
-    eff_flops = cl.peak_flops_per_s * cl.gemm_efficiency
-    fixed_fwd = np.array([
-        2 * tokens * (st.layers * attention_macs_per_token(m) / par.tensor
-                      + st.dense * dense_macs_per_token(m) / par.tensor
-                      + (st.layers - st.dense) * (m.hidden_size * m.num_experts
-                         + m.shared_experts * routed_expert_macs_per_slot(m)) / par.tensor
-                      + (head_macs_per_token(m) / par.tensor if st.head else 0.0))
-        for st in stages
-    ]) / eff_flops  # fmt: skip
-    expert_fwd_per_slot = 2 * routed_expert_macs_per_slot(m) / eff_flops
-    a2a_bw = (cl.scale_up_bytes_per_s if par.expert * par.tensor <= cl.scale_up_domain
-              else cl.scale_out_bytes_per_s) * cl.comm_efficiency  # fmt: skip
-    a2a_per_slot = 2 * m.hidden_size * e / a2a_bw  # dispatch + combine
-    tp_s = 0.0
-    if par.tensor > 1:
-        tp_bytes = tokens * m.hidden_size * e * (par.tensor - 1) / par.tensor
-        tp_s = 2 * tp_bytes / (cl.scale_up_bytes_per_s * cl.comm_efficiency)
+    times = op_times(cfg, stages, tokens)
+    expert_fwd = slots_sum * times.expert_fwd_per_slot  # [I,G,p,m]
+    a2a_f = slots_sum * a2a_seconds_per_slot(cfg, forward=True)
+    a2a_b = slots_sum * a2a_seconds_per_slot(cfg, forward=False)
     hop_s = (
         tokens * m.hidden_size * e / par.tensor / (cl.scale_out_bytes_per_s * cl.comm_efficiency)
     )
-    layers_tp = np.array([st.layers for st in stages]) * tp_s  # per direction
-
-    expert_fwd = slots_sum * expert_fwd_per_slot  # [I,G,p,m]
-    a2a = slots_sum * a2a_per_slot
-    forward = fixed_fwd[:, None] + expert_fwd + a2a + layers_tp[:, None]
-    backward = 2 * (fixed_fwd[:, None] + expert_fwd) + a2a + layers_tp[:, None]
-
+    compute_f = times.fixed_fwd[:, None] + expert_fwd
+    compute_b = 2 * compute_f
     static = np.array([st.static_bytes for st in stages]).reshape(v, ranks).sum(axis=0)
     layer_hot_max = hot_slots.max(-1)
     working = 2 * layer_hot_max * (m.hidden_size + 3 * m.expert_hidden_size) * e  # [I,G,p,m]
     working_peak = by_rank(working, ranks, v).max(-1)  # [I,G,ranks]
-    orders = rank_orders(ranks, v, mb)
+    orders = rank_orders(ranks, v, mb, cfg.recipe.a2a_overlap)
     # The adaptive policy starts from keep-all and drops what does not fit (below).
     adaptive = job.policy in ("adaptive", "adaptive-dual")
     base: PolicyName = "keep-all" if adaptive else job.policy  # type: ignore[assignment]
@@ -245,25 +186,32 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
             dense_layers=st.dense, head=st.head,
         )  # fmt: skip
     if job.policy == "full-recompute":
-        extra = fixed_fwd[None, None, :, None] + expert_fwd + a2a
+        extra = times.fixed_fwd[None, None, :, None] + expert_fwd + a2a_f
     elif job.policy == "selective":
         extra = expert_fwd.copy()
+    each = np.ones((p, mb))
+    side_f, side_b = (
+        by_rank(a[:, None] * each, ranks, v) for a in (times.side_fwd, times.side_bwd)
+    )
+    compute_f, compute_b, a2a_f, a2a_b, saved, extra = (
+        by_rank(a, ranks, v) for a in (compute_f, compute_b, a2a_f, a2a_b, saved, extra)
+    )
+    if cfg.recipe.a2a_overlap:
+        a2a_f, a2a_b = hide_transfers(compute_f, compute_b, a2a_f, a2a_b, orders)
+    forward = compute_f + a2a_f + side_f
+    backward = compute_b + a2a_b + side_b
     # Seconds of each op the stage's compute waits on the network, in every group: what
     # dual-batch interleaving can run another micro-batch's recompute under.
-    comm = by_rank(a2a + layers_tp[:, None], ranks, v).min(axis=1)  # [I,ranks,v m]
-    forward, backward, saved, extra = (
-        by_rank(a, ranks, v) for a in (forward, backward, saved, extra)
-    )
+    comm = (a2a_f + side_f).min(axis=1)  # [I,ranks,v m]
     kept = saved  # the base policy's bytes (adaptive: keep-all's, restored where it drops)
     if adaptive:
         limit = cl.memory_bytes * (1 - ADAPTIVE_MARGIN) - static[None, None, :] - working_peak
         full = np.array([layout.microbatch_bytes("full-recompute", tokens, st.layers, 0.0, 0.0,
                                                  head=st.head) for st in stages])  # fmt: skip
-        each = np.ones((p, mb))
         saved, extra = adaptive_plan(
-            saved, by_rank(slots_sum, ranks, v), limit, orders, layout, expert_fwd_per_slot,
+            saved, by_rank(slots_sum, ranks, v), limit, orders, layout, times.expert_fwd_per_slot,
             cl.host_link_bytes_per_s, by_rank(full[:, None] * each, ranks, v),
-            by_rank(fixed_fwd[:, None] * each, ranks, v), reserve=True,
+            by_rank(times.fixed_fwd[:, None] * each, ranks, v), reserve=True,
         )  # fmt: skip
     plain_backward = backward
     backward = backward + extra
@@ -275,6 +223,14 @@ def simulate(cfg: SimConfig, job: JobSpec, layout: ActivationLayout | None = Non
     rank_params = np.array([st.params for st in stages]).reshape(v, ranks).sum(axis=0)
     optimizer_s = float(rank_params.max()) * OPTIMIZER_BYTES_PER_PARAM_STEP
     optimizer_s /= cl.hbm_bytes_per_s
+    # The data-parallel reduction, under the last backward and first forward it may use
+    # (its busiest rank's; the slowest group's compute, the first iteration's: reductions
+    # move weights, which do not depend on routing).
+    last_backward_s = (
+        float(compute_b[0].max(axis=0)[:, mb - 1 :: mb].sum(axis=-1).min()) if mb else 0.0
+    )
+    first_forward_s = float(compute_f[0].max(axis=0)[:, ::mb].sum(axis=-1).min()) if mb else 0.0
+    optimizer_s += data_parallel_step_s(cfg, stages, last_backward_s, first_forward_s)
     tokens_iter = float(cfg.global_batch * m.seq_len)
     flops_iter = training_flops_per_token(m) * tokens_iter
     result = JobResult(cfg, job, tokens_iter, flops_iter)
