@@ -50,7 +50,8 @@ def _cfg(
     global_batch: int = 16,
     **layout: int,
 ) -> SimConfig:
-    return SimConfig(model, Parallel(**({"expert": 16} | layout)), NODE, global_batch,
+    parallel = dataclasses.replace(Parallel(expert=16), **layout)
+    return SimConfig(model, parallel, NODE, global_batch,
                      micro_batch=1, recipe=recipe)  # fmt: skip
 
 
@@ -102,8 +103,8 @@ def test_fp8_runs_the_blocks_gemms_at_the_fp8_rate_and_the_rest_at_bf16():
 
 
 def test_fp8_needs_a_device_with_an_fp8_peak():
-    cfg = dataclasses.replace(_cfg(Recipe(precision="fp8")),
-                              cluster=dataclasses.replace(NODE, fp8_peak_flops_per_s=0.0))  # fmt: skip
+    no_fp8 = dataclasses.replace(NODE, fp8_peak_flops_per_s=0.0)
+    cfg = dataclasses.replace(_cfg(Recipe(precision="fp8")), cluster=no_fp8)
     with pytest.raises(ClusterSimConfigError, match="precision fp8 needs a cluster"):
         cfg.validate()
 
