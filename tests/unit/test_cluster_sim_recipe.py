@@ -6,6 +6,7 @@ data-parallel reduction, and MoE parallel folding."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pytest
@@ -48,7 +49,7 @@ def _cfg(
     recipe: Recipe = Recipe(),  # noqa: B008 (frozen)
     model: SimModel = MODEL,
     global_batch: int = 16,
-    **layout: int,
+    **layout: Any,
 ) -> SimConfig:
     parallel = dataclasses.replace(Parallel(expert=16), **layout)
     return SimConfig(model, parallel, NODE, global_batch,
