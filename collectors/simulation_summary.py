@@ -13,6 +13,9 @@ skew), over its simulated iterations:
 - bubble: the idle share of all stages over the makespan (mean over completed
   iterations), beside (p - 1) / (m + p - 1).
 - speedup (ablation): a policy's effective tokens/s / the baseline's, same job and skew.
+- error (published runs): simulated / published - 1, in the published unit; a row is
+  calibration (the fitted constants were chosen on it) or validation (held out: its error
+  is the simulator's); the validation rows' median absolute error is their accuracy.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ DEFINITIONS = {
     "effective_tokens_per_s_per_device": "completed tokens / wall time / devices",
     "bubble": "idle share of all stages over the makespan; formula (p - 1) / (m + p - 1)",
     "speedup": "effective tokens/s of a policy / the baseline's, same job and skew",
+    "error": "simulated / published - 1, in the published unit (tokens/s/GPU or TFLOP/s/GPU)",
+    "validation": "published rows held out of the calibration: their errors are the accuracy",
 }
 
 
@@ -81,10 +86,48 @@ class Reproduction:
     published: float
     simulated: float | None
     source: str
+    # "calibration": the fitted constants were chosen on it; "validation": held out;
+    # "reference": neither (a spec without a calibration).
+    role: str = "reference"
+    recipe: str = ""  # the recipe's options that are on, e.g. "fp8, deepep, a2a overlap"
 
     @property
     def error(self) -> float | None:
         return None if self.simulated is None else self.simulated / self.published - 1
+
+
+@dataclass(frozen=True)
+class NotTaken:
+    """A published row the simulator cannot take, and why."""
+
+    name: str
+    published: float
+    metric: str
+    source: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Constants fitted on the calibration rows (least squares on log(simulated /
+    published)); every other published row is simulated with them."""
+
+    constants: dict[str, float]  # e.g. {"gemm_efficiency": 0.71}
+    rows: list[str]  # the calibration rows' names
+    rms_log_error: float  # over the calibration rows, at the fit
+    evaluations: int  # simulations the fit ran
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """The validation rows' errors (each simulated / published - 1)."""
+
+    rows: int
+    within_tolerance: int  # |error| <= tolerance
+    tolerance: float  # 0.15: issue 42's bar per row
+    median_abs_error: float
+    worst: str  # the row with the largest |error|
+    worst_error: float
 
 
 @dataclass
@@ -93,6 +136,9 @@ class SimulationSummary:
     scenarios: dict[str, SimScenario] = field(default_factory=dict)
     ablation: list[AblationRow] = field(default_factory=list)
     reproductions: list[Reproduction] = field(default_factory=list)
+    calibration: Calibration | None = None
+    not_taken: list[NotTaken] = field(default_factory=list)
+    accuracy: Accuracy | None = None
     # What the figures rest on: presets' assumptions, efficiencies, what is not modelled.
     assumptions: list[str] = field(default_factory=list)
     definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))

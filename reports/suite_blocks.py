@@ -10,8 +10,10 @@ from moeperf.reports.accuracy_blocks import accuracy_blocks
 from moeperf.reports.figures.cluster_sim import (
     ablation_frame,
     memory_chart,
+    not_taken_frame,
     oom_rate_chart,
     policy_chart,
+    published_lines,
     reproduction_frame,
     scenario_frame,
 )
@@ -57,7 +59,11 @@ def simulation_blocks(run: RunData) -> list[Chart | Table]:
         blocks.append(Table(ablation_frame(summary), caption))
     if summary.reproductions:
         caption = simulated + "Published MoE training runs: their figure beside ours (error = "
-        blocks.append(Table(reproduction_frame(summary), caption + "simulated / published - 1)."))
+        caption += "simulated / published - 1). " + " ".join(published_lines(summary))
+        blocks.append(Table(reproduction_frame(summary), caption))
+    if summary.not_taken:
+        caption = "Published rows the simulator cannot take, once per configuration, and why."
+        blocks.append(Table(not_taken_frame(summary), caption))
     return blocks
 
 

@@ -7,6 +7,8 @@ per policy, beside the device's memory (dashed)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -43,10 +45,18 @@ def ablation_frame(summary: SimulationSummary) -> pd.DataFrame:
 
 def reproduction_frame(summary: SimulationSummary) -> pd.DataFrame:
     return pd.DataFrame([
-        {"run": r.name, "devices": r.devices, "layout": r.layout, "policy": r.policy,
-         "metric": r.metric, "published": r.published, "simulated": r.simulated,
-         "error": r.error, "source": r.source}
+        {"run": r.name, "role": r.role, "devices": r.devices, "layout": r.layout,
+         "policy": r.policy, "recipe": r.recipe, "metric": r.metric, "published": r.published,
+         "simulated": r.simulated, "error": r.error, "source": r.source}
         for r in summary.reproductions
+    ])  # fmt: skip
+
+
+def not_taken_frame(summary: SimulationSummary) -> pd.DataFrame:
+    return pd.DataFrame([
+        {"run": n.name, "metric": n.metric, "published": n.published, "reason": n.reason,
+         "source": n.source}
+        for n in summary.not_taken
     ])  # fmt: skip
 
 
@@ -94,3 +104,26 @@ def memory_chart(summary: SimulationSummary) -> go.Figure:
     fig.update_xaxes(title_text="pipeline stage")
     fig.update_yaxes(title_text="peak memory GB (simulated)")
     return styled(fig, plotly_text(f"Peak memory per stage, {largest.job}, {skew} (simulated)"))
+
+
+def published_lines(summary: SimulationSummary) -> list[str]:
+    """The calibration's constants, the validation rows' accuracy and the rows not taken,
+    one line each."""
+    lines = []
+    if summary.calibration is not None:
+        c = summary.calibration
+        fitted = ", ".join(f"{name} {value:.3f}" for name, value in c.constants.items())
+        lines.append(f"calibration: {fitted}, fitted on {len(c.rows)} rows (rms log error "
+                     f"{c.rms_log_error:.3f}, {c.evaluations} simulations)")  # fmt: skip
+    if summary.accuracy is not None:
+        a = summary.accuracy
+        lines.append(
+            f"validation: {a.within_tolerance} of {a.rows} held-out rows within "
+            f"+-{a.tolerance:.0%}, median |error| {a.median_abs_error:.1%}, worst "
+            f"{a.worst} ({a.worst_error:+.1%}; an OOM counts as -100%)"
+        )
+    if summary.not_taken:
+        reasons = Counter(n.reason.split(":")[0].split(" (")[0] for n in summary.not_taken)
+        listed = "; ".join(f"{count} {reason}" for reason, count in reasons.most_common())
+        lines.append(f"not taken: {len(summary.not_taken)} configurations ({listed})")
+    return lines

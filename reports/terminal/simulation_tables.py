@@ -10,6 +10,7 @@ from rich.table import Table
 
 from moeperf.collectors.simulation_summary import SimulationSummary
 from moeperf.collectors.store import RunReader
+from moeperf.reports.figures.cluster_sim import published_lines
 from moeperf.reports.terminal.levels import cell, headed_table
 
 GB = 1e9
@@ -50,21 +51,20 @@ def ablation_table(summary: SimulationSummary) -> Table:
 def reproduction_table(summary: SimulationSummary) -> Table:
     table = headed_table(
         "Published MoE training runs against the simulator (simulated)",
-        ["run", "devices", "layout", "policy", "metric", "published", "simulated", "error",
-         "source"],
+        ["run", "role", "layout", "policy", "recipe", "metric", "published", "simulated",
+         "error"],
         1,
     )  # fmt: skip
     for r in summary.reproductions:
-        error = r.error
         table.add_row(
-            r.name, f"{r.devices:,}", r.layout, r.policy, r.metric, f"{r.published:,.0f}",
-            cell(r.simulated, ",.0f"), cell(error, "+.1%"), r.source,
+            r.name, r.role, r.layout, r.policy, r.recipe, r.metric, f"{r.published:,.0f}",
+            cell(r.simulated, ",.0f"), cell(r.error, "+.1%"),
         )  # fmt: skip
     return table
 
 
 def simulation_tables(summary: SimulationSummary) -> list[Table]:
-    tables = [scenario_table(summary)]
+    tables = [scenario_table(summary)] if summary.scenarios else []
     if summary.ablation:
         tables.append(ablation_table(summary))
     if summary.reproductions:
@@ -75,5 +75,5 @@ def simulation_tables(summary: SimulationSummary) -> list[Table]:
 def simulation_lines(summary: SimulationSummary, reader: RunReader) -> list[Table | str]:
     """What ``moeperf runs show`` prints of a simulation run after its header: its tables,
     then every assumption the simulator made."""
-    lines: list[Table | str] = [*simulation_tables(summary)]
+    lines: list[Table | str] = [*simulation_tables(summary), *published_lines(summary)]
     return lines + [f"assumption: {assumption}" for assumption in summary.assumptions]

@@ -14,6 +14,7 @@ from moeperf.collectors.simulation_summary import AblationRow, Reproduction, Sim
 from moeperf.suites.simulation.spec import ReproduceSpec
 from moeperf.targets.cluster_sim.config import SimConfig
 from moeperf.targets.cluster_sim.pipeline import bubble_fraction, interleaved_bubble_fraction
+from moeperf.targets.cluster_sim.recipe import Recipe
 from moeperf.targets.cluster_sim.simulate import JobResult
 
 # Seed 000's ablation, each step's speedup over its baseline, as the paper reports it.
@@ -29,6 +30,8 @@ INDUSTRIAL_BASELINES = ("keep-all", "full-recompute")
 def layout_text(cfg: SimConfig) -> str:
     p = cfg.parallel
     text = f"TP{p.tensor} PP{p.pipeline} EP{p.expert} DP{cfg.data_parallel}"
+    if p.expert_tensor > 1:
+        text += f" ETP{p.expert_tensor}"
     if p.virtual_stages > 1:
         text += f" VP{p.virtual_stages}"
     if p.context > 1:
@@ -114,5 +117,17 @@ def reproduction(spec: ReproduceSpec, result: JobResult) -> Reproduction:
     return Reproduction(
         name=spec.name, model=spec.model, cluster=spec.cluster, devices=spec.devices,
         layout=layout_text(cfg), policy=spec.policy, metric=spec.metric,
-        published=spec.published, simulated=simulated, source=spec.source,
+        published=spec.published, simulated=simulated, source=spec.source, role=spec.role,
+        recipe=recipe_text(cfg.recipe),
     )  # fmt: skip
+
+
+def recipe_text(recipe: Recipe) -> str:
+    """The options on, in the order recipe.py documents them ("bf16" when none is)."""
+    parts: list[str] = [recipe.precision]
+    parts += ["fp8 dispatch"] if recipe.fp8_dispatch else []
+    parts += ["deepep"] if recipe.dispatcher == "deepep" else []
+    parts += ["a2a overlap"] if recipe.a2a_overlap else []
+    parts += ["tp overlap"] if recipe.tp_comm_overlap else []
+    parts += [f"dp {recipe.dp_comm}"] if recipe.dp_comm != "hidden" else []
+    return ", ".join(parts)

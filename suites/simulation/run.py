@@ -13,9 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from moeperf.collectors.records import StepRecord
-from moeperf.collectors.simulation_summary import SimulationSummary
+from moeperf.collectors.simulation_summary import NotTaken, SimulationSummary
 from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
 from moeperf.suites.run_options import RunOptions
+from moeperf.suites.simulation.calibrate import accuracy, configured, fit
 from moeperf.suites.simulation.compute import ablation, reproduction, scenario_of
 from moeperf.suites.simulation.spec import JobSpec, SimulationSpec
 from moeperf.targets.cluster_sim.simulate import JobResult, simulate
@@ -28,10 +29,15 @@ ASSUMPTIONS = (
     "discrete-event 1F1B pipeline, activation bytes per Korthikanti et al. with MoE terms "
     "that grow with the realized per-rank load); none is measured.",
     "GEMM and link efficiencies are assumptions (0.6 and 0.7 of peak) unless a job sets "
-    "them; the calibration against the reference trainer is in training runs' summaries.",
-    "Not modelled: overlap of the all-to-all with compute (DualPipe, DeepEP), FP8, the "
-    "data-parallel gradient reduction (taken as hidden under backward), stragglers other "
-    "than routing skew, network contention between jobs.",
+    "them or the spec's [calibration] fits them (then its rows say which); one efficiency "
+    "per precision, whatever a GEMM's shape.",
+    "A job's recipe (targets/cluster_sim/recipe.py) turns on what its run used: FP8 GEMMs "
+    "and dispatch, DeepEP's dispatcher, the 1F1B all-to-all overlap, tensor-parallel "
+    "overlap, the data-parallel reduction charged or overlapped; off, the reduction is "
+    "taken as hidden under backward and nothing else overlaps.",
+    "Not modelled: DualPipe's bidirectional schedule, memory-bound non-GEMM work (norms, "
+    "permutation, activations), kernel launch gaps, stragglers other than routing skew, "
+    "network contention between jobs.",
 )
 
 
@@ -68,11 +74,23 @@ def run_simulation(
                     summary.scenarios[name] = scenario_of(job.name, result)
         jobs = [j.name for j in spec.job]
         summary.ablation = ablation(summary.scenarios, jobs, spec.sim.skews, spec.sim.baseline)
+        constants: dict[str, float] = {}
+        if spec.calibration is not None:
+            calibrating = [r for r in spec.reproduce if r.role == "calibration"]
+            summary.calibration = fit(calibrating, spec.calibration, say)
+            constants = summary.calibration.constants
+            fitted = ", ".join(f"{k} {v:.3f}" for k, v in constants.items())
+            run.add_note(f"Calibrated on {len(calibrating)} published rows: {fitted}.")
         for published in spec.reproduce:
             say(f"simulating {published.name} ({published.devices:,} devices)")
-            result = simulate(published.config(), _sim_job(spec, published.policy, published.skew))
+            cfg = configured(published, constants)
+            result = simulate(cfg, _sim_job(spec, published.policy, published.skew))
             _write_steps(run, f"{published.name}/{published.policy}/{published.skew}", result)
             summary.reproductions.append(reproduction(published, result))
+        summary.not_taken = [
+            NotTaken(n.name, n.published, n.metric, n.source, n.reason) for n in spec.not_taken
+        ]
+        summary.accuracy = accuracy(summary.reproductions)
         run.write_summary(summary)
     return run.run_id
 

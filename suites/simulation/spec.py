@@ -58,6 +58,8 @@ class JobSpec(Strict):
     fsdp: bool = False  # weights and gradients sharded over data parallel too (ZeRO-3)
     global_batch: Count  # sequences per optimizer step
     micro_batch: Count = 1
+    # MTP modules trained (default: the model's; a run without MTP sets 0).
+    mtp_depth: Annotated[int, Field(ge=0)] | None = None
     # Share of peak reached by GEMMs and by links: assumptions unless calibrated.
     gemm_efficiency: Efficiency | None = None
     comm_efficiency: Efficiency | None = None
@@ -97,8 +99,11 @@ class JobSpec(Strict):
             a2a_overlap=self.a2a_overlap, tp_comm_overlap=self.tp_comm_overlap,
             dp_comm=self.dp_comm,
         )  # fmt: skip
+        model = presets.model(self.model, self.seq_len)
+        if self.mtp_depth is not None:
+            model = dataclasses.replace(model, mtp_depth=self.mtp_depth)
         cfg = SimConfig(
-            presets.model(self.model, self.seq_len), layout,
+            model, layout,
             dataclasses.replace(cluster, **changes), self.global_batch, self.micro_batch, recipe,
         )  # fmt: skip
         cfg.validate()
@@ -135,14 +140,41 @@ def measured_links(source: str) -> dict[str, Any]:
     }
 
 
+Role = Literal["calibration", "validation", "reference"]
+
+
 class ReproduceSpec(JobSpec):
-    """A published run: its job, the figure it reports and where."""
+    """A published run: its job, the figure it reports and where. ``role``: whether the
+    calibration fits on it, holds it out to validate, or neither (no calibration)."""
 
     policy: SimPolicy = "selective"
     skew: SkewName = "calm"
     metric: Literal["tokens/s/GPU", "TFLOP/s/GPU"]
     published: Positive
     source: str
+    role: Role = "reference"
+
+
+class NotTakenSpec(Strict):
+    """A published row the simulator cannot take: listed with its figure and why."""
+
+    name: str
+    published: Positive
+    metric: Literal["tokens/s/GPU", "TFLOP/s/GPU"]
+    source: str
+    reason: str
+
+
+Fittable = Literal["gemm_efficiency", "fp8_gemm_efficiency", "comm_efficiency"]
+
+
+class CalibrationSettings(Strict):
+    """Constants fitted on the ``role = "calibration"`` rows and used for every published
+    row that does not set its own; at most a third of the calibrated rows may fit them."""
+
+    fit: list[Fittable] = Field(min_length=1)
+    iterations: Count = 2  # per simulation while fitting (balanced routing repeats itself)
+    max_evaluations: Count = 200
 
 
 class SimSettings(Strict):
@@ -178,6 +210,8 @@ class SimulationSpec(Strict):
     sim: SimSettings = SimSettings()
     job: list[JobSpec] = Field(default_factory=list)
     reproduce: list[ReproduceSpec] = Field(default_factory=list)
+    not_taken: list[NotTakenSpec] = Field(default_factory=list)
+    calibration: CalibrationSettings | None = None
 
     @model_validator(mode="after")
     def _something_to_run(self) -> SimulationSpec:
@@ -190,6 +224,18 @@ class SimulationSpec(Strict):
         replays = "replay" in self.sim.skews or any(r.skew == "replay" for r in self.reproduce)
         if replays and not self.sim.replay_file:
             raise ValueError("skew 'replay' needs sim.replay_file (a routing replay file)")
+        roles = [r.role for r in self.reproduce]
+        fitted, held_out = roles.count("calibration"), roles.count("validation")
+        if self.calibration is not None:
+            if not fitted:
+                raise ValueError("calibration needs reproduce rows with role = 'calibration'")
+            if 3 * fitted > fitted + held_out:
+                raise ValueError(
+                    f"{fitted} calibration rows of {fitted + held_out}: at most a third of the "
+                    "rows may fit the constants; mark more rows role = 'validation'"
+                )
+        elif fitted or held_out:
+            raise ValueError("rows with role calibration or validation need [calibration]")
         if self.sim.baseline not in self.sim.policies:
             raise ValueError(
                 f"sim.baseline {self.sim.baseline!r} must be one of sim.policies "
