@@ -12,7 +12,13 @@ adds is in the hottest rank's slot count, which the caller multiplies by.
   expected number of remote domains a token reaches is the hypergeometric chance that at
   least one of its ``k`` experts (distinct, drawn uniformly) lives there; with DeepSeek's
   node-limited routing (the model's ``expert_groups`` equal to ``D``, a token restricted to
-  ``expert_groups_per_token`` of them) it is drawn within the chosen groups.
+  ``expert_groups_per_token`` of them) it is drawn within the chosen groups. Its links run
+  at what DeepEP measured, not at ``comm_efficiency``: its normal kernels' bottleneck
+  bandwidth on H800 with one 400 Gb/s CX7 NIC per GPU (github.com/deepseek-ai/DeepEP,
+  docs/legacy.md, "Normal kernels with NVLink and RDMA forwarding", DeepSeek-V3's
+  setting): 43, 58 and 51 GB/s over RDMA at EP 16, 32 and 64 (the nearest EP size is
+  taken, scaled by the cluster's NIC over 50 GB/s), 153 GB/s over NVLink of ~160 (0.96 of
+  the scale-up link).
 """
 
 from __future__ import annotations
@@ -50,6 +56,21 @@ def remote_domains_per_token(cfg: SimConfig) -> float:
     return (domains - 1) * (1 - _none_of(k, experts, per_domain))
 
 
+# DeepEP's normal kernels, bytes/s over RDMA by expert-parallel size, with 50 GB/s NICs.
+DEEPEP_RDMA_BYTES_PER_S = {16: 43e9, 32: 58e9, 64: 51e9}
+DEEPEP_NIC_BYTES_PER_S = 50e9
+DEEPEP_NVLINK_SHARE = 153 / 160
+
+
+def deepep_bytes_per_s(cfg: SimConfig) -> tuple[float, float]:
+    """(scale-out, scale-up) bytes/s DeepEP's normal kernels reach in this job."""
+    cl = cfg.cluster
+    span = cfg.parallel.expert * cfg.parallel.expert_tensor
+    nearest = min(DEEPEP_RDMA_BYTES_PER_S, key=lambda ep: (abs(math.log2(span / ep)), ep))
+    out = DEEPEP_RDMA_BYTES_PER_S[nearest] * cl.scale_out_bytes_per_s / DEEPEP_NIC_BYTES_PER_S
+    return out, cl.scale_up_bytes_per_s * DEEPEP_NVLINK_SHARE
+
+
 def a2a_seconds_per_slot(cfg: SimConfig, *, forward: bool) -> float:
     """Dispatch plus combine seconds of one routed slot the hottest rank receives.
 
@@ -62,6 +83,8 @@ def a2a_seconds_per_slot(cfg: SimConfig, *, forward: bool) -> float:
     domains = expert_domains(cfg)
     out_bw = cl.scale_out_bytes_per_s * cl.comm_efficiency
     up_bw = cl.scale_up_bytes_per_s * cl.comm_efficiency
+    if recipe.dispatcher == "deepep":
+        out_bw, up_bw = deepep_bytes_per_s(cfg)
     if domains == 1:
         return bytes_per_slot / up_bw
     if recipe.dispatcher == "deepep":

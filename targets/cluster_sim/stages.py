@@ -2,8 +2,8 @@
 
 Per chunk ("stage": pipeline x virtual stages of them): its layers (the dense ones first),
 the weights one rank holds, its static memory (weights, gradients, optimizer state), and
-per micro-batch the seconds of its forward's GEMMs and attention, its tensor-parallel and
-FSDP transfers, and what the data-parallel reduction costs once per iteration. Backward is
+per micro-batch the seconds of its forward's GEMMs and attention and its tensor-parallel
+transfers, and what the data-parallel reduction costs once per iteration. Backward is
 twice the forward's compute, as everywhere in this simulator.
 
 Rates: the transformer blocks' GEMMs at the precision's peak x efficiency (``Cluster``'s
@@ -63,8 +63,10 @@ def stages(cfg: SimConfig) -> list[Stage]:
             plain += m.mtp_depth * (attention + shared + 2 * c * c / par.tensor)
         experts = (per - d + (m.mtp_depth if head else 0)) * routed
         weights_and_grads = (plain + experts) * (e + 4)
-        if par.fsdp:  # sharded, plus one layer gathered for its forward or backward
-            gathered = (plain + experts) / max(per, 1) * e
+        if par.fsdp:  # sharded, plus the stage's weights gathered for the iteration
+            # (gathered once and kept across micro-batches, as pipelined FSDP runs;
+            # what is not sharded, a group of one, needs no gathered copy)
+            gathered = (plain * (dp > 1) + experts * (expert_dp > 1)) * e
             weights_and_grads = (plain / dp + experts / expert_dp) * (e + 4) + gathered
         optimizer = 12 * (plain / dp + experts / expert_dp)
         static = weights_and_grads + optimizer
@@ -79,10 +81,8 @@ class OpTimes:
 
     fixed_fwd: np.ndarray  # compute other than the routed experts
     expert_fwd_per_slot: float
-    # Tensor-parallel all-gathers and reduce-scatters plus FSDP's weight all-gathers, as
-    # far as they are not under the op's own compute: TP's under its GEMMs with
-    # tp_comm_overlap, FSDP's (prefetched) under its non-expert compute with dp_comm
-    # "overlapped".
+    # Tensor-parallel all-gathers and reduce-scatters, as far as they are not under the
+    # op's own GEMMs (tp_comm_overlap).
     side_fwd: np.ndarray
     side_bwd: np.ndarray
 
@@ -117,16 +117,9 @@ def op_times(cfg: SimConfig, chunks: list[Stage], tokens: float) -> OpTimes:
     if t > 1:  # all-gather before and reduce-scatter after attention, per layer
         tp_bytes = tokens * m.hidden_size * e * (t - 1) / t
         tp = layers * 2 * tp_bytes / (cl.scale_up_bytes_per_s * cl.comm_efficiency)
-    gather = np.zeros_like(layers)
-    if par.fsdp and cfg.recipe.dp_comm != "hidden":
-        gather = np.array([_dp_gather_bytes(cfg, st) for st in chunks]) / _dp_bytes_per_s(cfg)
     sides = []
     for under in (1, 2):  # backward: twice the forward's compute to run under
-        tp_left = np.maximum(tp - under * hide, 0.0) if cfg.recipe.tp_comm_overlap else tp
-        fsdp_left = gather
-        if cfg.recipe.dp_comm == "overlapped":
-            fsdp_left = np.maximum(gather - under * fixed, 0.0)
-        sides.append(tp_left + fsdp_left)
+        sides.append(np.maximum(tp - under * hide, 0.0) if cfg.recipe.tp_comm_overlap else tp)
     return OpTimes(fixed, per_slot, sides[0], sides[1])
 
 
@@ -150,16 +143,18 @@ def data_parallel_step_s(
     cfg: SimConfig, chunks: list[Stage], last_backward_s: float, first_forward_s: float
 ) -> float:
     """Seconds the data-parallel reduction adds to an iteration on its busiest rank: the
-    gradients' reduce-scatter (and without FSDP, the distributed optimizer's weight
-    all-gather), nothing when ``dp_comm`` is "hidden", what the last backward and first
-    forward's compute cannot cover when "overlapped"."""
+    gradients' reduce-scatter and the weights' all-gather, once each per iteration
+    (the distributed optimizer's; FSDP's too, its weights gathered once and kept across
+    micro-batches, as pipelined FSDP runs with reshard_after_forward off); nothing when
+    ``dp_comm`` is "hidden", what the last backward and first forward's compute cannot
+    cover when "overlapped"."""
     mode = cfg.recipe.dp_comm
     if mode == "hidden" or cfg.data_parallel * cfg.expert_data_parallel == 1:
         return 0.0
     v, ranks = cfg.parallel.virtual_stages, cfg.parallel.pipeline
     per_stage = np.array([_dp_gather_bytes(cfg, st) for st in chunks])
     reduce_s = float(per_stage.reshape(v, ranks).sum(axis=0).max()) / _dp_bytes_per_s(cfg)
-    gather_s = 0.0 if cfg.parallel.fsdp else reduce_s
+    gather_s = reduce_s
     if mode == "exposed":
         return reduce_s + gather_s
     return max(reduce_s - last_backward_s, 0.0) + max(gather_s - first_forward_s, 0.0)

@@ -13,6 +13,7 @@ import pytest
 
 from moeperf.targets.cluster_sim.comm import (
     a2a_seconds_per_slot,
+    deepep_bytes_per_s,
     expert_domains,
     remote_domains_per_token,
 )
@@ -77,13 +78,20 @@ def test_a2a_seconds_per_slot_by_dispatcher_and_dispatch_width():
     # once: 4000 x max(0.75 / 10e9, 0.25 / 100e9) = 3.0e-7 s.
     assert a2a_seconds_per_slot(_cfg(), forward=True) == pytest.approx(3.0e-7)
     # deepep: 1.35 remote domains a token, i.e. 0.675 per slot, over scale-out; every slot
-    # once over scale-up: 4000 x max(0.675 / 10e9, 1 / 100e9) = 2.7e-7 s.
+    # once over scale-up; at DeepEP's measured rates, not comm_efficiency: EP 16's 43 GB/s
+    # of a 50 GB/s NIC scaled to this 10 GB/s one (8.6 GB/s), 153/160 of the 100 GB/s
+    # NVLink: 4000 x max(0.675 / 8.6e9, 1 / 95.625e9) = 3.1395e-7 s.
     deepep = _cfg(Recipe(dispatcher="deepep"))
-    assert a2a_seconds_per_slot(deepep, forward=True) == pytest.approx(2.7e-7)
+    assert deepep_bytes_per_s(deepep) == pytest.approx((8.6e9, 95.625e9))
+    assert a2a_seconds_per_slot(deepep, forward=True) == pytest.approx(4000 * 0.675 / 8.6e9)
     # FP8 dispatch: 1000 x (1 + 4/128) + 1000 x 2 = 3031.25 bytes forward; backward BF16.
     fp8 = _cfg(Recipe(dispatcher="deepep", fp8_dispatch=True))
-    assert a2a_seconds_per_slot(fp8, forward=True) == pytest.approx(3031.25 * 0.675 / 10e9)
-    assert a2a_seconds_per_slot(fp8, forward=False) == pytest.approx(2.7e-7)
+    assert a2a_seconds_per_slot(fp8, forward=True) == pytest.approx(3031.25 * 0.675 / 8.6e9)
+    assert a2a_seconds_per_slot(fp8, forward=False) == pytest.approx(4000 * 0.675 / 8.6e9)
+    # EP 32 and 64 take their own rows, others the nearest on a log scale.
+    for ep, rate in ((32, 58e9), (64, 51e9), (20, 43e9), (24, 58e9), (128, 51e9)):
+        wide = dataclasses.replace(deepep, parallel=dataclasses.replace(deepep.parallel, expert=ep))
+        assert deepep_bytes_per_s(wide)[0] == pytest.approx(rate / 5), ep
     # Inside one domain (4 expert ranks): everything over scale-up, 4000 / 100e9.
     assert a2a_seconds_per_slot(_cfg(expert=4), forward=True) == pytest.approx(4.0e-8)
 
