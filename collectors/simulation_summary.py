@@ -107,6 +107,9 @@ class NotTaken:
     reason: str
 
 
+IDENTIFIED_SENSITIVITY = 0.25
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Constants fitted on the calibration rows (least squares on log(simulated /
@@ -116,6 +119,14 @@ class Calibration:
     rows: list[str]  # the calibration rows' names
     rms_log_error: float  # over the calibration rows, at the fit
     evaluations: int  # simulations the fit ran
+    # Per constant, d log(simulated) / d log(constant) on its most sensitive calibration
+    # row, at the fit: below IDENTIFIED_SENSITIVITY the rows barely move with it, and the
+    # fitted value says little about the constant.
+    sensitivity: dict[str, float] = field(default_factory=dict)
+    at_bound: list[str] = field(default_factory=list)  # constants the fit pinned to a bound
+
+    def unidentified(self) -> list[str]:
+        return [k for k, v in self.sensitivity.items() if abs(v) < IDENTIFIED_SENSITIVITY]
 
 
 @dataclass(frozen=True)

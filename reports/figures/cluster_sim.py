@@ -12,7 +12,7 @@ from collections import Counter
 import pandas as pd
 import plotly.graph_objects as go
 
-from moeperf.collectors.simulation_summary import SimulationSummary
+from moeperf.collectors.simulation_summary import IDENTIFIED_SENSITIVITY, SimulationSummary
 from moeperf.collectors.units import to_ms
 from moeperf.reports.figures.text import plotly_text, styled
 
@@ -112,9 +112,18 @@ def published_lines(summary: SimulationSummary) -> list[str]:
     lines = []
     if summary.calibration is not None:
         c = summary.calibration
-        fitted = ", ".join(f"{name} {value:.3f}" for name, value in c.constants.items())
-        lines.append(f"calibration: {fitted}, fitted on {len(c.rows)} rows (rms log error "
-                     f"{c.rms_log_error:.3f}, {c.evaluations} simulations)")  # fmt: skip
+        fitted = ", ".join(
+            f"{name} {value:.3f} (sensitivity {c.sensitivity.get(name, float('nan')):.2f})"
+            for name, value in c.constants.items()
+        )
+        line = (f"calibration: {fitted}, fitted on {len(c.rows)} rows (rms log error "
+                f"{c.rms_log_error:.3f}, {c.evaluations} simulations)")  # fmt: skip
+        if c.at_bound:
+            line += f"; at a bound: {', '.join(c.at_bound)}"
+        if c.unidentified():
+            line += (f"; not identified by its rows (sensitivity under "
+                     f"{IDENTIFIED_SENSITIVITY}): {', '.join(c.unidentified())}")  # fmt: skip
+        lines.append(line)
     if summary.accuracy is not None:
         a = summary.accuracy
         lines.append(

@@ -73,7 +73,12 @@ def fit(
                           max_nfev=settings.max_evaluations)  # fmt: skip
     constants = {name: round(float(v), 4) for name, v in zip(names, found.x, strict=True)}
     rms = float(np.sqrt(np.mean(residuals(np.array(list(constants.values()))) ** 2)))
-    return Calibration(constants, [r.name for r in rows], rms, evaluations)
+    # d residual / d x at the fit, times x: each row's elasticity to each constant.
+    elasticity = np.asarray(found.jac) * found.x[None, :]
+    sensitivity = {n: round(float(np.max(np.abs(elasticity[:, j]))), 3)
+                   for j, n in enumerate(names)}  # fmt: skip
+    at_bound = [n for n, v in constants.items() if min(v - LOWEST, HIGHEST - v) < 1e-3]
+    return Calibration(constants, [r.name for r in rows], rms, evaluations, sensitivity, at_bound)
 
 
 def accuracy(reproductions: Sequence[Reproduction]) -> Accuracy | None:

@@ -21,7 +21,9 @@ def test_the_published_runs_spec_fits_validates_and_lists_what_it_cannot_take(tm
     summary = reader.summary()
     assert isinstance(summary, SimulationSummary)
     assert summary.calibration is not None and summary.accuracy is not None
-    assert sorted(summary.calibration.constants) == ["fp8_gemm_efficiency", "gemm_efficiency"]
+    assert sorted(summary.calibration.constants) == ["comm_efficiency", "gemm_efficiency"]
+    # Each fitted constant moves its calibration rows (it is identified by them).
+    assert summary.calibration.unidentified() == [] and summary.calibration.at_bound == []
     assert summary.calibration.rows == [r.name for r in summary.reproductions
                                         if r.role == "calibration"]  # fmt: skip
     held_out = [r for r in summary.reproductions if r.role == "validation"]
