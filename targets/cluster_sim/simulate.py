@@ -7,18 +7,21 @@ Megatron's interleaved 1F1B; ``uneven_layers`` gives the first chunks one layer 
 
 - compute: forward FLOPs of this rank (attention, router and shared experts / tensor; the
   routed experts of the hottest expert-parallel rank, which the all-to-all waits for) over
-  ``peak x gemm_efficiency``; backward twice the forward; recompute adds what it re-runs.
+  ``peak x gemm_efficiency`` (the blocks' GEMMs at FP8's when the recipe says so:
+  stages.py); backward twice the forward; recompute adds what it re-runs.
 - communication: per MoE layer, dispatch and combine all-to-alls forward and backward of
-  the hottest rank's slots (C x bytes each), over the scale-up link when the expert group
-  fits in one domain, else scale-out; tensor parallel all-gather / reduce-scatter (4 per
-  layer, (t - 1) / t of the tokens' bytes); one hop between stages. Not overlapped with
-  compute. Data-parallel gradient reduction is taken as hidden under backward (Megatron's
-  --overlap-grad-reduce) and the optimizer step is charged at HBM speed (16 B/param).
+  the hottest rank's slots, over the scale-up and scale-out links as the dispatcher uses
+  them (comm.py); tensor parallel all-gather / reduce-scatter (2 per layer, (t - 1) / t of
+  the tokens' bytes); one hop between stages. The recipe (recipe.py) may hide the
+  all-to-all under a paired micro-batch's compute (overlap.py) and the tensor-parallel
+  transfers under their GEMMs; the data-parallel reduction is hidden, overlapped with the
+  last backward and first forward, or exposed, once per iteration; the optimizer step is
+  charged at HBM speed (16 B/param).
 - memory: weights bf16 + fp32 gradients per rank, fp32 master weights and two Adam moments
   sharded over data parallel (the distributed optimizer; with ``fsdp`` weights and
-  gradients too, plus one layer gathered), plus the saved activations
-  (activations.py) alive under this stage's 1F1B order, plus a working set (one layer's
-  expert buffers on the hottest rank, forward and backward).
+  gradients too, plus the stage's weights gathered for the iteration), plus the saved
+  activations (activations.py) alive under this stage's 1F1B order, plus a working set
+  (one layer's expert buffers on the hottest rank, forward and backward).
 
 Policies: keep-all, full-recompute, selective (experts recomputed), adaptive (after the
 router: keep while the stage's predicted peak fits under ``memory x (1 - margin)``, else the
