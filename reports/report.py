@@ -46,6 +46,14 @@ def _host_line(host: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _simulated_fact(kind: str | None) -> str:
+    """What "simulated" means for this target: the cluster simulator computes every
+    figure; the synthetic server's latencies are configured."""
+    if kind == "cluster_sim":
+        return "yes: every figure is the cluster simulator's, none measured"
+    return "yes: latencies are configured, not a model's"
+
+
 def _facts(run: RunData) -> list[tuple[str, str]]:
     m = run.manifest
     spec, target = resolved_spec(run), m.described_target
@@ -58,7 +66,7 @@ def _facts(run: RunData) -> list[tuple[str, str]]:
         ("model", target.model),
         ("API", target.api),
         ("engine version", target.engine_version),
-        ("simulated", "yes: latencies are configured, not a model's" if target.simulated else None),
+        ("simulated", _simulated_fact(target.kind) if target.simulated else None),
         ("started", m.anchor_wall_time),
         ("ended", m.ended_wall_time),
         ("moeperf git SHA", m.git_sha),

@@ -47,7 +47,9 @@ def reproduction_frame(summary: SimulationSummary) -> pd.DataFrame:
     return pd.DataFrame([
         {"run": r.name, "role": r.role, "devices": r.devices, "layout": r.layout,
          "policy": r.policy, "recipe": r.recipe, "metric": r.metric, "published": r.published,
-         "simulated": r.simulated, "error": r.error, "source": r.source}
+         "simulated": r.simulated,
+         "error": "no iteration completed" if r.error is None else f"{r.error:+.1%}",
+         "source": r.source}
         for r in summary.reproductions
     ])  # fmt: skip
 

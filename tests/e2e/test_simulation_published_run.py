@@ -41,3 +41,7 @@ def test_the_published_runs_spec_fits_validates_and_lists_what_it_cannot_take(tm
     html = page.read_text()
     assert "Published rows the simulator cannot take" in html
     assert "hybrid Mamba-Transformer MoE" in html
+    assert "every figure is the cluster simulator&#x27;s, none measured" in html or (
+        "every figure is the cluster simulator's, none measured" in html
+    )
+    assert "latencies are configured" not in html  # the synthetic target's wording
