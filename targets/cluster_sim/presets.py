@@ -18,6 +18,18 @@ Clusters (per device; links one direction; efficiencies are assumptions until ca
   InfiniBand NIC per GPU (50 GB/s), PCIe 5 x16 to the host (64 GB/s raw, 55 reachable).
 - ``h800``: the H100's compute and memory with NVLink cut to 400 GB/s both ways (200 per
   direction), as DeepSeek-V3's report describes its cluster (arXiv:2412.19437, 3.1).
+- ``b200``: DGX B200, eight B200 GPUs in one NVLink 5 domain: 2,250 TFLOP/s dense BF16 and
+  4,500 dense FP8 (MXFP8 runs at the FP8 rate) per GPU at 1,000 W (NVIDIA's Blackwell
+  architecture technical brief, HGX variant; DGX B200's datasheet: "72 PFLOPS" FP8
+  training for 8 GPUs, i.e. 9,000 sparse = 4,500 dense each), 180 GB HBM3e at 8 TB/s (the
+  datasheet's 1,440 GB and 64 TB/s over 8), NVLink 5 at 900 GB/s per direction (14.4 TB/s
+  over 8, both directions), one 400 Gb/s ConnectX-7 per GPU (50 GB/s), PCIe 5 to the host.
+- ``gb200``: GB200 NVL72, 72 B200 GPUs in one NVLink 5 domain: 2,500 TFLOP/s dense BF16
+  and 5,000 dense FP8 per GPU at 1,200 W (the technical brief's GB200 variant; NVL72's
+  "720 PF FP8" and "360 PF BF16" are with sparsity, over 72 GPUs), 186 GB HBM3e at 8 TB/s
+  (the rack's 13.4 TB over 72), NVLink 5 at 900 GB/s per direction, one 400 Gb/s
+  ConnectX-7 per GPU, NVLink-C2C to Grace (900 GB/s both ways for two GPUs: 225 GB/s per
+  GPU and direction).
 - ``seed-000``: seed 000's accelerator as far as its figures define it: 2.012 EFLOPS at
   32.9% MFU on 12,288 devices is 497.6 TFLOP/s of peak per device; memory (64 GB), HBM
   and link speeds are our assumptions (the seed gives none).
@@ -59,6 +71,16 @@ _H100 = Cluster(
 CLUSTERS = {
     "h100": _H100,
     "h800": dataclasses.replace(_H100, scale_up_bytes_per_s=200e9),
+    "b200": Cluster(
+        devices=8, peak_flops_per_s=2250e12, memory_bytes=180e9, hbm_bytes_per_s=8e12,
+        scale_up_domain=8, scale_up_bytes_per_s=900e9, scale_out_bytes_per_s=50e9,
+        host_link_bytes_per_s=55e9, fp8_peak_flops_per_s=4500e12,
+    ),
+    "gb200": Cluster(
+        devices=72, peak_flops_per_s=2500e12, memory_bytes=186e9, hbm_bytes_per_s=8e12,
+        scale_up_domain=72, scale_up_bytes_per_s=900e9, scale_out_bytes_per_s=50e9,
+        host_link_bytes_per_s=225e9, fp8_peak_flops_per_s=5000e12,
+    ),
     "seed-000": Cluster(
         devices=12_288, peak_flops_per_s=SEED_PEAK_FLOPS_PER_S, memory_bytes=64e9,
         hbm_bytes_per_s=1.6e12, scale_up_domain=64, scale_up_bytes_per_s=100e9,

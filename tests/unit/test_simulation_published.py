@@ -61,9 +61,11 @@ def test_every_row_is_traced_to_the_table_and_a_third_at_most_is_fitted():
 
 
 def test_the_tables_tflops_are_their_tokens_times_the_simulators_flops():
-    """tokens/s/GPU x FLOPs/token = model TFLOP/s/GPU, within 1%, for every taken row that
+    """tokens/s/GPU x FLOPs/token = model TFLOP/s/GPU, within 1.5%, for every taken row that
     reports both: the FLOP model counts what NVIDIA's tables count (MTP included where the
-    run trained it, attention causal)."""
+    run trained it, attention causal). The tables' own ratio varies by 1.3% between rows
+    of one model (Qwen3-30B-A3B: 22.8 GFLOP/token on B200 26.04.01, 23.1 on GB200 26.08),
+    their rounding; ours is 23.1."""
     spec = load_spec("training-sim-published").simulation
     table = _table()
     checked = 0
@@ -73,9 +75,9 @@ def test_the_tables_tflops_are_their_tokens_times_the_simulators_flops():
             continue
         tflops = float(found["model_tflops_per_gpu"].split()[0])
         flops = training_flops_per_token(row.config().model)
-        assert row.published * flops / 1e12 == pytest.approx(tflops, rel=0.01), row.name
+        assert row.published * flops / 1e12 == pytest.approx(tflops, rel=0.015), row.name
         checked += 1
-    assert checked >= 5
+    assert checked >= 12
 
 
 def test_a_calibration_of_more_than_a_third_of_the_rows_is_refused(tmp_path):

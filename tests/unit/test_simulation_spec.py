@@ -62,7 +62,7 @@ def test_a_layout_that_does_not_divide_names_the_job_and_each_mismatch(tmp_path,
     ("extra_line", "expected"),
     [
         ('model = "moe-9t"', "unknown model 'moe-9t'; valid: moe-188b, moe-1.04t"),
-        ('cluster = "tpu"', "unknown cluster 'tpu'; valid: h100, h800, seed-000"),
+        ('cluster = "tpu"', "unknown cluster 'tpu'; valid: h100, h800, b200, gb200, seed-000"),
     ],
 )
 def test_an_unknown_model_or_cluster_lists_the_valid_ones(tmp_path, extra_line, expected):
