@@ -11,6 +11,7 @@ and of the verdict is taken when the run ends (suites/serving/runner.py).
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -27,7 +28,6 @@ from moeperf.suites.serving.load.validity import (
     client_bottlenecks,
     judge_level,
 )
-from moeperf.suites.serving.mode_spec import FitSpec
 from moeperf.suites.serving.observe.live import LiveObservers
 from moeperf.suites.serving.schedule import (
     ALL_PROMPTS,
@@ -38,7 +38,7 @@ from moeperf.suites.serving.schedule import (
 )
 from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.spec_tables import LoadSpec
-from moeperf.suites.serving.sweep_fit import fit_scenario, fit_verdict
+from moeperf.suites.serving.sweep_fit import fit_scenario, fit_verdict, probe_duration_s
 from moeperf.suites.serving.workload.cache_reset import CacheResetter
 from moeperf.suites.serving.workload.prompts import PoolKey
 from moeperf.suites.serving.workload.sources import Prompt
@@ -80,7 +80,9 @@ class LevelLoop:
     """Runs a serving run's levels on one load engine (``run_level``, ``fit_probe``).
 
     Records go to the run's file and are counted; none is kept here (the summary reads
-    them back from the file), so the harness's memory does not grow with the run.
+    them back from the file), so the harness's memory does not grow with the run. With a
+    ``[sweep.fit]``, the sweep's load levels keep their TTFTs (a few requests a level):
+    each length's fit probes last as long as its prompts take to prefill.
     """
 
     spec: ServingSpec
@@ -94,6 +96,7 @@ class LevelLoop:
     workers: int
     outcomes: list[LevelOutcome] = field(default_factory=list)
     tally: MeasuredTally = field(default_factory=MeasuredTally)
+    ttft_s: dict[str, list[float]] = field(default_factory=dict)  # sweep levels with a fit
 
     def __post_init__(self) -> None:
         # Client-side token counts come after the level: an amendment goes to the file only.
@@ -110,6 +113,21 @@ class LevelLoop:
         self.run.append_request(record)
         self.tally.add(record)
         self.observers.record(record)
+        fits = self.spec.sweep is not None and self.spec.sweep.fit is not None
+        if fits and record.first_token_ns is not None and record.status == "ok":
+            self.ttft_s.setdefault(record.scenario, []).append(
+                (record.first_token_ns - record.send_ns) / 1e9
+            )
+
+    def single_stream_ttft_s(self, input_tokens: int) -> float | None:
+        """The TTFT p50 of a sweep length's lowest load level (its repeats pooled): one
+        prompt's prefill, alone. None: none of its requests got a token."""
+        at = [o for o in self.outcomes if o.input_tokens == input_tokens and not o.fit_probe]
+        if not at:
+            return None
+        lowest = min(o.level for o in at)
+        found = [t for o in at if o.level == lowest for t in self.ttft_s.get(o.scenario, [])]
+        return float(statistics.median(found)) if found else None
 
     def run_level(
         self,
@@ -118,6 +136,7 @@ class LevelLoop:
         prompt_pool: PromptPool | None = None,
         fit_probe: bool = False,
         repeat: int | None = None,
+        probe_s: float | None = None,
     ) -> LevelOutcome:
         """One level: planned, run, judged, its hooks told; its outcome (also kept)."""
         spec, load, run = self.spec, self.spec.load, self.run
@@ -133,7 +152,8 @@ class LevelLoop:
         if fit_probe:
             assert spec.sweep is not None and spec.sweep.fit is not None
             assert prompt_pool.input_tokens is not None
-            level_spec = spec.model_copy(update={"load": _fit_load(spec.sweep.fit, load)})
+            duration_s = spec.sweep.fit.probe_s if probe_s is None else probe_s
+            level_spec = spec.model_copy(update={"load": _fit_load(duration_s, load)})
             scenario = fit_scenario(prompt_pool.input_tokens, level)
         level_load = level_spec.load
         reset = self.resetter.reset() if self.resetter is not None else None
@@ -175,10 +195,15 @@ class LevelLoop:
         self.observers.level_done(scenario, client_bound=verdict.status == "invalid")
         return outcome
 
-    def fit_probe(self, streams: int, prompt_pool: PromptPool) -> FitVerdict:
-        """A fit probe of ``streams`` (suites/serving/sweep_fit.py): judged by the target's
-        counters over the probe."""
-        outcome = self.run_level(streams, prompt_pool=prompt_pool, fit_probe=True)
+    def fit_probe(
+        self, streams: int, prompt_pool: PromptPool, single_ttft_s: float | None = None
+    ) -> FitVerdict:
+        """A fit probe of ``streams`` (suites/serving/sweep_fit.py): as long as its prompts
+        take to prefill (from ``single_ttft_s``, the length's single-stream TTFT p50), and
+        judged by the target's counters over the probe."""
+        assert self.spec.sweep is not None and self.spec.sweep.fit is not None
+        probe_s = probe_duration_s(self.spec.sweep.fit, streams, single_ttft_s)
+        outcome = self.run_level(streams, prompt_pool=prompt_pool, fit_probe=True, probe_s=probe_s)
         self.observers.close_level()  # its counters whole now, not at the next level's start
         verdict = outcome.verdict
         not_judged = None if verdict.status == "ok" else f"the level was {verdict.status}"
@@ -187,14 +212,14 @@ class LevelLoop:
         return fit_verdict(streams, self.observers.level_counters(outcome.scenario), not_judged)
 
 
-def _fit_load(fit: FitSpec, load: LoadSpec) -> LoadSpec:
-    """A fit probe's level: closed loop for ``probe_s``, every second of it measured, and
-    what still runs at its end cancelled at once (the next probe starts from an idle
+def _fit_load(duration_s: float, load: LoadSpec) -> LoadSpec:
+    """A fit probe's level: closed loop for ``duration_s``, every second of it measured,
+    and what still runs at its end cancelled at once (the next probe starts from an idle
     target)."""
     return load.model_copy(
         update={
             "mode": "concurrency",
-            "duration_s": fit.probe_s,
+            "duration_s": duration_s,
             "max_requests": None,
             "warmup_s": 0.0,
             "cooldown_s": 0.0,

@@ -246,11 +246,14 @@ def _run_levels(
                 length = planned.key.input_tokens
                 if planned.fit_after and spec.sweep is not None and spec.sweep.fit is not None:
                     assert length is not None
+                    single = loop.single_stream_ttft_s(length)
                     fits[length] = search_fit(
                         spec.sweep.fit,
                         length,
                         functools.partial(
-                            loop.fit_probe, prompt_pool=levels.probe_pool(spec, length)
+                            loop.fit_probe,
+                            prompt_pool=levels.probe_pool(spec, length),
+                            single_ttft_s=single,
                         ),
                     )
         else:

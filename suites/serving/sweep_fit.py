@@ -1,8 +1,14 @@
 """How many concurrent requests of one prompt length fit in the target at once
 (``[sweep.fit]`` of a sweep over prompt lengths: the long-context suite).
 
-A probe holds c streams (closed loop) of one length for ``sweep.fit.probe_s`` seconds,
-then cancels the requests still running. c fits when the target's own counters show,
+A probe holds c streams (closed loop) of one length for ``sweep.fit.probe_s`` seconds, or,
+when longer, 1.5 x the time its c prompts take to prefill one after another at the
+length's measured single-stream TTFT p50 (``probe_duration_s``), then cancels the requests
+still running. The floor matters: a target admits a request before its whole prompt is in
+the KV cache (chunked prefill), so a probe that ends before c prompts could have been
+prefilled sees c running and no preemption yet, and would call a fit what its cache
+cannot hold (at 4,064 tokens, three 254-block prompts read as fitting 512 blocks in a 4 s
+probe on a host that prefills them in 8). c fits when the target's own counters show,
 at some scrape during the probe, all c requests running at once (its running-requests
 gauge: ``running_max`` >= c) and none preempted (its preemptions counter rose by 0 over
 the probe). Fewer running means the rest waited in its queue (for KV-cache blocks,
@@ -32,6 +38,17 @@ CRITERIA = "every stream's request running at once, none preempted"
 
 def fit_scenario(input_tokens: int, streams: float) -> str:
     return f"in={input_tokens} fit c={int(streams)}"
+
+
+PREFILL_MARGIN = 1.5  # over c x the single-stream TTFT p50: its spread, and c prompts' decode
+
+
+def probe_duration_s(fit: FitSpec, streams: int, single_ttft_s: float | None) -> float:
+    """How long a probe of ``streams`` lasts (module docstring): ``fit.probe_s``, or the
+    time its prompts take to prefill one after another, with a margin, when longer."""
+    if single_ttft_s is None:
+        return fit.probe_s
+    return max(fit.probe_s, PREFILL_MARGIN * streams * single_ttft_s)
 
 
 def fit_verdict(streams: int, counters: TargetCounters | None, not_judged: str | None) -> Verdict:
