@@ -97,8 +97,10 @@ class LevelLoop:
     outcomes: list[LevelOutcome] = field(default_factory=list)
     tally: MeasuredTally = field(default_factory=MeasuredTally)
     ttft_s: dict[str, list[float]] = field(default_factory=dict)  # sweep levels with a fit
+    keeps_ttfts: bool = field(init=False)
 
     def __post_init__(self) -> None:
+        self.keeps_ttfts = self.spec.sweep is not None and self.spec.sweep.fit is not None
         # Client-side token counts come after the level: an amendment goes to the file only.
         progress, observers = self.progress, self.observers
         self.sink = LevelSink(
@@ -113,8 +115,7 @@ class LevelLoop:
         self.run.append_request(record)
         self.tally.add(record)
         self.observers.record(record)
-        fits = self.spec.sweep is not None and self.spec.sweep.fit is not None
-        if fits and record.first_token_ns is not None and record.status == "ok":
+        if self.keeps_ttfts and record.first_token_ns is not None and record.status == "ok":
             self.ttft_s.setdefault(record.scenario, []).append(
                 (record.first_token_ns - record.send_ns) / 1e9
             )

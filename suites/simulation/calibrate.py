@@ -19,6 +19,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from moeperf.collectors.simulation_summary import Accuracy, Calibration, Reproduction
+from moeperf.suites.simulation.compute import published_figure
 from moeperf.suites.simulation.spec import CalibrationSettings, ReproduceSpec
 from moeperf.targets.cluster_sim.config import SimConfig
 from moeperf.targets.cluster_sim.simulate import JobSpec, simulate
@@ -36,17 +37,11 @@ def configured(row: ReproduceSpec, constants: dict[str, float]) -> SimConfig:
 
 
 def simulated_metric(row: ReproduceSpec, cfg: SimConfig, iterations: int) -> float | None:
-    """The row's figure as simulated: steady iterations, no checkpoint writes."""
+    """The row's figure as the run reports it (compute.published_figure), with no
+    checkpoint write among its iterations."""
     job = JobSpec(policy=row.policy, skew=row.skew, iterations=iterations,
                   checkpoint_every=iterations + 1)  # fmt: skip
-    result = simulate(cfg, job)
-    done = [r for r in result.iterations if not r.oom]
-    if not done:
-        return None
-    if row.metric == "tokens/s/GPU":
-        seconds = sum(r.time_s for r in done)
-        return len(done) * result.tokens_per_iteration / seconds / cfg.cluster.devices
-    return float(np.mean([r.mfu for r in done])) * cfg.cluster.peak_flops_per_s / 1e12
+    return published_figure(row.metric, simulate(cfg, job))
 
 
 def fit(

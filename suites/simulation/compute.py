@@ -105,15 +105,20 @@ def ablation(
     return rows
 
 
+def published_figure(metric: str, result: JobResult) -> float | None:
+    """A simulated job's figure in a published unit (None: no iteration completed)."""
+    if not result.completed:
+        return None
+    cluster = result.config.cluster
+    if metric == "tokens/s/GPU":
+        return result.effective_tokens_per_s / cluster.devices
+    return result.mfu_mean * cluster.peak_flops_per_s / 1e12
+
+
 def reproduction(spec: ReproduceSpec, result: JobResult) -> Reproduction:
     """The simulator's figure for a published run, in the published unit."""
     cfg = result.config
-    simulated: float | None = None
-    if result.completed:
-        if spec.metric == "tokens/s/GPU":
-            simulated = result.effective_tokens_per_s / cfg.cluster.devices
-        else:
-            simulated = result.mfu_mean * cfg.cluster.peak_flops_per_s / 1e12
+    simulated = published_figure(spec.metric, result)
     return Reproduction(
         name=spec.name, model=spec.model, cluster=spec.cluster, devices=spec.devices,
         layout=layout_text(cfg), policy=spec.policy, metric=spec.metric,

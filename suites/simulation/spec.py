@@ -94,11 +94,8 @@ class JobSpec(Strict):
             expert=self.expert, context=self.context, expert_tensor=self.expert_tensor,
             uneven_layers=self.uneven_layers, fsdp=self.fsdp,
         )  # fmt: skip
-        recipe = Recipe(
-            precision=self.precision, fp8_dispatch=self.fp8_dispatch, dispatcher=self.dispatcher,
-            a2a_overlap=self.a2a_overlap, tp_comm_overlap=self.tp_comm_overlap,
-            dp_comm=self.dp_comm,
-        )  # fmt: skip
+        # The recipe's fields are the job's of the same names.
+        recipe = Recipe(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Recipe)})
         model = presets.model(self.model, self.seq_len)
         if self.mtp_depth is not None:
             model = dataclasses.replace(model, mtp_depth=self.mtp_depth)
