@@ -1,20 +1,36 @@
 """Latency metrics derived from a run's raw request timestamps.
 
-The definitions, exactly as implemented here (README and reports repeat them):
+The definitions, exactly as implemented here (the docs' metric definitions page and every
+report's appendix quote this text). All timestamps are the host's monotonic clock in
+integer nanoseconds from the run's anchor, taken when a chunk's bytes arrive at the client.
 
 - TTFT: intended send time -> arrival of the first chunk carrying >= 1 generated token
-  (a role-only or empty chunk does not count). ``ttft_from_send_s`` measures from the
+  (content, reasoning or tool-call text; a role-only or empty chunk does not count). The
+  intended send time is, in closed loop, the moment the stream's previous request ended;
+  in open loop, the precomputed arrival schedule. ``ttft_from_send_s`` measures from the
   actual send time instead, and ``queue_delay_s`` = actual send - intended send is the
   client's own queueing delay, so coordinated omission is visible rather than hidden.
 - TPOT (per request): (last token time - first token time) / (output tokens - 1);
   undefined for fewer than 2 output tokens.
 - ITL (per token): for each token-carrying chunk after the first, the gap since the
   previous token-carrying chunk divided over the tokens of the later chunk, one sample per
-  token, so a 3-token (MTP) chunk after 30 ms yields three 10 ms samples.
+  token, so a 3-token (MTP) chunk after 30 ms yields three 10 ms samples, not one 30 ms one.
 - ICL (inter-chunk latency): the undivided gaps between token-carrying chunks.
 - E2E: intended send time -> last token.
 - Output tokens: server usage when present, else the client's count (tokenizer), else the
-  sum of per-chunk counts.
+  sum of per-chunk counts. Both the server's and the client's counts are stored; their
+  difference is printed per level. The client counts by re-tokenizing the whole text it
+  received with the target's tokenizer (``workload.tokenizer``; the reference target's own
+  ``tokenizer.json``). A model's generated tokens need not be what its tokenizer makes of
+  the same text, so a few fewer is expected and is not a harness error; many more than
+  the server means its usage undercounts. Throughput and TPOT use the server's count
+  wherever it gives one.
+- Tokens per chunk, best source first: the server's per-chunk usage
+  (``continuous_usage_stats``), one logprobs entry per token, the target's tokenizer (a
+  local one, or ``/tokenize`` chunk by chunk, which can over-count tokens merged across a
+  chunk boundary), else one per non-empty chunk (``assumed_one``); the source is recorded
+  per request. Usage counts per chunk only when every token-carrying chunk has it; usage
+  on the last chunk alone (or a final ``choices: []`` chunk) gives the output tokens only.
 Only requests with status "ok" contribute latency samples.
 """
 

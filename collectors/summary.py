@@ -1,10 +1,11 @@
 """Per-scenario summary of a serving run: counts, throughput, goodput, latency quantiles.
 
-Definitions (repeated in the README and every report):
+Definitions (quoted by the docs' metric definitions page and every report's appendix):
 - Only requests in the "measure" phase count; warm-up and cool-down requests are stored
   but excluded.
 - Window: first actual send -> last completion among the measured requests.
-- Output throughput: output tokens of ok requests / window.
+- Output throughput: output tokens of ok requests / window. Request throughput: ok
+  requests / window.
 - Goodput: requests that are ok and meet every SLO given / window; ``goodput_ratio`` is
   the same count over all measured requests, failures included in the denominator. A
   request with fewer than 2 output tokens has no TPOT and is judged on the other SLOs.

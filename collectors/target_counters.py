@@ -18,6 +18,13 @@ per level:
   (a level shorter than the interval): then ``gauge_scrapes`` is 0 and the gauges are that
   scrape's, the target's state right after the level.
 
+Prefix-cache hit rate (per level): prompt tokens the target found in its prefix cache /
+prompt tokens it looked up, the increase of its own counters over the level (vLLM's
+``prefix_cache_hits`` / ``prefix_cache_queries``, the reference target's; SGLang's and
+vLLM v0's hit-rate gauge, averaged). The cached share of a request is a different figure,
+from the request's own usage: ``prompt_tokens_details.cached_tokens`` / ``prompt_tokens``
+(per request, per turn, and the gate's ``cached_prompt_share``).
+
 Every field is None when the target does not export what it needs ("not available from
 this target"); a count of 0 is a count (MTP off: no drafts).
 """

@@ -1,12 +1,15 @@
 """Turn, trace-replay and repeat summaries of a serving run, from its request records.
 
-Definitions (repeated in the README and every report):
+Definitions (quoted by the docs' metric definitions page and every report's appendix):
 - TTFT by turn: the TTFT of a multi-turn scenario's measured ok requests, grouped by their
   turn index in the conversation (1 = the first message).
 - Send lag of a trace replay: actual send time - the trace's time / speed-up; on time:
   within ``ON_TIME_S`` (5 ms).
-- Between repeats: the per-repeat values of a metric, their mean and the 95% t-interval of
-  that mean (scipy's t distribution, n - 1 degrees of freedom).
+- Between repeats (``--repeat N``): the per-repeat values of a metric (a level's p50s, its
+  output tokens/s), their mean and the 95% t-interval of that mean (scipy's t
+  distribution, n - 1 degrees of freedom); within: the median half-width of each repeat's
+  own 95% interval; dispersion: the standard deviation between repeats / (within / 1.96),
+  how much wider the spread between runs is than one run's interval implies.
 """
 
 from __future__ import annotations

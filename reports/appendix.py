@@ -4,9 +4,12 @@ The module docstrings of ``collectors.latency``, ``collectors.summary`` and
 ``collectors.quantiles`` are the single source of truth for what TTFT, TPOT, ITL, E2E,
 throughput, goodput and the percentiles mean (``collectors.prefill``: a sweep's prefill
 rates; ``collectors.workload_summary``: TTFT by turn, a trace's send lag, the spread
-between repeats); the docstrings of the figure modules say how each chart is drawn from them.
-Quoting them here means the report and the code cannot disagree. Only the chart kinds a
-page contains are explained (each ``Chart`` names its figure modules in ``drawn_by``).
+between repeats; ``collectors.target_counters``: the target's own counters, the
+prefix-cache hit rate); the docstrings of the figure modules say how each chart is drawn
+from them. Quoting them here means the report and the code cannot disagree, and the docs'
+metric definitions page (moeperf/docs/definitions_page.py) quotes the same modules. Only
+the chart kinds a page contains are explained (each ``Chart`` names its figure modules in
+``drawn_by``).
 Everything is escaped and shown as preformatted text.
 """
 
@@ -27,6 +30,7 @@ from moeperf.collectors import (
     soak_records,
     soak_verdicts,
     summary,
+    target_counters,
     workload_summary,
 )
 from moeperf.collectors import prefill as prefill_rates
@@ -66,6 +70,7 @@ DEFINITIONS: tuple[ModuleType, ...] = (
     quantiles,
     prefill_rates,
     workload_summary,
+    target_counters,
     mtp_ab_records,
     simulation_summary,
     drill_records,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -116,6 +116,11 @@ class TargetSpec(_Strict):
     # Checked by reference_config() only when kind = "reference", so that a harness-only
     # install (no torch) still loads every other spec.
     reference: dict[str, Any] = {}
+    # The free-form table above is checked by this class when kind = "reference"
+    # (docs/reference/spec-fields.md lists its fields from it).
+    documented_tables: ClassVar[dict[str, str]] = {
+        "reference": "moeperf.targets.serving.config:ReferenceTargetConfig"
+    }
     # Ask for vLLM's per-chunk usage (exact tokens per chunk). Turn off for servers that
     # reject unknown stream_options.
     continuous_usage: bool = True

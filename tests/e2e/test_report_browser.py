@@ -12,13 +12,12 @@ console lines). Missing Chromium skips the test, or fails it under CI=true.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from browser import chromium
 
 from moeperf.cli import main
 from moeperf.collectors.simulation_summary import SimulationSummary
@@ -68,18 +67,6 @@ addEventListener("load", function () {
   }, 500);
 });
 </script>"""
-
-
-def chromium() -> str:
-    path = shutil.which("chromium") or (
-        "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
-    )
-    if path:
-        return path
-    message = "Chromium is not installed: apt-get install -y chromium (Debian)"
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 class Dom(HTMLParser):
