@@ -46,26 +46,48 @@ class DeviceSample:
     read (above 1 on several cores).
     """
 
+    # When the source was read (ns from the run's anchor).
     t_ns: int
+    # Which source read it: "nvml", "dcgm" or "process".
     source: SourceName
+    # A stable id within host: "gpu0" (NVML), "host:gpu0" (DCGM), "pid:<pid>" (process).
     device: str
+    # The device's host: this host's name (NVML, process); DCGM: the exporter's hostname
+    # label, else its URL's host.
     host: str
+    # The load level (or training scenario) running when it was read; "" between them.
     scenario: str
-    # What the source read; a field it cannot read stays None.
+    # What the source read; a field it cannot read stays None. The GPU's model name, or
+    # the root process's name.
     name: str | None = None
+    # Share of the time a kernel ran on the GPU (0-1).
     utilization_ratio: float | None = None
+    # GPU memory in use.
     memory_used_bytes: int | None = None
+    # GPU memory in all.
     memory_total_bytes: int | None = None
+    # Power draw.
     power_w: float | None = None
+    # The device's cumulative energy counter (not an increase).
     energy_j: float | None = None
+    # SM clock.
     sm_clock_hz: int | None = None
+    # Memory clock.
     memory_clock_hz: int | None = None
+    # GPU temperature.
     temperature_c: float | None = None
+    # What holds the clocks down (NVML's clock event reason names); (): nothing.
     throttle_reasons: tuple[str, ...] | None = None
+    # process: the tree's CPU seconds over wall seconds since the last read (above 1 on
+    # several cores).
     cpu_ratio: float | None = None
+    # process: resident memory of the process tree, summed.
     rss_bytes: int | None = None
+    # The GPU's UUID (NVML, DCGM).
     uuid: str | None = None
+    # DCGM only: share of the time the graphics engine was busy (0-1).
     engine_active_ratio: float | None = None
+    # The record layout's version (collectors/schema.py); readers refuse one they do not know.
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:

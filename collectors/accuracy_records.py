@@ -2,8 +2,8 @@
 
 A fixed prompt set is sent to the target greedily (temperature 0) with top-k logprobs;
 a reference implementation of the same weights (Hugging Face transformers, float32, CPU)
-is run teacher-forced on the target's own tokens. Definitions (README "Accuracy
-alignment"; ``suites/accuracy/compare.py`` computes them exactly so):
+is run teacher-forced on the target's own tokens. Definitions (docs/guides/
+accuracy.md; ``suites/accuracy/compare.py`` computes them exactly so):
 
 - top-1 agreement: over every position of the target's greedy outputs at concurrency 1
   (all prompts pooled), the fraction where the reference's argmax, given the same prefix

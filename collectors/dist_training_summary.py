@@ -1,7 +1,7 @@
 """Per-scenario figures of a distributed training run (suite "training-dist"), the job's
 view computed from every rank's step records.
 
-Definitions (README "Training across processes"), per scenario (layout x policy x skew):
+Definitions (docs/guides/training-dist.md), per scenario (layout x policy x skew):
 
 - job step time: for one step, the last rank's end less the first rank's start (the step's
   last execution, when a restart replayed it); its median over the completed steps.

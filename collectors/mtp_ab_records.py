@@ -2,7 +2,7 @@
 figures per level and mode, its effects against MTP off, where MTP stops paying, and
 whether speculation left greedy outputs unchanged.
 
-Definitions (README "MTP A/B"; ``collectors.mtp_ab_summary`` computes them):
+Definitions (docs/tutorials/mtp-ab.md; ``collectors.mtp_ab_summary`` computes them):
 - an arm's figures at a level and mode pool the measured ok requests of all its blocks:
   TTFT, TPOT and ITL p50 as in ``collectors.latency``; output tokens/s is their output
   tokens over the sum of the blocks' measured windows;

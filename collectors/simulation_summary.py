@@ -1,6 +1,6 @@
 """The summary of a cluster-simulation run (suite "simulation"): every figure is simulated.
 
-Definitions (README "Simulating training at cluster scale"), per scenario (job x policy x
+Definitions (docs/tutorials/cluster-simulation.md), per scenario (job x policy x
 skew), over its simulated iterations:
 
 - step time: p50 of the completed iterations' times (the 1F1B makespan + optimizer step).

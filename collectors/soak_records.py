@@ -37,11 +37,17 @@ class MemorySample:
     of the target's process (``pid``) and of its ``processes - 1`` descendants.
     """
 
+    # When the reading was taken (ns from the run's anchor).
     t_ns: int
+    # Resident memory of the target's process and all its descendants, summed.
     rss_bytes: int
+    # How many processes that sum covers (the target's and its descendants).
     processes: int
+    # The target's root process.
     pid: int
+    # The soak level being run.
     scenario: str
+    # The record layout's version (collectors/schema.py); readers refuse one they do not know.
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:

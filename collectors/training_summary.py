@@ -1,6 +1,6 @@
 """Per-scenario figures of a training run, computed from its step records.
 
-Definitions (README "Training suites"):
+Definitions (docs/tutorials/training.md):
 
 - steps: steps completed, each counted once (a step replayed after a restart is not).
 - step attempts: every step record (replays included) plus every step an OOM ended.

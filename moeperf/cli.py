@@ -40,7 +40,7 @@ examples:
 
 exit codes: 0 complete, 1 the run ended invalid or failed, 2 bad input (spec, flags,
 unknown run), 130 interrupted. `moeperf COMMAND --help` describes each command; the
-README has the details."""
+documentation (docs/, README) has the details."""
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
@@ -265,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     engine = run.add_argument_group(
         "load engine",
         "asyncio (the default, the precise one) or Locust: local worker processes, or "
-        "workers on other machines under this run's master (README 'The Locust engine')",
+        "workers on other machines under this run's master (docs/tutorials/locust.md)",
     )
     engine.add_argument("--engine", choices=("asyncio", "locust"), help="load.engine")
     engine.add_argument("--workers", type=int, metavar="N", help="local load worker processes")

@@ -109,7 +109,7 @@ def probe_command(args: argparse.Namespace, console: Console) -> int:
     result = asyncio.run(probe_target(url, args.api, model, check.models, headers))
     console.print(probe_table(result))
     console.print("spec section that fits this target:", style="bold")
-    console.print(target_toml(result), markup=False, highlight=False)
+    console.print(target_toml(result, args.api_key_env or ""), markup=False, highlight=False)
     path = Path(args.json) if args.json else _default_path(args.runs_dir, url)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")

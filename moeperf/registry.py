@@ -17,7 +17,7 @@ signature, so a renamed function fails there, not in a user's run).
 Adding a suite: its spec model and ``validate_*``, its run function (spec, given, store,
 options), its summary record (collectors, with ``SUITE``), its ``*_lines`` presenter and
 its report blocks, each in the suite's own modules; then one ``Suite`` entry in ``SUITES``
-below (README "Architecture").
+below (docs/development/architecture.md).
 """
 
 from __future__ import annotations

@@ -103,9 +103,7 @@ def definitions_table(summary: AccuracySummary) -> Table:
     frame = pd.DataFrame(
         [{"term": name, "definition": text} for name, text in summary.definitions.items()]
     )
-    return Table(
-        frame, 'Definitions (collectors/accuracy_records.py; README "Accuracy alignment").'
-    )
+    return Table(frame, "Definitions (collectors/accuracy_records.py; docs/guides/accuracy.md).")
 
 
 def accuracy_blocks(summary: AccuracySummary | None) -> list[Table]:

@@ -1,6 +1,6 @@
 """Where an HTML page is written, and whether a file already there may be replaced.
 
-The rule (README "Reports"), the same for ``report`` and ``baseline report``:
+The rule (docs/guides/reports-and-baselines.md), the same for ``report`` and ``baseline report``:
 
 - without ``--out`` a page goes under the runs directory: one run's report into that run's
   directory (``report.html``), a report of several runs into the runs directory under a

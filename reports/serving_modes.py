@@ -119,7 +119,7 @@ def plan_table(sweep: SweepSummary, scenarios: Mapping[str, ScenarioSummary]) ->
     )
     return Table(
         frame,
-        f'The memory planner (suites/plan, README "Memory planning"; an estimate from '
+        f"The memory planner (suites/plan, docs/guides/memory-planning.md; an estimate from "
         f"{plan.model}) beside the sweep's measurements. {plan.deployment}. KV bytes per "
         f"token {plan.kv_bytes_per_token:,}, linear-attention state per sequence "
         f"{plan.state_bytes_per_sequence:,} bytes (flat in the context). A sequence holds "

@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib.util
 
 # PyPI's Linux torch wheel is the CUDA build (with ~20 nvidia-* packages, several GB): a
-# machine without a GPU takes the CPU build from PyTorch's own index (README "Installing").
+# machine without a GPU takes the CPU build from PyTorch's own index
+# (docs/getting-started/install.md).
 TORCH_CPU_INDEX_URL = "https://download.pytorch.org/whl/cpu"
 REFERENCE_INSTALL = (
     f"pip install torch==2.13.0 --index-url {TORCH_CPU_INDEX_URL} (the CPU build; "

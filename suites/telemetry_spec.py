@@ -30,7 +30,10 @@ TelemetrySourceName = Literal["nvml", "dcgm", "process"]
 
 
 class TelemetrySpec(Strict):
+    # Run the accelerator sampler beside the run; false: no device samples.
     enabled: bool = True
+    # What is read: "nvml" (this host's GPUs), "dcgm" (a DCGM exporter at dcgm_url),
+    # "process" (the target's or the trainer's process tree). One source per GPU.
     sources: tuple[TelemetrySourceName, ...] = ("nvml", "process")
     # Seconds between reads; the sampler measures its own cost (SamplerCost) at this rate.
     period_s: Annotated[float, Field(ge=0.01, le=60)] = 0.1

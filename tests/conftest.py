@@ -1,6 +1,6 @@
 """Fixtures shared across the test packages, and the rules of the two tiers.
 
-The suite runs in two parts (tox.ini's test and fast envs, README "Development"): every
+The suite runs in two parts (tox.ini's test and fast envs, docs/development/tests.md): every
 test not marked ``timing`` across both cores with pytest-xdist, then the ``timing`` tests
 alone, one after another, so that what they measure is the machine's, not a neighbour's.
 """

@@ -18,5 +18,6 @@ def page() -> str:
         "# Exit codes\n\n" + GENERATED + "\n" + paragraphs(exits.__doc__) + "\n"
         + table(("code", "name", "when"), rows)
         + "\n`moeperf run --warn-only` exits 0 for a run whose levels failed or were invalid "
-        "(the run's status still says so); an aborted run still exits 1.\n"
+        "(the run's status still says so); an aborted run still exits 1, or 130 when a "
+        "signal (Ctrl-C) ended it.\n"
     )  # fmt: skip

@@ -22,6 +22,8 @@ class FieldDoc:
     annotation: Any
     default: Any
     metadata: tuple[Any, ...] = ()
+    # pydantic's Field(description=...), where a model gives one.
+    description: str = ""
 
 
 def is_table(cls: object) -> bool:
@@ -38,7 +40,7 @@ def fields_of(cls: type) -> list[FieldDoc]:
                      else info.get_default(call_default_factory=True))  # fmt: skip
             found.append(FieldDoc(name, info.annotation,
                                   REQUIRED if value is PydanticUndefined else value,
-                                  tuple(info.metadata)))  # fmt: skip
+                                  tuple(info.metadata), info.description or ""))  # fmt: skip
         return found
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(typing.cast(Any, cls)):

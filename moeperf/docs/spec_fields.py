@@ -93,7 +93,13 @@ def _section(suite: str, t: Table, seen: dict[type, tuple[str, str]]) -> str:
     doc = paragraphs(t.model.__doc__) if t.path and t.model.__doc__ else ""
     comments = field_comments(t.model, *getattr(t.model, "documented_by", ()))
     rows = [
-        (code(f.name), _type(f), _default(f.default), unit_of(f.name), comments.get(f.name, ""))
+        (
+            code(f.name),
+            _type(f),
+            _default(f.default),
+            unit_of(f.name),
+            comments.get(f.name) or f.description,
+        )
         for f in fields_of(t.model)
     ]
     return (

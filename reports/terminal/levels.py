@@ -77,7 +77,7 @@ def throughput_line(scenario: str, entry: ScenarioSummary) -> str:
 
 def token_count_text(d: TokenDiscrepancy) -> str:
     """The client's re-tokenized output count against the server's usage, with the reason
-    it differs (README, "Token counts")."""
+    it differs (docs/concepts/metrics.md)."""
     if not d.differing:
         return f"client count of the re-tokenized text equals server usage in all {d.compared}"
     text = (

@@ -1,1 +1,1 @@
-"""The accuracy-alignment suite: is the served model the model? (README "Accuracy alignment")"""
+"""The accuracy-alignment suite: is the served model the model? (docs/guides/accuracy.md)"""

@@ -1,6 +1,6 @@
 """The figures: the target's outputs against the reference, and against themselves under
 load. Pure functions of typed records; the definitions are those of
-``collectors.accuracy_records`` (and the README), computed exactly so here.
+``collectors.accuracy_records`` (and docs/guides/accuracy.md), computed exactly so here.
 """
 
 from __future__ import annotations

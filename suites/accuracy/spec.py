@@ -6,7 +6,7 @@ reference target) or "url"; the suite reads ``url``, ``model``, ``reference``,
 ``ignore_eos``, ``max_tokens_field``, ``extra_body``, ``api_key_env`` and ``headers``, and
 always uses /v1/completions (token-id prompts, echo, prompt logprobs). ``[reference]`` is
 the model directory Hugging Face transformers loads (default for a reference target: the
-directory it serves). Thresholds are in ``[thresholds]`` (README "Accuracy alignment":
+directory it serves). Thresholds are in ``[thresholds]`` (docs/guides/accuracy.md:
 the definitions).
 """
 
@@ -43,22 +43,29 @@ class PromptsSpec(Strict):
     working directory), else relative to the shipped specs (suites/specs/)."""
 
     file: str = "accuracy/prompts.jsonl"  # JSON lines: {"id": ..., "text": ...}
+    # Plain text whose perplexity is scored on both sides.
     heldout_file: str = "accuracy/heldout.txt"
     output_tokens: Annotated[int, Field(ge=1, le=512)] = 24  # per prompt, greedy
     top_k: Annotated[int, Field(ge=1, le=MAX_TOP_K)] = 5  # logprobs per position
+    # Total time one request to the target may take.
     request_timeout_s: Positive = 120.0
 
 
 class AccuracyLoadSpec(Strict):
     """The under-load check: every prompt again with this many requests in flight."""
 
+    # The most requests in flight at once in the under-load pass.
     concurrency: Annotated[int, Field(ge=2, le=1024)] = 16
 
 
 class ThresholdsSpec(Strict):
     """What passes. KL and logprobs are in nats."""
 
+    # Top-1 agreement at least this: the fraction of the target's greedy output positions
+    # where the reference's argmax is the target's token.
     min_top1_agreement: Fraction = 0.98
+    # Mean KL(target || reference) per position at most this (nats), over the target's
+    # top-k tokens and the rest.
     max_mean_kl: NonNegative = 1e-3
     # Perplexity ratio target / reference within [1 / max, max].
     max_perplexity_ratio: Annotated[float, Field(ge=1)] = 1.01
@@ -69,13 +76,22 @@ class ThresholdsSpec(Strict):
 
 
 class AccuracySpec(Strict):
+    # The suite that runs this spec.
     suite: Literal["accuracy"] = "accuracy"
+    # The spec's name, shown in the report's facts.
     name: str
+    # Free text, shown in the report's facts.
     description: str = ""
+    # The serving suites' [target]: kind "reference" (the default here) or "url", api
+    # "completions".
     target: TargetSpec = TargetSpec(kind="reference")
+    # The reference implementation: transformers on the CPU.
     reference: ReferenceSpec = ReferenceSpec()
+    # The prompt set and the held-out text.
     prompts: PromptsSpec = PromptsSpec()
+    # The under-load pass.
     load: AccuracyLoadSpec = AccuracyLoadSpec()
+    # What passes.
     thresholds: ThresholdsSpec = ThresholdsSpec()
 
     @model_validator(mode="before")

@@ -14,7 +14,7 @@ routing (top-k computed once, outside the timed code):
 
 All three do the same FLOPs; they differ in how many, and how large, the matmuls are.
 Needs ``torch`` (``pip install torch==2.13.0``; the CPU build from PyTorch's CPU index,
-README "Installing"); skipped without it.
+docs/getting-started/install.md); skipped without it.
 """
 
 from __future__ import annotations

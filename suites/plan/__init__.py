@@ -2,5 +2,5 @@
 
 model_config.py reads the model, deploy.py the deployment; weights.py, kv.py,
 activations.py and buffers.py compute one component each; plan.py puts them together and
-checks the verdict; present.py draws it. The README's "Memory planning" has every formula.
+checks the verdict; present.py draws it. docs/guides/memory-planning.md has every formula.
 """

@@ -1,4 +1,4 @@
-"""Activation memory of the largest step: an estimate, documented (README, "Memory planning").
+"""Activation memory of the largest step: an estimate, documented (docs/guides/memory-planning.md).
 
 Inference keeps one layer's intermediates at a time. With N = max(chunked_prefill_tokens,
 running per replica * (1 + mtp_drafts)) tokens in a step and a = activation bytes:
@@ -30,8 +30,8 @@ step of every running request at max context (N = R (1 + drafts), R running):
                                    main hidden state, the gathered previous states, their
                                    concatenation and the [N, 2h] input of its projection
   logits                           rows sampled (prefill: 1; decode: N) * V * 4 (fp32)
-It is checked against the engine's measured peak of live tensors (README, "Memory
-planning"; tests/unit/test_plan_activations.py).
+It is checked against the engine's measured peak of live tensors (docs/guides/
+memory-planning.md; tests/unit/test_plan_activations.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Communication and allocator buffers: estimates, documented (README, "Memory planning").
+"""Communication and allocator buffers: estimates, documented (docs/guides/memory-planning.md).
 
 With N step tokens (activations.py), h hidden, k experts per token, a activation bytes:
   tensor-parallel all-reduce (tp > 1)     2 N h a   (input and output of a custom all-reduce)

@@ -64,7 +64,7 @@ def plan_lines(plan: Plan) -> list[str]:
                 for ch in plan.changes
             ]
         else:
-            lines.append("  no single change tried fits (README, 'Memory planning')")
+            lines.append("  no single change tried fits (docs/guides/memory-planning.md)")
     return lines
 
 

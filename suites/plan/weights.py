@@ -1,6 +1,7 @@
 """Parameters per component, and their bytes per device under the parallel layout.
 
-Per layer (h hidden, H heads, d head dim, Hkv kv heads, I widths; README has the table):
+Per layer (h hidden, H heads, d head dim, Hkv kv heads, I widths; the table is in
+docs/guides/memory-planning.md):
 attention GQA: q h*H*d (x2 with Qwen3-Next's output gate), k and v h*Hkv*d each, o H*d*h,
 plus 2d for q/k norms; MLA: q_a h*r_q + r_q, q_b r_q*H*(d_nope+d_rope) (or h*H*(d_nope+
 d_rope) without r_q), kv_a h*(r_kv+d_rope) + r_kv, kv_b r_kv*H*(d_nope+d_v), o H*d_v*h;

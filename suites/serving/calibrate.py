@@ -106,7 +106,7 @@ def run_calibration(options: CalibrationOptions, store: RunStore, console: Conso
 
 def calibration_exit_code(status: str) -> int:
     """The exit code of a calibration whose run ended with ``status``: `moeperf run`'s rule
-    (README "Commands"): 0 complete, 1 failed, invalid or aborted (calibrate has no
+    (docs/reference/cli.md): 0 complete, 1 failed, invalid or aborted (calibrate has no
     --warn-only). Error beyond the budget at a valid level is a finding printed above, not
     a failure: finding it is what calibrate is for."""
     return 0 if status == "complete" else 1

@@ -18,10 +18,17 @@ from moeperf.suites.spec_base import Positive, Strict
 
 
 class LocustSpec(Strict):
+    # Workers expected to connect from other machines, beside the load.workers local ones.
     remote_workers: Annotated[int, Field(ge=0)] = 0
+    # The address the Locust master listens on for its workers.
     bind: str = "127.0.0.1"
+    # The port the master listens on for its workers; 0 with remote workers: 5557.
     port: Annotated[int, Field(ge=0, le=65535)] = 0  # 0: a free one (local workers only)
+    # How long the master waits for all its workers to connect before the run fails.
     connect_timeout_s: Positive = 120.0
+    # Start Locust's web UI (it can start and stop load).
     ui: bool = False
+    # The address the web UI listens on.
     ui_host: str = "127.0.0.1"
+    # The port the web UI listens on.
     ui_port: Annotated[int, Field(ge=1, le=65535)] = 8089

@@ -25,15 +25,23 @@ class CapacitySpec(_Strict):
     (``load.mode = "concurrency"``) or requests/s (open loop); each probe is one level,
     bounded as ``[load]`` bounds a level. At least one criterion is needed."""
 
+    # The first level probed.
     start: Positive = 4.0
+    # Factor between levels while bracketing: up while probes hold, down while they fail.
     growth: Annotated[float, Field(gt=1)] = 2.0
+    # The lowest level probed; if it fails, the capacity is below it.
     min_level: Positive = 1.0
+    # The highest level probed; if it holds, the capacity is at least it.
     max_level: Positive = 1024.0
     # Stop bisecting at this width (streams: 1, adjacent levels).
     resolution: Positive = 1.0
+    # Stop after this many probes; the bracket found so far is the answer.
     max_probes: Annotated[int, Field(ge=2)] = 12
+    # Criterion: a level holds when its TTFT p99 is at most this.
     ttft_p99_s: Positive | None = None
+    # Criterion: a level holds when its TPOT p99 is at most this.
     tpot_p99_s: Positive | None = None
+    # Criterion: a level holds when its goodput ratio is at least this.
     # Goodput per [slo]: the fraction of measured requests that are ok and meet it.
     min_goodput_ratio: Annotated[float, Field(gt=0, le=1)] | None = None
 
@@ -60,9 +68,14 @@ class InputTokensSweep(_Strict):
     for a target that states none. A length the context cannot hold is "not available
     from this target" in the result, and is not sent."""
 
+    # The prompt lengths (tokens), as listed; empty: points lengths from min to max.
     values: list[Annotated[int, Field(ge=1)]] = []
+    # The shortest prompt length (tokens) when values is empty.
     min: Annotated[int, Field(ge=1)] = 16
+    # The longest prompt length (tokens) when values is empty; "context": the target's
+    # context limit less the output tokens.
     max: Annotated[int, Field(ge=1)] | Literal["context"] = "context"
+    # How many lengths, log-spaced from min to max, when values is empty.
     points: Annotated[int, Field(ge=1, le=64)] = 6
     # The target's context limit (prompt + output tokens), when /v1/models does not say.
     context_tokens: Annotated[int, Field(ge=2)] | None = None
@@ -85,10 +98,16 @@ class FitSpec(_Strict):
     to one stream. Each probe holds its streams for ``probe_s`` (requests still running
     then are cancelled), judged from the target's scraped counters."""
 
+    # The first number of streams probed.
     start: Annotated[int, Field(ge=1)] = 1
+    # Factor between stream counts while bracketing.
     growth: Annotated[float, Field(gt=1)] = 2.0
+    # The most streams probed; if they fit, the fit is at least that.
     max_streams: Annotated[int, Field(ge=1)] = 256
+    # Stop after this many probes at one length; the bracket found so far is the answer.
     max_probes: Annotated[int, Field(ge=2)] = 10
+    # How long a probe holds its streams, at least (longer when its prompts take longer to
+    # prefill one after another).
     probe_s: Positive = 5.0
 
 
@@ -98,7 +117,9 @@ class SweepSpec(_Strict):
     pair is one scenario, named "in=LENGTH c=STREAMS" (or "in=LENGTH rate=R"). With
     ``[sweep.fit]``, also how many streams of each length fit at once."""
 
+    # The prompt lengths every load level runs at.
     input_tokens: InputTokensSweep = InputTokensSweep()
+    # Set: also search, at each length, for the most concurrent streams that fit at once.
     fit: FitSpec | None = None
 
 
@@ -111,14 +132,22 @@ class InterferenceSpec(_Strict):
     ``prefill_rate`` per second ("mixed"), each level ``duration_s`` long. The decoders'
     ITL, quiet against mixed, is the interference; the long prompts' TTFT is its price."""
 
+    # One arm per size, the target restarted with it as its chunked_prefill_size (tokens;
+    # 0: each prompt whole in one step).
     chunked_prefill_sizes: Annotated[
         list[Annotated[int, Field(ge=0)]], Field(min_length=1, max_length=16)
     ] = [0, 64, 256]
+    # Closed-loop decoding streams of short prompts and long outputs, in every level.
     decode_streams: Annotated[int, Field(ge=1, le=256)] = 4
+    # Prompt tokens of each decoding stream's requests.
     decode_input_tokens: Annotated[int, Field(ge=1)] = 64
+    # Output tokens of each decoding stream's requests.
     decode_output_tokens: Annotated[int, Field(ge=2)] = 128
+    # Prompt tokens of each long prompt sent in the mixed level.
     prefill_input_tokens: Annotated[int, Field(ge=1)] = 1536
+    # Long prompts per second, open loop, in the mixed level.
     prefill_rate: Positive = 2.0
+    # Length of each level (quiet and mixed) of each arm.
     duration_s: Positive = 10.0
 
     @field_validator("chunked_prefill_sizes")
@@ -140,13 +169,21 @@ class MtpAbSpec(_Strict):
     arm alike; each block is one level of ``load.duration_s``. Greedy mode also checks that
     every arm's output tokens equal MTP off's for ``equality_prompts`` prompts."""
 
+    # Draft tokens per step of each arm; the first must be 0 (MTP off, the control).
     drafts: Annotated[
         list[Annotated[int, Field(ge=0, le=16)]], Field(min_length=2, max_length=8)
     ] = [0, 1, 2]
+    # url target: one server per arm, in the order of drafts.
     urls: list[str] = []
+    # url target: one shell command per arm that reconfigures target.url, run before each
+    # of that arm's blocks.
     hooks: list[str] = []
+    # How long a hook may run, and then how long the target has to answer after it.
     hook_timeout_s: Positive = 300.0
+    # Blocks of every arm per level and mode, interleaved (A B C, C B A, ...).
     blocks: Annotated[int, Field(ge=1, le=20)] = 2
+    # Decoding modes each level runs in: "greedy" (temperature 0) and "sampled"
+    # (sampled_temperature).
     modes: Annotated[list[Literal["greedy", "sampled"]], Field(min_length=1)] = [
         "greedy",
         "sampled",
@@ -180,7 +217,7 @@ class MtpAbSpec(_Strict):
 
 
 class PlanSpec(_Strict):
-    """``[plan]``: the memory planner's prediction (suites/plan, README "Memory planning")
+    """``[plan]``: the memory planner's prediction (suites/plan, docs/guides/memory-planning.md)
     drawn beside a sweep's measured KV usage. ``model``: a Hugging Face config.json (or a
     directory holding one); the reference target's own model when unset. The deployment:
     a DEPLOY file (``deploy``) or its fields inline (``[plan.deployment]``); on the
@@ -189,9 +226,16 @@ class PlanSpec(_Strict):
     num_kv_blocks. ``block_tokens``: the target's KV block size (the reference's own when
     unset; vLLM's default is 16), so that blocks can be predicted."""
 
+    # A Hugging Face config.json, or a directory holding one; unset: the reference
+    # target's own model.
     model: str | None = None
+    # A DEPLOY file describing the deployment (not with [plan.deployment]).
     deploy: str | None = None
+    # The DEPLOY file's fields inline; empty and no deploy, on the reference target: the
+    # target's own deployment, its num_kv_blocks the cache.
     deployment: dict[str, Any] = {}
+    # The target's KV block size in tokens, so that blocks can be predicted; unset: the
+    # reference target's own (other targets: no block predictions).
     block_tokens: Annotated[int, Field(ge=1)] | None = None
 
     @model_validator(mode="after")

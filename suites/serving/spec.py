@@ -43,16 +43,28 @@ class _Strict(BaseModel):
 
 
 class ServingSpec(_Strict):
+    # The suite that runs this spec.
     suite: Literal["serving"] = "serving"
+    # The spec's name: in the report's facts, and the suite label of the live and pushed
+    # metrics.
     name: str
+    # Free text, shown in the report's facts.
     description: str = ""
+    # What to drive: an embedded target moeperf starts, or a server at a URL.
     target: TargetSpec = TargetSpec()
+    # The sampling fields sent in every request (default: greedy).
     sampling: SamplingSpec = SamplingSpec()
+    # What each request sends: prompt and output lengths, prefixes, conversations, a trace.
     workload: WorkloadSpec = WorkloadSpec()
+    # The load levels and how each is sent, bounded and measured.
     load: LoadSpec = LoadSpec()
+    # The latency objectives a request must meet to count toward goodput.
     slo: SloSpec = SloSpec()
+    # Request timeouts, and the limits past which a level's numbers may be the client's.
     harness: HarnessSpec = HarnessSpec()
+    # Live Prometheus export of the run, and scraping of the target's own /metrics.
     export: ExportSpec = ExportSpec()
+    # The regression gate's settings for runs of this spec.
     gate: GateSpec = GateSpec()
     # Set: an SLO capacity search instead of the sweep of load.levels.
     capacity: CapacitySpec | None = None

@@ -37,21 +37,37 @@ class LoadSpec(_Strict):
     None, there is no cool-down, and ``COUNT_BOUND_LIMIT_S`` is its safety limit).
     """
 
+    # "concurrency": closed loop, levels are streams; "poisson", "gamma": open loop,
+    # levels are requests/s.
     # "trace": replay workload.trace at its recorded times; levels are speed-ups.
     mode: Literal["concurrency", "poisson", "gamma", "trace"] = "concurrency"
+    # The load levels, run one after another: concurrent streams (closed loop, whole
+    # numbers), requests/s (poisson, gamma), or a trace's speed-ups (trace).
     levels: Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1)] = [1.0]
+    # How long each level sends; unset: 10 s, unless max_requests alone bounds the level.
     duration_s: Positive | None = None
+    # Requests sent per level, warm-up ones included; with duration_s, whichever comes first.
     max_requests: Annotated[int, Field(ge=1)] | None = None
+    # Warm-up: requests meant to be sent in a level's first warmup_s are stored but left
+    # out of its summaries (default 0 for a trace).
     warmup_s: NonNegative = 1.0
+    # Cool-down: requests meant to be sent in a level's last cooldown_s, likewise (default
+    # 0 for a trace, and must be 0 when max_requests alone bounds the level).
     cooldown_s: NonNegative = 0.5
+    # After a level stops sending, how long its requests in flight may go on before they
+    # are cancelled.
     drain_timeout_s: NonNegative = 10.0
+    # mode = "gamma": the shape of the gaps between arrivals (1 is Poisson, < 1 burstier).
     burstiness: Positive = 1.0
     # Open loop: cap on requests in flight (0 = none).
     max_concurrency: Annotated[int, Field(ge=0)] = 0
+    # Load worker processes; "auto": one per 128 streams (or 100 requests/s open loop) of
+    # the highest level, at least 1 and at most the usable cores.
     workers: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
     # "asyncio": the precise engine (one event loop per worker process); "locust": Locust
     # workers under a master, on this host or several ([locust]; closed loop only).
     engine: Literal["asyncio", "locust"] = "asyncio"
+    # Seed of the open-loop arrival times (each level's from seed + its index).
     seed: int = 0
     # Every level this many times, interleaved (all levels, then all again): the spread
     # between repeats is shown beside each level's own confidence interval.
@@ -121,17 +137,28 @@ class LoadSpec(_Strict):
 
 
 class SloSpec(_Strict):
+    # Goodput counts the ok requests within every limit set. The limit on TTFT (intended
+    # send time to first token); unset: none.
     ttft_s: Positive | None = None
+    # The goodput limit on TPOT; unset: none. A request with fewer than 2 output tokens
+    # has no TPOT and meets it.
     tpot_s: Positive | None = None
+    # The goodput limit on E2E latency (intended send time to last token); unset: none.
     e2e_s: Positive | None = None
 
 
 class HarnessSpec(_Strict):
+    # A request not done this long after it was sent fails (error type "timeout").
     request_timeout_s: Positive = 300.0
+    # A request that receives no bytes for this long fails ("stall_timeout").
     stall_timeout_s: Positive = 60.0
-    # The run is invalid when the client, not the target, may have set the numbers.
+    # The run is invalid when the client, not the target, may have set the numbers. A load
+    # worker's event-loop lag p99 above this makes the level client-bound.
     max_loop_lag_p99_s: Positive = 0.002
+    # A load worker busier than this fraction of one core makes the level client-bound.
     max_cpu_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
+    # Open loop without max_concurrency: sending fewer than this fraction of the scheduled
+    # requests within the window makes the level client-bound.
     min_achieved_rate_ratio: Annotated[float, Field(gt=0, le=1)] = 0.95
 
 
@@ -140,10 +167,14 @@ class ExportSpec(_Strict):
     field (it may carry credentials, and specs are stored in the manifest): give it with
     ``--pushgateway URL`` or MOEPERF_PUSHGATEWAY_URL."""
 
+    # Serve the run's metrics at http://127.0.0.1:PORT/metrics while it runs.
     live_metrics: bool = True
     # 0 picks a free port (printed at start); Prometheus needs a fixed one, e.g. 9464.
     metrics_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    # Scrape the target's own /metrics during the run (stored with the run, re-exported
+    # live, and counted per level in the summary); [sweep.fit] needs it.
     scrape_target: bool = True
+    # Seconds between scrapes of the target's /metrics.
     scrape_interval_s: Positive = 2.0
 
 
@@ -153,7 +184,8 @@ class GateSpec(_Strict):
 
     # Minimum effects (the smallest change the gate fails on, a fraction) by metric class
     # or by metric, e.g. { latency_p99 = 0.20, ttft_s_p99 = 0.08, throughput = 0.05 };
-    # keys not set keep the gate's defaults (collectors/min_effects.py, in the README).
+    # keys not set keep the gate's defaults (collectors/min_effects.py,
+    # docs/concepts/gate-statistics.md).
     min_effects: dict[str, Annotated[float, Field(ge=0, lt=1)]] = {}
 
     @field_validator("min_effects")
@@ -179,10 +211,13 @@ class SamplingSpec(_Strict):
     not sent, the target's own default). The default is greedy decoding, temperature 0.0
     and nothing else, as moeperf always sent; ``seed`` is the same in every request."""
 
+    # 0 to 2; 0.0 is greedy; "server-default" sends none.
     temperature: float | None = 0.0
+    # Nucleus sampling, above 0 and at most 1; unset: not sent.
     top_p: float | None = None
     # Not an OpenAI field (vLLM, SGLang and TGI take it).
     top_k: int | None = None
+    # The same seed in every request (a 64-bit integer); unset: not sent.
     seed: int | None = None
 
     @field_validator("temperature", "top_p", "top_k", "seed", mode="before")

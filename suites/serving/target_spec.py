@@ -70,7 +70,7 @@ def _env_name(name: str, key: str) -> str:
 
 class HeaderFromEnv(_Strict):
     """A header whose value is read from an environment variable when a run starts:
-    ``{ env = "NAME" }``. The value is never stored (README "Driving a real server")."""
+    ``{ env = "NAME" }``. The value is never stored (docs/tutorials/own-server.md)."""
 
     env: str
 
@@ -102,9 +102,14 @@ HeaderValue = Annotated[str | HeaderFromEnv, BeforeValidator(_header_value)]
 class TargetSpec(_Strict):
     """What to drive: an embedded target moeperf starts (synthetic, reference), or a URL."""
 
+    # "synthetic" or "reference": an embedded target that moeperf starts and stops
+    # ([target.synthetic], [target.reference]); "url": a running OpenAI-compatible server.
     kind: Literal["synthetic", "url", "reference"] = "synthetic"
+    # kind = "url": the server's base URL (http:// or https://); /v1/... paths are added to it.
     url: str = ""
+    # Which endpoint each request goes to: /v1/chat/completions or /v1/completions.
     api: Literal["chat", "completions"] = "completions"
+    # The model named in every request; "": the first model the target lists at /v1/models.
     model: str = ""
     # The embedded ground-truth server's latencies and faults, validated by the target.
     synthetic: Annotated[
@@ -127,11 +132,15 @@ class TargetSpec(_Strict):
     # Ask for usage at all (stream_options.include_usage). False sends no stream_options,
     # for servers that reject the field; output tokens then come from the tokenizer.
     include_usage: bool = True
+    # Send ignore_eos (vLLM, SGLang) so each request generates exactly its max tokens and
+    # output lengths are the workload's. Turn off for servers that reject the field.
     ignore_eos: bool = True
     # The name the target takes the output cap under (OpenAI's newer name, or the old one).
     max_tokens_field: MaxTokensField = "max_tokens"
     # vLLM / SGLang: generate at least this many tokens (None: not sent).
     min_tokens: Annotated[int, Field(ge=0)] | None = None
+    # Fields merged last into every request body. n other than 1 is refused (one choice per
+    # request is measured); sampling fields are refused here: they go in [sampling].
     extra_body: dict[str, Any] = {}
     # kind = "url": probe the target before the run (moeperf probe's requests) and send no
     # field it refuses. False: send the spec's fields as written, unprobed.

@@ -43,34 +43,60 @@ Efficiency = Annotated[float, Field(gt=0, le=1)]
 class JobSpec(Strict):
     """One simulated job: model, cluster, layout, batch."""
 
+    # The job's name, unique in the spec; its scenarios are named NAME/POLICY/SKEW.
     name: str
     model: str  # a preset name or a path to a Hugging Face config.json
     seq_len: Count | None = None  # default: the model's (presets) or 4,096 (config.json)
+    # A cluster preset (h100, h800, b200, gb200, seed-000; targets/cluster_sim/presets.py):
+    # the device's peak, memory and links.
     cluster: str = "h100"
+    # Devices in the job; data parallel is devices / (tensor x pipeline x context).
     devices: Count
+    # Tensor-parallel ranks.
     tensor: Count = 1
+    # Pipeline-parallel stages.
     pipeline: Count = 1
+    # Model chunks per pipeline rank (interleaved 1F1B when > 1).
     virtual_stages: Count = 1
+    # Expert-parallel ranks the experts are spread over (from tensor x data x context).
     expert: Count = 1
+    # Context-parallel ranks (each holds a share of every sequence).
     context: Count = 1
     expert_tensor: Count = 1  # each expert split over this many ranks (MoE parallel folding)
     uneven_layers: bool = False  # layers pipeline x virtual_stages does not divide: allowed
     fsdp: bool = False  # weights and gradients sharded over data parallel too (ZeRO-3)
     global_batch: Count  # sequences per optimizer step
+    # Sequences per micro-batch.
     micro_batch: Count = 1
     # MTP modules trained (default: the model's; a run without MTP sets 0).
     mtp_depth: Annotated[int, Field(ge=0)] | None = None
     # Share of peak reached by GEMMs and by links: assumptions unless calibrated.
+    # GEMMs' share of the peak; unset: the cluster's (0.6), or on a [[reproduce]] row the
+    # calibrated value where [calibration] fits it.
     gemm_efficiency: Efficiency | None = None
+    # Share of the links' bandwidth reached; unset: the cluster's (0.7; 1 with links_from),
+    # or on a [[reproduce]] row the calibrated value where [calibration] fits it.
     comm_efficiency: Efficiency | None = None
+    # Share of the FP8 peak reached by FP8 GEMMs (precision = "fp8"); unset: the cluster's
+    # (0.6), or on a [[reproduce]] row the calibrated value where [calibration] fits it.
     fp8_gemm_efficiency: Efficiency | None = None
     # What the framework does (targets/cluster_sim/recipe.py, each option's source there):
-    # off unless the simulated run's recipe turns it on.
+    # off unless the simulated run's recipe turns it on. precision = "fp8": the transformer
+    # blocks' GEMMs run at the device's FP8 peak and fp8_gemm_efficiency.
     precision: Precision = "bf16"
+    # The all-to-all dispatch sends FP8 activations plus one fp32 scale per 128 elements
+    # (the combine stays BF16).
     fp8_dispatch: bool = False
+    # "alltoall": every routed slot sent on its own (NCCL's all-to-all); "deepep":
+    # DeepEP's kernels (once per remote scale-up domain, forwarded inside it).
     dispatcher: Dispatcher = "alltoall"
+    # The expert-parallel all-to-all of one micro-batch runs under another's compute
+    # (DualPipe, Megatron-LM's 1F1B A2A overlap).
     a2a_overlap: bool = False
+    # Tensor-parallel all-gathers and reduce-scatters run under the GEMMs they feed.
     tp_comm_overlap: bool = False
+    # The data-parallel gradient and parameter collectives: "hidden" (not charged),
+    # "overlapped" (under compute, charging what does not fit), "exposed" (all charged).
     dp_comm: DataParallelComm = "hidden"
     # A training-dist run (its directory or summary.json): the links it measured replace the
     # cluster's, the all-to-all's bytes/s as scale-up, the pipeline ping-pong's as
@@ -144,21 +170,34 @@ class ReproduceSpec(JobSpec):
     """A published run: its job, the figure it reports and where. ``role``: whether the
     calibration fits on it, holds it out to validate, or neither (no calibration)."""
 
+    # The activation policy the row is simulated under.
     policy: SimPolicy = "selective"
+    # The routing skew the row is simulated under.
     skew: SkewName = "calm"
+    # The published figure's unit, in which the simulated figure is given too: tokens/s
+    # per GPU or TFLOP/s per GPU.
     metric: Literal["tokens/s/GPU", "TFLOP/s/GPU"]
+    # The published figure, in metric's unit.
     published: Positive
+    # Where the figure was published.
     source: str
+    # "calibration": the fit uses it; "validation": held out to judge the fit;
+    # "reference": neither (no calibration).
     role: Role = "reference"
 
 
 class NotTakenSpec(Strict):
     """A published row the simulator cannot take: listed with its figure and why."""
 
+    # The published run's name.
     name: str
+    # Its published figure, in metric's unit.
     published: Positive
+    # The unit of the figure: tokens/s per GPU, or TFLOP/s per GPU.
     metric: Literal["tokens/s/GPU", "TFLOP/s/GPU"]
+    # Where the figure was published.
     source: str
+    # Why the simulator cannot take the row.
     reason: str
 
 
@@ -169,18 +208,27 @@ class CalibrationSettings(Strict):
     """Constants fitted on the ``role = "calibration"`` rows and used for every published
     row that does not set its own; at most a third of the calibrated rows may fit them."""
 
+    # The constants fitted, by least squares on log(simulated / published), each bounded
+    # to 0.05 to 1.
     fit: list[Fittable] = Field(min_length=1)
     iterations: Count = 2  # per simulation while fitting (balanced routing repeats itself)
+    # The most function evaluations of the least-squares fit (scipy's max_nfev), each
+    # simulating every calibration row.
     max_evaluations: Count = 200
 
 
 class SimSettings(Strict):
+    # Training iterations simulated per scenario.
     iterations: Count = 100
+    # Seed of the routing draws.
     seed: int = 0
+    # The activation policies every [[job]] runs under (one scenario each).
     policies: list[SimPolicy] = Field(default_factory=lambda: list(SIM_POLICIES), min_length=1)
+    # The routing skews every [[job]] runs under (one scenario each).
     skews: list[SkewName] = Field(default_factory=lambda: list(_SKEWS), min_length=1)
     # The ablation's reference: its speedups are effective tokens/s over this policy's.
     baseline: SimPolicy = "full-recompute"
+    # Iterations between checkpoints; an OOM loses the work since the last one.
     checkpoint_every: Count = 50
     checkpoint_write_s: NonNegative = 15.0  # seed 003: checkpoint writes cut to ~15 s
     restart_s: NonNegative = 300.0  # seed 000: restart and reload, "hundreds of seconds"
@@ -201,13 +249,21 @@ class SimSettings(Strict):
 
 
 class SimulationSpec(Strict):
+    # The suite that runs this spec.
     suite: Literal["simulation"] = "simulation"
+    # The spec's name, shown in the report's facts.
     name: str
+    # Free text, shown in the report's facts.
     description: str = ""
+    # What every simulation shares: iterations, seed, policies, skews, checkpoints.
     sim: SimSettings = SimSettings()
+    # Jobs simulated under every policy and skew of [sim].
     job: list[JobSpec] = Field(default_factory=list)
+    # Published runs simulated and compared with their figures.
     reproduce: list[ReproduceSpec] = Field(default_factory=list)
+    # Published runs the simulator cannot take, listed with the reason.
     not_taken: list[NotTakenSpec] = Field(default_factory=list)
+    # Set: constants fitted on the role = "calibration" rows of [[reproduce]].
     calibration: CalibrationSettings | None = None
 
     @model_validator(mode="after")

@@ -39,9 +39,15 @@ _SET_BY_LAYOUT = ("pipeline_stages", "stage", "expert_parallel")
 
 
 class LayoutSpec(_Strict):
+    # The layout's name in its scenarios' names (letters, digits, _ . -).
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+    # Expert parallel: ranks the experts are split over, tokens moved by all-to-all (must
+    # divide the experts).
     ep: Annotated[int, Field(ge=1)] = 1
+    # Pipeline parallel: stages, 1F1B over send/recv (must divide the layers).
     pp: Annotated[int, Field(ge=1)] = 1
+    # Data parallel: replicas, gradients summed. The world size is ep x pp x dp, and
+    # trainer.microbatches a multiple of ep x dp.
     dp: Annotated[int, Field(ge=1)] = 1
 
     def layout(self) -> Layout:
@@ -49,10 +55,13 @@ class LayoutSpec(_Strict):
 
 
 class DistMatrixSpec(_Strict):
+    # The parallel layouts; one scenario per layout x policy x skew.
     layouts: Annotated[list[LayoutSpec], Field(min_length=1)]
+    # Activation policies, run on every rank: keep-all, full-recompute, selective, adaptive.
     policies: Annotated[list[PolicyName], Field(min_length=1)] = Field(
         default_factory=lambda: ["keep-all"]
     )
+    # Routing skews: none, calm, spiky, replay (trainer.replay_path).
     skews: Annotated[list[SkewName], Field(min_length=1)] = Field(default_factory=lambda: ["calm"])
 
     @model_validator(mode="after")
@@ -67,19 +76,30 @@ class FaultsSpec(_Strict):
     """SIGKILL rank ``kill_rank`` once it has reported step ``after_step``, ``delay_s`` later
     (mid-way through the next step); the launcher restarts the job from its checkpoint."""
 
+    # The rank SIGKILLed (below every drilled layout's world size).
     kill_rank: Annotated[int, Field(ge=0)]
+    # The kill comes once that rank has reported this step (at most trainer.steps - 2).
     after_step: Annotated[int, Field(ge=0)]
+    # Seconds from that report to the kill.
     delay_s: Annotated[float, Field(ge=0)] = 0.0
     # The layouts whose scenarios get the drill; empty: every one.
     layouts: list[str] = Field(default_factory=list)
 
 
 class DistTrainingSpec(_Strict):
+    # The suite that runs this spec.
     suite: Literal["training-dist"] = "training-dist"
+    # The spec's name: in the report's facts, and the suite label of the live and pushed
+    # metrics.
     name: str
+    # Free text, shown in the report's facts.
     description: str = ""
+    # The training suite's [trainer], less pipeline_stages, stage and expert_parallel
+    # (each layout decides them).
     trainer: TrainerSpec = TrainerSpec()
+    # The scenarios: one per layout x policy x skew.
     matrix: DistMatrixSpec
+    # Set: the fault drill, one rank SIGKILLed in the layouts listed.
     faults: FaultsSpec | None = None
     # Live Prometheus export while the jobs train: the job's steps (suites/training/dist_export.py).
     export: TrainingExportSpec = TrainingExportSpec()

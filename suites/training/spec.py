@@ -20,7 +20,7 @@ import dataclasses
 import json
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, create_model, model_validator
 
@@ -78,6 +78,9 @@ _ModelFields = create_model("_ModelFields", __base__=_Strict, **_dataclass_field
 class ModelSpec(_ModelFields):
     """The model's shape (``MoEConfig``), used when ``init_from = "none"``."""
 
+    # The fields' comments are MoEConfig's (docs/reference/spec-fields.md).
+    documented_by: ClassVar[tuple[type, ...]] = (MoEConfig,)
+
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
         _moe_config(self.model_dump())
@@ -95,6 +98,10 @@ _SizeFields = create_model(
 class SizeSpec(_SizeFields):
     """One model size of the matrix: a name and the ``MoEConfig`` fields it overrides."""
 
+    # The fields' comments are MoEConfig's (docs/reference/spec-fields.md).
+    documented_by: ClassVar[tuple[type, ...]] = (MoEConfig,)
+
+    # The size's name in its scenarios' names (letters, digits, _ . -).
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
 
     def overrides(self) -> dict[str, Any]:
@@ -109,9 +116,14 @@ _TrainerFields = create_model(
 class TrainerSpec(_TrainerFields):
     """``TrainerConfig``'s fields, plus where the checkpoints and the budget come from."""
 
+    # The fields' comments are TrainerConfig's, unless this class has its own
+    # (docs/reference/spec-fields.md).
+    documented_by: ClassVar[tuple[type, ...]] = (TrainerConfig,)
+
     # The TrainerConfig fields this suite reads by name, declared again so that a type
     # checker sees them (it cannot see fields made at run time); defaults and types are
     # TrainerConfig's, and pydantic keeps each in its place among the others.
+
     mtp: bool = TrainerConfig.mtp
     dtype: str = TrainerConfig.dtype
     device: str = TrainerConfig.device
@@ -119,13 +131,20 @@ class TrainerSpec(_TrainerFields):
     replay_path: str | None = TrainerConfig.replay_path
     steps: int = TrainerConfig.steps
     microbatches: int = TrainerConfig.microbatches
+    # The model's shape ([trainer.model]), used only with init_from = "none".
     model: ModelSpec = ModelSpec()
     # A model directory, "default" (the shipped model) or "none" (random weights of `model`).
     init_from: str = "default"
     # "" = a directory inside the run, deleted after each scenario (checkpoints are large).
     checkpoint_dir: str = ""
+    # The device-memory budget in bytes (training-dist: of every rank); not with
+    # budget_ratio. Neither set: no budget.
     budget_bytes: Annotated[int, Field(gt=0)] | None = None
+    # The budget as this times a peak measured first, with no budget, keep-all under calm
+    # routing: the highest step's (per model size), training-dist the highest rank's (per
+    # layout).
     budget_ratio: Annotated[float, Field(gt=0)] | None = None
+    # Steps of the peak measurement that budget_ratio multiplies.
     budget_calibration_steps: Annotated[int, Field(ge=1)] = 2
     # A scenario stops after this many OOMs (unset: as many as it has steps); what it
     # measured is kept and its summary says it stopped. A budget every step crosses would
@@ -162,8 +181,13 @@ def _unique(values: list[str], where: str) -> None:
 class MatrixSpec(_Strict):
     """One scenario per policy x skew (x size)."""
 
+    # Activation policies: keep-all, full-recompute, selective (expert SwiGLUs always
+    # recomputed), adaptive (recompute or offload only where the budget would be crossed).
     policies: Annotated[list[PolicyName], Field(min_length=1)]
+    # Routing skews: none, calm, spiky, replay (trainer.replay_path).
     skews: Annotated[list[SkewName], Field(min_length=1)] = ["calm"]
+    # Model sizes, each overriding [trainer.model] fields (needs init_from = "none");
+    # empty: the one model.
     sizes: list[SizeSpec] = []
     # "sequential": each scenario to its end, then the next. "interleaved": one step of
     # each in turn, every trainer alive at once, so a host whose speed drifts over the run
@@ -181,17 +205,28 @@ class MatrixSpec(_Strict):
 class TrainingExportSpec(_Strict):
     """Live Prometheus export (``collectors.export.live_export``) while the run trains."""
 
+    # Serve the run's metrics at http://127.0.0.1:PORT/metrics while it trains.
     live_metrics: bool = False
+    # 0 picks a free port (printed at start); Prometheus needs a fixed one.
     metrics_port: Annotated[int, Field(ge=0, le=65535)] = 0
 
 
 class TrainingSpec(_Strict):
+    # The suite that runs this spec.
     suite: Literal["training"] = "training"
+    # The spec's name: in the report's facts, and the suite label of the live and pushed
+    # metrics.
     name: str
+    # Free text, shown in the report's facts.
     description: str = ""
+    # "mfu" or "oom_rate" (needs a budget: trainer.budget_bytes or trainer.budget_ratio);
+    # recorded in the run's summary.
     kind: Literal["mfu", "oom_rate"]
+    # The reference trainer's settings, shared by every scenario.
     trainer: TrainerSpec = TrainerSpec()
+    # The scenarios: one per policy x skew (x size).
     matrix: MatrixSpec
+    # Live Prometheus export while the run trains.
     export: TrainingExportSpec = TrainingExportSpec()
     # The MFU denominator; unset: measured on a CPU, the datasheet's on a GPU.
     peak_flops_per_s: Annotated[float, Field(gt=0)] | None = None

@@ -14,19 +14,30 @@ from typing import Any
 
 @dataclass(frozen=True)
 class MoEConfig:
+    # Tokens in the vocabulary (embedding and output-head rows).
     vocab_size: int = 4096
+    # Width of the residual stream (a multiple of num_heads).
     hidden_size: int = 256
     expert_hidden_size: int = 128  # SwiGLU width of one expert (Mixtral: intermediate_size)
+    # Transformer decoder layers, each attention then an MoE feed-forward.
     num_layers: int = 4
+    # Attention query heads (a multiple of num_kv_heads).
     num_heads: int = 8
     num_kv_heads: int = 2  # grouped-query attention: num_heads / num_kv_heads queries share a K/V
+    # Routed experts per layer.
     num_experts: int = 8
+    # Experts each token is routed to (1 to num_experts).
     top_k: int = 2
+    # The longest sequence the model takes, in tokens (max_position_embeddings).
     max_position: int = 2048
+    # Base of the rotary position embedding's frequencies.
     rope_theta: float = 10000.0
+    # Epsilon of the RMSNorm layers.
     rms_norm_eps: float = 1e-5
     mtp_depth: int = 1  # MTP modules (0: none); serving chains module 1 for k > depth drafts
+    # Beginning-of-sequence token id, as written to config.json.
     bos_token_id: int = 1
+    # End-of-sequence token id, as written to config.json.
     eos_token_id: int = 2
 
     def __post_init__(self) -> None:

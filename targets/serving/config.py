@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -51,13 +51,18 @@ class ReferenceTargetConfig(BaseModel):
 
     # Strict: "16" is not a block size, nor true a thread count.
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # The engine knobs' comments are EngineConfig's (docs/reference/spec-fields.md).
+    documented_by: ClassVar[tuple[type, ...]] = (EngineConfig,)
 
+    # The model directory (weights, tokenizer, config), or the name of a shipped one
+    # (default, hybrid); unset: the default;
     model_dir: Path | None = Field(
         None,
         strict=False,  # a path is given as a string
         description="model directory (weights, tokenizer, config), or the name of a shipped "
         f"one ({', '.join(SHIPPED_MODELS)}); None: the default",
     )
+    # The model name the API answers to (listed at /v1/models).
     served_model_name: str = Field("moeperf-tiny-moe", min_length=1)
     max_running_requests: int = Field(_DEFAULTS.max_running_requests, ge=1)
     max_waiting_requests: int = Field(_DEFAULTS.max_waiting_requests, ge=0)
@@ -76,28 +81,41 @@ class ReferenceTargetConfig(BaseModel):
         "(positions past it are extrapolated: timings and memory real, outputs not)",
     )
     dtype: Literal["float32", "bfloat16"] = _DEFAULTS.dtype
+    # Torch intra-op threads; 0 leaves torch's default. Left out of a spec's
+    # [target.reference], moeperf run sets half the usable cores, at least 1.
     threads: int = Field(_DEFAULTS.threads, ge=0)
+    # Torch's global seed, for sampled requests that send no seed.
     seed: int = Field(0, ge=0, description="torch's global seed, for unseeded sampled requests")
+    # A broken MTP verifier for tests of the harness: every draft accepted unchecked
+    # (outputs are wrong); never on in a benchmark.
     unsafe_accept_all_drafts: bool = Field(
         False,
         description="a broken MTP verifier for tests of the harness: every draft accepted "
         "unchecked (outputs are wrong); never on in a benchmark",
     )
+    # End each stream with data: [DONE]; false: the stream ends with its finish_reason chunk.
     send_done: bool = Field(_WIRE.send_done, description="end streams with data: [DONE]")
+    # "as_requested": usage as stream_options asks; "end_only": on the finish_reason
+    # chunk only; "never": no usage at all.
     usage: UsageMode = Field(_WIRE.usage, description="as_requested, end_only or never")
+    # Chat streams start with a role-only chunk; false: the first chunk carries a token.
     role_chunk: bool = Field(_WIRE.role_chunk, description="chat: a role-only first chunk")
+    # Refuse with HTTP 422 a request with a field OpenAI does not document (ignore_eos,
+    # min_tokens, top_k, ...).
     reject_unknown_fields: bool = Field(
         _WIRE.reject_unknown_fields, description="HTTP 422 for fields OpenAI does not document"
     )
     # What one client may cost the server (targets/serving/http_limits.py): uvicorn bounds
     # neither a body's size nor how slowly it arrives nor how long a write waits for a
-    # client that does not read.
+    # client that does not read. max_body_bytes: the largest request body accepted; HTTP
+    # 413 above it.
     max_body_bytes: int = Field(
         _HTTP.max_body_bytes,
         ge=1,
         description="largest request body accepted; HTTP 413 above it (16 MiB: a full "
         "context of the shipped models is well under 1 MiB as text or token ids)",
     )
+    # The whole request body must arrive within this time of its headers; HTTP 408 after.
     body_read_timeout_s: float = Field(
         _HTTP.body_read_timeout_s,
         gt=0,
@@ -105,6 +123,8 @@ class ReferenceTargetConfig(BaseModel):
         description="the whole request body must arrive within this time of its headers; "
         "HTTP 408 after it",
     )
+    # A response write blocked this long (the client stopped reading) aborts the
+    # connection, and a stream's engine request with it.
     write_timeout_s: float = Field(
         _HTTP.write_timeout_s,
         gt=0,

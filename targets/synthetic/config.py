@@ -73,24 +73,47 @@ class SyntheticConfig:
     for at most ``write_timeout_s`` more.
     """
 
+    # Delay from the request's start to its first token chunk.
     ttft_s: float = 0.05
+    # Delay per token after the first chunk: each further chunk is due tokens x itl_s later.
     itl_s: float = 0.01
+    # Tokens per streamed chunk (> 1 imitates MTP; the last chunk may hold fewer).
     tokens_per_chunk: int = 1
+    # How each delay is jittered: none, uniform, normal, lognormal or exponential.
     jitter: str = "none"
+    # The jitter's scale, relative to the nominal delay (0 with jitter = "none").
     jitter_scale: float = 0.0
+    # Seed of every request's draws (its fault, its jitter), with the request's index.
     seed: int = 0
+    # Output tokens of a request that sends neither max_tokens nor max_completion_tokens.
     default_output_tokens: int = 64
+    # Fraction of requests answered HTTP 500 (the four rates sum to at most 1).
     error_rate: float = 0.0
+    # Fraction of requests whose stream pauses stall_s halfway through its tokens.
     stall_rate: float = 0.0
+    # How long a stalled stream pauses.
     stall_s: float = 5.0
+    # Fraction of requests whose stream carries an event that is not JSON halfway (a
+    # non-streamed answer: a body that is not JSON).
     malformed_rate: float = 0.0
+    # Fraction of requests whose connection is closed halfway through the answer.
     truncate_rate: float = 0.0
+    # The model name the server answers to (listed at /v1/models).
     model: str = "synthetic"
+    # The latest this many responses' ground-truth records are kept (/ground_truth).
     max_records: int = 100_000
+    # End each stream with data: [DONE]; false: the stream ends with its finish_reason chunk.
     send_done: bool = True
+    # "as_requested": usage as stream_options asks; "end_only": on the finish_reason
+    # chunk only; "never": no usage at all.
     usage: UsageMode = "as_requested"
+    # Chat streams start with a role-only chunk; false: the first chunk carries a token.
     role_chunk: bool = True
+    # Refuse with HTTP 422 a request with a field OpenAI does not document (ignore_eos,
+    # min_tokens, top_k, ...).
     reject_unknown_fields: bool = False
+    # At most this many requests answered at once; the rest wait in arrival order and
+    # their TTFT includes the wait. 0: no limit.
     max_concurrent_streams: int = 0
     # POST /drill/fault opens fault windows (drill.py); set by the harness for drills only.
     drill_control: bool = False
@@ -102,8 +125,12 @@ class SyntheticConfig:
     # The n-th request's TTFT and inter-chunk delays are multiplied by
     # 1 + slowdown_per_request_ratio x (n - 1): latency that grows with requests served.
     slowdown_per_request_ratio: float = 0.0
+    # The largest request body accepted; HTTP 413 above it.
     max_body_bytes: int = 64 * 2**20
+    # The whole request body must arrive within this time of its headers; HTTP 408 after.
     body_read_timeout_s: float = 30.0
+    # A response still being written this long after its last chunk was due (the client
+    # stopped reading) has its connection aborted and its stream slot freed.
     write_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:

@@ -41,30 +41,46 @@ class TrainingConfigError(ValueError):
 class TrainerConfig:
     model: MoEConfig = field(default_factory=lambda: MoEConfig(mtp_depth=1))
     init_from: str | None = "default"  # a model directory, "default" (the shipped one) or None
+    # Tokens per training sequence (at most the model's max_position).
     seq_len: int = 256
     micro_batch_size: int = 4  # sequences per micro-batch
     microbatches: int = 4  # per optimizer step (gradient accumulation)
+    # Optimizer steps to train.
     steps: int = 20
+    # Peak learning rate: linear warm-up to it, then cosine decay.
     lr: float = 3e-4
+    # Steps of linear learning-rate warm-up.
     warmup_steps: int = 0
     mtp: bool = True  # train the MTP module too (its loss weighted as in targets.model.train)
+    # The dtype of the weights and the computation: float32 or bfloat16.
     dtype: str = "float32"
+    # "cpu" (an accounted memory budget) or "cuda" (the real allocator, capped).
     device: str = "cpu"
+    # Torch intra-op threads.
     threads: int = 2
     policy: str = "keep-all"
     budget_bytes: int | None = None  # device-memory budget; None: unlimited
+    # Stages of the 1F1B pipeline whose memory is emulated: stage i keeps the activations
+    # of min(pipeline_stages - i, microbatches) micro-batches alive before its first backward.
     pipeline_stages: int = 1
+    # Which pipeline stage (from 0) this trainer emulates.
     stage: int = 0
     expert_parallel: int = 4  # ranks the experts are spread over (this device: the hottest)
     skew: str = "none"
+    # Seed of the calm and spiky routing-skew draws.
     skew_seed: int = 0
+    # Skew "replay": a JSONL file of tokens per expert per layer, one micro-batch a line,
+    # looped.
     replay_path: str | None = None
     # A saved int64 tensor of training tokens (torch.save), instead of tokenizing the
     # corpus here: for machines without the tokenizer libraries, and to skip the work.
     token_stream_path: str | None = None
+    # Steps between checkpoints (model and optimizer); an OOM replays the steps since the
+    # last one.
     checkpoint_every: int = 5
     max_restarts: int = 100  # then the job gives up (TrainingAbortedError), as a real one would
     checkpoint_dir: str = "checkpoints"
+    # Torch's seed (a random model's weights) and the micro-batches' draws from the data.
     seed: int = 0
     rank: int = 0
     world_size: int = 1

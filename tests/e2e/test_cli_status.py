@@ -1,6 +1,6 @@
 """``moeperf run`` end to end when the target is not well: a target that does not answer
 exits 2 before anything is stored; a run whose levels failed or were client-bound exits 1,
-or 0 with --warn-only, which says so (the rule: README, "Run status and exit codes")."""
+or 0 with --warn-only, which says so (the rule: docs/concepts/run-status.md)."""
 
 from __future__ import annotations
 

@@ -24,9 +24,9 @@ Every scenario keeps its 8 steps, so each claim keeps its power per scenario: th
 is still 1.01 x keep-all/calm's own peak (712 MiB at 128 tokens) and the spiky
 micro-batches still cross it (3 OOMs, predicted 3); the step-error intervals were as wide
 or narrower (keep-all/spiky -6.5% to +2.0%, adaptive -0.8% to +2.9% and -6.7% to +3.9%,
-on a quiet host; the 256-token run in the README: -8.6% to +5.7% and up to +-30%).
+on a quiet host; the 256-token run in docs/targets/simulator.md: -8.6% to +5.7% and up to +-30%).
 ``tox -e sim-check`` (MOEPERF_FULL_SIZE=1) runs the whole spec, four policies at 256
-tokens, as README "The cluster simulator against this trainer" reports.
+tokens, as docs/targets/simulator.md reports.
 """
 
 from __future__ import annotations

@@ -129,6 +129,8 @@ def test_a_keyed_reference_target_is_driven_and_the_key_is_written_nowhere(tmp_p
         )  # fmt: skip
         assert probe.returncode == 0, probe.stdout[-3000:] + probe.stderr[-3000:]
         assert json.loads(probed.read_text(encoding="utf-8"))["tokenize"] is True
+        # The section it prints names the variable, so it runs as printed.
+        assert f'api_key_env = "{KEY_VAR}"' in probe.stdout
         assert complete.manifest.target["probe"]["metrics"]["dialect"] == "reference"
 
         # A real failure the target answers: prompt + output beyond its context.

@@ -110,7 +110,8 @@ def test_a_10_percent_throughput_drop_fails_the_gate(tmp_path, capsys):
 
 @pytest.mark.timing
 def test_the_power_study_runs_every_condition_and_sees_the_large_ones(tmp_path, capsys):
-    # One trial per condition of the study behind the README's power table, on the
+    # One trial per condition of the study behind the power table of
+    # docs/concepts/gate-statistics.md, on the
     # shortened nightly spec (the table itself is `tox -e gate-power`, about an hour).
     short = [o for o in NIGHTLY_SHORT if not o.startswith("target.synthetic.ttft_s")]
     code = gate_power.main(

@@ -119,6 +119,9 @@ def test_the_fitting_target_section_is_a_valid_spec_and_adapting_turns_off_refus
         False,
         True,
     )
+    assert target.api_key_env == ""  # no key given: none named
+    keyed = TargetSpec(**tomllib.loads(target_toml(result, "VLLM_KEY"))["target"])
+    assert keyed.api_key_env == "VLLM_KEY"
     adapted = adapt_target(TargetSpec(kind="url", url=result.url, min_tokens=4), result)
     assert adapted.target.ignore_eos is False and adapted.target.min_tokens is None
     assert adapted.target.include_usage is True  # stream_options was accepted

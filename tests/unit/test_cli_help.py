@@ -79,7 +79,7 @@ def test_every_calibrate_flag_has_help_with_its_default(capsys):
 
 
 def test_calibrate_exits_1_when_its_run_is_invalid_or_aborted():
-    # `moeperf run`'s rule (README "Commands"), which calibrate used to ignore (always 0).
+    # `moeperf run`'s rule (docs/reference/cli.md), which calibrate used to ignore (always 0).
     assert calibration_exit_code("complete") == 0
     assert calibration_exit_code("invalid") == 1
     assert calibration_exit_code("aborted") == 1

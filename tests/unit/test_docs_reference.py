@@ -8,6 +8,7 @@ shipped spec, a metric family, an exit code.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from moeperf.cli import build_parser
@@ -39,11 +40,25 @@ def test_a_spec_fields_comment_type_and_default_reach_the_page():
     assert "The same fields as [serving: `[target]`](#serving-target)." in text
 
 
+@dataclasses.dataclass
+class _Commented:
+    # Above the field,
+    # on two lines.
+    above: int = 0
+    trailing: int = 1  # At the end of its line.
+    bare: int = 2
+
+    # A comment with a blank line before the next field is not that field's.
+
+    after_blank: int = 3
+    tool: int = 4  # fmt: skip
+
+
 def test_comments_are_read_above_a_field_and_at_the_end_of_its_line():
-    comments = class_field_comments(LoadSpec)
-    assert comments["max_concurrency"] == "Open loop: cap on requests in flight (0 = none)."
-    assert comments["repeats"].startswith("Every level this many times, interleaved")
-    assert "levels" not in comments  # no comment: none invented
+    assert class_field_comments(_Commented) == {
+        "above": "Above the field, on two lines.",
+        "trailing": "At the end of its line.",
+    }  # none invented for bare, after_blank, or a comment meant for a tool
     assert class_field_comments(HarnessSpec)["max_loop_lag_p99_s"].startswith("The run is")
 
 

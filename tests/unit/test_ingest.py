@@ -68,7 +68,7 @@ def produced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ],
         cwd=root,
         # Not this run's PYTEST_XDIST_WORKER: pytest-benchmark reads it as "under xdist" and
-        # saves nothing (the tests run across both cores, README "Development").
+        # saves nothing (the tests run across both cores, docs/development/tests.md).
         env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
         capture_output=True,
         text=True,

@@ -124,7 +124,7 @@ def test_synthetic_fields_are_the_targets_own(tmp_path):
         load_spec(write(tmp_path, '[target.synthetic]\njitter = "gaussian"\n'))
     spec = load_spec(write(tmp_path, "[target.synthetic]\nttft_s = 0.2\n")).serving
     assert spec.target.synthetic == SyntheticConfig(ttft_s=0.2)
-    # The README's documented defaults.
+    # The documented defaults (docs/reference/spec-fields.md).
     default = load_spec(write(tmp_path, "")).serving.target.synthetic
     assert (default.ttft_s, default.itl_s, default.tokens_per_chunk) == (0.05, 0.01, 1)
     assert (default.jitter, default.stall_s, default.error_rate) == ("none", 5.0, 0.0)

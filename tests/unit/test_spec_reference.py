@@ -145,7 +145,7 @@ def test_the_manifest_describes_the_knobs_the_model_dir_and_its_recipe(tmp_path)
 
 def test_the_embedded_engine_takes_half_the_cores_unless_the_spec_sets_threads():
     # Measured on the 2-core host: one torch thread beat torch's default of two, since the
-    # harness runs on the same cores (README "The default benchmark").
+    # harness runs on the same cores (docs/getting-started/first-benchmark.md).
     assert [host_threads(n) for n in (1, 2, 3, 16)] == [1, 1, 1, 8]
     chosen_by_host = load_spec("default").serving
     assert target_config(chosen_by_host)["threads"] == host_threads(usable_cores())

@@ -78,7 +78,7 @@ def usable_cores() -> int:
 def host_threads(cores: int) -> int:
     """The embedded engine's torch threads when the spec does not set them: half of the
     usable cores, at least one. The harness (its client and load workers) runs on the same
-    cores; measured on the 2-core development host (README "The default benchmark"), one
+    cores; measured on the 2-core development host (docs/getting-started/first-benchmark.md), one
     torch thread served 1.1 to 2.8 times the output tokens/s of torch's default (one thread
     per core) at 1 to 32 streams, because the engine's threads then no longer fight the
     harness for both cores."""

@@ -39,7 +39,10 @@ FAULTS_BY_TARGET = {
 
 
 class FaultSpec(Strict):
+    # kill, stall (embedded targets); http_error, reset, malformed (synthetic target);
+    # drop_pool (asyncio engine); hook (any target). Module docstring: what each does.
     kind: FaultKind
+    # When the fault starts, in seconds after the level starts.
     at_s: Annotated[float, Field(ge=0)]
     # stall, http_error, reset, malformed: how long the fault lasts.
     for_s: Positive | None = None
@@ -47,8 +50,9 @@ class FaultSpec(Strict):
     restart_after_s: Annotated[float, Field(ge=0)] = 0.0
     # http_error: the status every request gets (429 as a rate limiter, 5xx as an engine).
     status: Literal[429, 500, 502, 503, 504] = 503
-    # hook: the shell command, and how long it may take.
+    # hook: the shell command to run.
     command: str = ""
+    # hook: a command still running after this long fails the injection.
     hook_timeout_s: Positive = 300.0
 
     @model_validator(mode="after")
@@ -78,10 +82,12 @@ class FaultSpec(Strict):
 
 
 class DrillSpec(Strict):
+    # The faults, in time order, each starting after the one before has ended.
     faults: Annotated[list[FaultSpec], Field(min_length=1, max_length=64)]
     # Polled after a hook (and after a restart) until it answers 2xx; default: the
     # target's /health (url targets: give it; a hook may restart something else).
     health_url: str = ""
+    # How long health_url has to answer 2xx before the injection fails.
     health_timeout_s: Positive = 120.0
     # Latency before a fault and after its recovery: requests sent in this window.
     compare_window_s: Positive = 2.0

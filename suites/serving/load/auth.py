@@ -71,10 +71,12 @@ def request_headers(target: TargetSpec, environ: Mapping[str, str]) -> RequestHe
             entries.append((name, None, value))
         else:
             entries.append((name, value.env, f"target.headers.{name}"))
-    problems = [_problem(var, key, environ.get(var)) for _, var, key in entries if var]
-    if any(problems):
+    problems = [p for p in (_problem(var, key, environ.get(var)) for _, var, key in entries
+                            if var) if p]  # fmt: skip
+    if problems:
+        them = "it" if len(problems) == 1 else "them"
         raise MissingHeaderValue(
-            "; ".join(p for p in problems if p) + ". Export them before the run; nothing was "
+            "; ".join(problems) + f". Export {them} before the run; nothing was "
             "sent and no run was stored"
         )
     values: list[tuple[str, str]] = []

@@ -23,7 +23,7 @@ ERROR_BODY_LIMIT = 500
 
 
 class RequestFailed(Exception):
-    """A request the target failed: its error type (README "Failed requests are data")."""
+    """A request the target failed: its error type (docs/concepts/failed-requests.md)."""
 
     def __init__(self, error_type: ErrorType, message: str, http_status: int | None = None):
         super().__init__(message)

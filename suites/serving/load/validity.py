@@ -1,6 +1,6 @@
 """Judging a level, then a run: did the target fail it, did the client set its numbers?
 
-The rule (also in the README, "Runs"):
+The rule (also in docs/concepts/run-status.md):
 - A level whose measured requests mostly did not end ok (more than ``FAILED_SHARE`` of
   them errored, or were cancelled when the drain timeout ran out) is ``failed``: the
   target's failure, reported with its error types and counts first. The client-bound

@@ -70,8 +70,9 @@ def probe_table(result: ProbeResult) -> Table:
     return table
 
 
-def target_toml(result: ProbeResult) -> str:
-    """The ``[target]`` section (and ``[workload] tokenizer``) that fits the target."""
+def target_toml(result: ProbeResult, api_key_env: str = "") -> str:
+    """The ``[target]`` section (and ``[workload] tokenizer``) that fits the target; with
+    the name of the variable the probe took its key from (never the key itself)."""
     usage_ok = result.support("stream_options") == "accepted"
     continuous = result.continuous_usage == "honoured"
     ignore_eos = result.support("ignore_eos") == "accepted"
@@ -86,6 +87,8 @@ def target_toml(result: ProbeResult) -> str:
         f"# continuous_usage_stats: {result.continuous_usage}",
         f"ignore_eos = {str(ignore_eos).lower()}  # {result.support('ignore_eos')}",
     ]
+    if api_key_env:
+        lines.append(f"api_key_env = {json.dumps(api_key_env)}  # the key is read from it")
     if result.support("min_tokens") != "accepted":
         lines.append("# min_tokens: not accepted, leave it unset")
     lines += ["", "[workload]"]

@@ -43,12 +43,27 @@ class SoakSpec(Strict):
     window_s: Positive = 10.0
     # How often the target's process tree's resident memory is read (embedded targets).
     memory_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
+    # Memory leak: the target's RSS slope interval lies wholly above this, and above
+    # leak_min_percent_per_hour of the first window's RSS.
     leak_min_mib_per_hour: NonNegative = 32.0
+    # A memory leak also needs the RSS slope's lower end, as % of the first window's RSS
+    # an hour, above this.
     leak_min_percent_per_hour: NonNegative = 2.0
+    # Drift (output tokens/s falling, TTFT or TPOT p50 rising): the slope interval lies
+    # wholly beyond this % of the first window an hour, and the change exceeds
+    # drift_min_percent.
     drift_min_percent_per_hour: NonNegative = 10.0
+    # A drift also needs the least change the slope interval allows over the measured
+    # span to exceed this % (for runs of minutes).
     drift_min_percent: NonNegative = 10.0
+    # KV usage rising: the KV-cache usage slope interval lies wholly above this many
+    # percentage points (0-100) an hour, and the rise exceeds kv_min_points.
     kv_min_points_per_hour: NonNegative = 5.0
+    # KV usage rising also needs the least rise the slope interval allows over the
+    # measured span to exceed this many points (for runs of minutes).
     kv_min_points: NonNegative = 5.0
+    # Expert-load drift (reported, never fails the run): the largest per-layer total
+    # variation distance between the first and last windows' expert shares is above this.
     expert_drift_max: Annotated[float, Field(ge=0, le=1)] = 0.1
 
     def check_level(self, measured_s: float) -> list[str]:

@@ -14,15 +14,20 @@ FinishReason = Literal["stop", "length", "abort", "error"]
 class EngineConfig:
     """The engine's knobs (names as vLLM and SGLang users know them)."""
 
+    # Most requests in the running batch at once; the others wait in the queue.
     max_running_requests: int = 32
     max_waiting_requests: int = 256  # a full queue refuses new requests (HTTP 429)
+    # The KV cache's size, in blocks of block_size tokens.
     num_kv_blocks: int = 1024
     block_size: int = 16  # tokens per KV block
     max_num_batched_tokens: int = 512  # token budget of one step, prefill and decode together
     chunked_prefill_size: int = 256  # most prompt tokens of one request per step; 0: whole
+    # Reuse the cached KV blocks of a prompt's leading full blocks (hashed by content and
+    # position); the hybrid model has it off whatever this says.
     enable_prefix_caching: bool = True
     mtp_tokens: int = 0  # draft tokens per step from the MTP module (0: no speculation)
     max_context_len: int = 2048  # prompt + output tokens
+    # The dtype of the weights, the computation and the KV cache.
     dtype: Literal["float32", "bfloat16"] = "float32"
     threads: int = 0  # torch intra-op threads; 0 leaves torch's default
     # A broken verifier, for tests of the harness only: every MTP draft is accepted

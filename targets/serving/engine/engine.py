@@ -50,7 +50,8 @@ from moeperf.targets.serving.engine.sequence import Sequence
 from moeperf.targets.serving.engine.validation import validate_request
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-# Why a hybrid model serves without prefix caching (its metrics and the README say so): a
+# Why a hybrid model serves without prefix caching (its metrics and docs/targets/models.md
+# say so): a
 # cached block restores the attention layers' keys and values, not the linear layers'
 # state at that position, which would need a state snapshot at every block boundary.
 PREFIX_CACHING_OFF_FOR_LINEAR = "linear-attention state is not snapshotted at block boundaries"
