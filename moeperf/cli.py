@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.text import Text
 
 # Only what every command needs is imported here: each command imports its own modules
 # when it runs, so `moeperf --help` and `moeperf runs list` start fast (benchmarks/cli_startup.py).
@@ -150,7 +151,9 @@ def _show(store: RunStore, run: str, console: Console) -> None:
     reader = store.open(run)
     m = reader.manifest
     status = m.status + (f" ({m.status_reason})" if m.status_reason else "")
-    console.print(f"[bold]{m.run_id}[/bold]  suite={m.suite}  status={status}")
+    # Text, not markup: a note or a reason may hold brackets ("pip install 'moeperf[gpu]'")
+    # or the target's own words.
+    console.print(Text(m.run_id, style="bold") + f"  suite={m.suite}  status={status}")
     target = m.described_target
     console.print(
         f"target: {target.kind or '?'} {target.url or ''} model={target.model or '?'}",
@@ -160,7 +163,7 @@ def _show(store: RunStore, run: str, console: Console) -> None:
     for label, text in request_facts(m):
         console.print(f"{label}: {text}", markup=False, highlight=False)
     for note in m.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", markup=False, highlight=False)
     summary = reader.summary()
     if summary is None:
         console.print("no summary (the run ended before one was written)")
