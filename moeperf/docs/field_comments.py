@@ -32,14 +32,10 @@ def class_field_comments(cls: type) -> dict[str, str]:
     for node in body.body:
         if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
             continue
-        above: list[str] = []
-        row = node.lineno - 2  # the line above, 0-based
-        while row >= 0 and lines[row].strip().startswith("#"):
-            above.insert(0, lines[row].strip().lstrip("#").strip())
-            row -= 1
+        above = _comment_above(lines, node.lineno)
         trailing = [inline[r] for r in range(node.lineno, (node.end_lineno or node.lineno) + 1)
                     if r in inline]  # fmt: skip
-        text = " ".join([*above, *trailing]).strip()
+        text = " ".join([above, *trailing]).strip()
         if text and not text.startswith(("fmt:", "noqa", "type:")):
             found[node.target.id] = text
     return found
@@ -52,6 +48,17 @@ def field_comments(cls: type, *also: type) -> dict[str, str]:
     for klass in (*reversed(also), *reversed(cls.__mro__)):
         found.update(class_field_comments(klass))
     return found
+
+
+def _comment_above(lines: list[str], lineno: int) -> str:
+    """The comment lines right above 1-based line ``lineno`` (no blank line between),
+    joined, without their ``#``."""
+    above: list[str] = []
+    row = lineno - 2  # the line above, 0-based
+    while row >= 0 and lines[row].strip().startswith("#"):
+        above.insert(0, lines[row].strip().lstrip("#").strip())
+        row -= 1
+    return " ".join(above)
 
 
 def _inline_comments(source: str) -> dict[int, str]:
@@ -79,11 +86,7 @@ def module_constant_comments(module: ModuleType) -> dict[str, str]:
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1
                 and isinstance(node.targets[0], ast.Name)):  # fmt: skip
             continue
-        above: list[str] = []
-        row = node.lineno - 2
-        while row >= 0 and lines[row].strip().startswith("#"):
-            above.insert(0, lines[row].strip().lstrip("#").strip())
-            row -= 1
-        text = " ".join([*above, inline.get(node.lineno, "")]).strip()
+        above = _comment_above(lines, node.lineno)
+        text = " ".join([above, inline.get(node.lineno, "")]).strip()
         found[node.targets[0].id] = text
     return found
