@@ -18,7 +18,6 @@ from moeperf.collectors.store import RunStore
 from moeperf.reports.baseline_names import parse_ref
 from moeperf.reports.baselines import BaselineStore, _run_data
 from moeperf.reports.errors import ReportUsageError
-from moeperf.reports.promotion import promotion_problems
 
 
 def _render(table: Table) -> str:
@@ -41,14 +40,14 @@ def promote_command(
         reader = RunStore(runs_dir).open(run_ref)
     except (CollectorError, OSError, ValueError) as exc:
         raise ReportUsageError(str(exc)) from None
-    # Refused unless forced (ReportUsageError, exit 2, saying why); forced, it is said here.
-    overridden = promotion_problems(reader) if force else []
+    # Refused unless forced (ReportUsageError, exit 2, saying why); forced, it is said here
+    # and kept in the version's baseline.json.
     baseline = BaselineStore(root).promote(reader, name, version, force=force)
     status = baseline.run_status
     if baseline.run_status_reason:
         status += f": {baseline.run_status_reason}"
     out(f"promoted run {baseline.source_run_id} ({status}) as baseline {baseline.ref}")
-    for problem in overridden:
+    for problem in baseline.forced:
         out(f"  promoted with --force although {problem}")
     out(f"  {baseline.path}  content hash {baseline.content_hash}")
     out(f"  commit it: git add {baseline.path}")
@@ -107,6 +106,8 @@ def show_command(ref: str, root: str, out: Callable[[str], Any] = print) -> int:
     )
     out(f"  records       requests: {len(data.requests)}, steps: {len(data.steps)}")
     out(f"  content hash  {baseline.content_hash}")
+    for forced in baseline.forced:
+        out(f"  forced        although {forced}")
     summary = data.summary
     scenarios = summary.scenarios if isinstance(summary, ServingSummary) else {}
     if not scenarios:

@@ -42,7 +42,9 @@ from moeperf.reports.baseline_files import (
 )
 from moeperf.reports.baseline_migrations import BASELINE_SCHEMA_VERSION, content_hash, migrate
 from moeperf.reports.baseline_names import NAME_PATTERN, check_name
+from moeperf.reports.comparability import spec_differences
 from moeperf.reports.errors import BaselineCorruptError, ReportUsageError
+from moeperf.reports.promotion import promotion_problems
 from moeperf.reports.runs import RunData
 from moeperf.reports.summary_rows import metric_rows
 
@@ -81,6 +83,10 @@ class BaselineVersion:
     host: dict[str, Any]
     files: dict[str, str]
     content_hash: str
+    # What --force overrode when it was promoted, as "promoted although ..." ends: the run's
+    # problems (``promotion_problems``), its spec's differences from the previous version;
+    # empty when nothing was forced.
+    forced: tuple[str, ...] = ()
 
     @property
     def ref(self) -> str:
@@ -146,6 +152,9 @@ class BaselineStore:
         reader = open_run(run)
         files = promotable_files(reader, force)
         existing = self.versions(name)
+        forced = promotion_problems(reader) if force else []
+        if existing:
+            forced += self._spec_changes(reader, name, existing[-1], force)
         if version is None:
             version = max(existing, default=0) + 1
         elif isinstance(version, bool) or not isinstance(version, int) or version < 1:
@@ -160,7 +169,7 @@ class BaselineStore:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".v{version}-", suffix=".tmp", dir=target.parent))
-            self._build(reader, name, version, files, tmp)
+            self._build(reader, name, version, files, tmp, forced)
             # Renaming onto an existing (never empty) version fails: nothing is overwritten.
             os.rename(tmp, target)
         except BaseException as exc:
@@ -176,8 +185,32 @@ class BaselineStore:
             raise ReportUsageError(f"could not write baseline {target}: {exc}") from None
         return self.get(name, version)
 
+    def _spec_changes(self, reader: RunReader, name: str, last: int, force: bool) -> list[str]:
+        """How the run's spec differs from baseline ``name``'s last version; refused
+        (exit 2) unless forced. A new version of another spec would make every later run
+        of the baseline's own spec "not comparable": the gate's advice once did that."""
+        previous = open_run(self.root / name / f"v{last}").manifest
+        differences = spec_differences(previous, reader.manifest)
+        if differences and not force:
+            lines = "\n".join(f"  {d.describe()}" for d in differences)
+            spec = reader.manifest.spec_resolved.get("name") or "this spec"
+            raise ReportUsageError(
+                f"run {reader.run_id} ran a different spec from baseline {name}@{last} "
+                f"({len(differences)} field(s) differ; baseline = {name}@{last}, candidate "
+                f"= the run):\n{lines}\nstart a baseline of its own instead (--name {spec}), "
+                f"or pass --force to make it {name}@{last + 1} anyway (recorded in its "
+                "baseline.json)"
+            )
+        return [f"its spec differs from {name}@{last}: {d.describe()}" for d in differences]
+
     def _build(
-        self, reader: RunReader, name: str, version: int, files: list[str], tmp: Path
+        self,
+        reader: RunReader,
+        name: str,
+        version: int,
+        files: list[str],
+        tmp: Path,
+        forced: list[str],
     ) -> None:
         hashes = {}
         for file in files:
@@ -201,6 +234,8 @@ class BaselineStore:
             "files": hashes,
             "content_hash": content_hash(hashes),
         }
+        if forced:
+            meta["forced"] = forced
         path = tmp / BASELINE_FILE
         path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         os.chmod(path, 0o444)
@@ -307,6 +342,7 @@ class BaselineStore:
             host=meta["host"],
             files=dict(recorded),
             content_hash=meta["content_hash"],
+            forced=tuple(str(f) for f in meta.get("forced") or ()),
         )
 
     def list(self) -> list[BaselineSummary]:

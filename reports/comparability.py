@@ -137,10 +137,8 @@ def check_fingerprints(
     return FingerprintCheck(matches=a == b, forced=a != b, baseline=a, candidate=b)
 
 
-def check_specs(
-    baseline: RunManifest, candidate: RunManifest, force: bool = False, *, promote_hint: str = ""
-) -> SpecCheck:
-    """Refuse runs of different resolved specs (SpecMismatchError, exit 2) unless forced."""
+def spec_differences(baseline: RunManifest, candidate: RunManifest) -> list[SpecDifference]:
+    """The compared fields of the two runs' resolved specs (and requests) that differ."""
     suite = str(candidate.spec_resolved.get("suite", candidate.suite))
     fields = COMPARED.get(suite, ("suite",))
     differences = []
@@ -153,7 +151,16 @@ def check_specs(
             differences.append(
                 SpecDifference(path, None if a is _ABSENT else a, None if b is _ABSENT else b)
             )
-    differences += request_differences(baseline, candidate)
+    return differences + request_differences(baseline, candidate)
+
+
+def check_specs(
+    baseline: RunManifest, candidate: RunManifest, force: bool = False, *, promote_hint: str = ""
+) -> SpecCheck:
+    """Refuse runs of different resolved specs (SpecMismatchError, exit 2) unless forced.
+    ``promote_hint``: a command that records a baseline of the candidate's spec without
+    touching the one gated against (a baseline of its own name)."""
+    differences = spec_differences(baseline, candidate)
     if differences and not force:
         lines = "\n".join(f"  {d.describe()}" for d in differences)
         remedy = (

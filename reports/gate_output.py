@@ -199,6 +199,7 @@ def gate_command(
         alpha=alpha,
         min_effects=min_effects,
         promote_hint=promote_hint(candidate.run_id, label, runs_dir),
+        new_baseline_hint=new_baseline_hint(candidate, runs_dir),
     )
     out(format_gate(result))
     path = write_gate(result, directory)
@@ -215,17 +216,22 @@ def judge_runs(
     alpha: float = 0.05,
     min_effects: Mapping[str, float] | None = None,
     promote_hint: str = "",
+    new_baseline_hint: str = "",
     baseline_samples: Sequence[MetricSamples] | None = None,
 ) -> GateResult:
     """The gate's verdict on ``candidate`` against ``baseline_data``, exactly as
     ``moeperf gate RUN --baseline`` reaches it: the host and spec checks (a mismatch raises
     ReportUsageError unless ``force``), the candidate spec's minimum effects under
     ``min_effects``, and a note for a run that did not end complete. ``baseline_samples``
-    replace the baseline run's own (e.g. several runs pooled, ``pool_samples``)."""
+    replace the baseline run's own (e.g. several runs pooled, ``pool_samples``).
+    ``promote_hint`` (another host) and ``new_baseline_hint`` (another spec) are the
+    commands a refusal suggests."""
     fingerprint = check_fingerprints(
         baseline_data.manifest.host, candidate.manifest.host, force, promote_hint=promote_hint
     )
-    spec = check_specs(baseline_data.manifest, candidate.manifest, force, promote_hint=promote_hint)
+    spec = check_specs(
+        baseline_data.manifest, candidate.manifest, force, promote_hint=new_baseline_hint
+    )
     candidate_samples = run_samples(candidate)
     base = run_samples(baseline_data) if baseline_samples is None else baseline_samples
     if searched(baseline_data):
@@ -303,10 +309,19 @@ def run_capacity(run: RunData) -> CapacitySummary | None:
 
 
 def promote_hint(run_id: str, baseline_label: str, runs_dir: str | Path = "runs") -> str:
-    """The command that would make this run the baseline it is gated against."""
+    """The command that would make this run a new version of the baseline it is gated
+    against (a run of the same spec on another host: ``baseline promote`` refuses a run
+    whose spec differs from the baseline's last version)."""
     name = baseline_label.partition("@")[0]
     where = "" if Path(runs_dir) == Path("runs") else f"--runs-dir {runs_dir} "
     return f"moeperf {where}baseline promote {run_id} --name {name}"
+
+
+def new_baseline_hint(run: RunData, runs_dir: str | Path = "runs") -> str:
+    """The command that records a run of another spec as a baseline of its own, named
+    after its spec: it cannot change the baseline it was gated against."""
+    name = str(run.manifest.spec_resolved.get("name") or run.manifest.suite or "baseline")
+    return promote_hint(run.run_id, name, runs_dir)
 
 
 def spec_min_effects(spec_resolved: Mapping[str, Any]) -> dict[str, float]:

@@ -48,9 +48,15 @@ def test_a_run_of_another_spec_is_refused_naming_each_field(tmp_path, capsys):
     assert "load.levels: baseline [1.0, 8.0, 32.0], candidate [1.0, 4.0, 16.0, 64.0]" in err
     assert "workload.output_tokens: baseline" in err and '"dist": "fixed"' in err
     assert "slo: baseline" in err
-    assert f"moeperf --runs-dir {runs} baseline promote {candidate_id} --name nightly" in err
+    # The advice names a baseline of the candidate's own spec: following it cannot make the
+    # nightly baseline a synthetic one (it once advised --name nightly, which did).
+    advice = f"moeperf --runs-dir {runs} baseline promote {candidate_id} --name synthetic"
+    assert advice in err
     assert "target.kind" not in err  # both synthetic: only what differs is named
     assert not (runs / candidate_id / "gate.json").exists()
+    assert main([*advice.split()[1:], "--baselines-dir", str(tmp_path / "baselines")]) == 0
+    assert BaselineStore(tmp_path / "baselines").versions("nightly") == [1]
+    assert BaselineStore(tmp_path / "baselines").versions("synthetic") == [1]
 
 
 def test_another_target_kind_is_refused(tmp_path):

@@ -14,7 +14,7 @@ from run_factory import End, store_run
 from moeperf.collectors.records import RequestRecord
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunReader, RunWriter
-from moeperf.reports.baseline_commands import promote_command
+from moeperf.reports.baseline_commands import promote_command, show_command
 from moeperf.reports.baselines import BaselineStore
 from moeperf.reports.errors import ReportUsageError
 
@@ -125,3 +125,40 @@ def test_an_unreadable_gate_verdict_needs_force(store, tmp_path):
     (run.directory / "gate.json").write_text("{not json")
     with pytest.raises(ReportUsageError, match=r"gate verdict .* cannot be read"):
         store.promote(run.directory, "b")
+
+
+def spec_run(runs: Path, name: str, levels: list[int]) -> RunWriter:
+    """A complete run of a serving spec named ``name`` sweeping ``levels``."""
+    records = [request(i, "c=1") for i in range(10)]
+    spec = {"suite": "serving", "name": name, "load": {"levels": levels}}
+    return store_run(runs, records, spec_given=spec, spec_resolved=spec, summary="computed")
+
+
+def test_a_new_version_of_another_spec_is_refused_and_forcing_it_is_recorded(store, tmp_path):
+    runs = tmp_path / "runs"
+    assert store.promote(spec_run(runs, "nightly", [1, 8, 32]).directory, "nightly").version == 1
+    # The gate once advised promoting an MTP A/B run as "nightly": every later nightly run
+    # was then refused as "not comparable". Now the promotion itself is refused, exit 2.
+    other = spec_run(runs, "mtp-ab", [4])
+    with pytest.raises(ReportUsageError) as refused:
+        store.promote(other.directory, "nightly")
+    message = str(refused.value)
+    assert "ran a different spec from baseline nightly@1" in message
+    assert "load.levels: baseline [1, 8, 32], candidate [4]" in message
+    assert "--name mtp-ab" in message and "--force" in message
+    assert store.versions("nightly") == [1]  # nothing written
+    # Under its own name it is a baseline of its own; the same spec is a new version.
+    assert store.promote(other.directory, "mtp-ab").ref == "mtp-ab@1"
+    again = store.promote(spec_run(runs, "nightly", [1, 8, 32]).directory, "nightly")
+    assert (again.ref, again.forced) == ("nightly@2", ())
+    # Forced, the version says what was overridden, in baseline.json and in `show`.
+    forced = store.promote(other.directory, "nightly", force=True)
+    assert forced.forced == (
+        "its spec differs from nightly@2: load.levels: baseline [1, 8, 32], candidate [4]",
+    )
+    assert store.get("nightly", 3).forced == forced.forced
+    shown: list[str] = []
+    show_command("nightly@3", str(store.root), out=shown.append)
+    assert "  forced        although its spec differs from nightly@2: load.levels" in (
+        "\n".join(shown)
+    )
