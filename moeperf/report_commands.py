@@ -60,7 +60,8 @@ def add_baseline_commands(
         "--force",
         action="store_true",
         help="allow a run that is aborted, invalid or failed, has a level not ok, "
-        "or failed its stored gate (recorded)",
+        "failed its stored gate, or ran another spec than the baseline's last version "
+        "(recorded in baseline.json)",
     )
     promote.set_defaults(handler=baseline_promote)
     listing = sub.add_parser("list", parents=[common], help="every baseline and its versions")
