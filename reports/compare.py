@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.sources.fingerprint import fingerprint_key
 from moeperf.collectors.store import RunStore
 from moeperf.reports.comparability import check_requests, check_specs
@@ -32,6 +33,7 @@ from moeperf.reports.stats import bootstrap_ratio_ci, min_samples, rank_test
 
 COLUMNS = (
     "metric",
+    "level",
     "statistic",
     "direction",
     "unit",
@@ -65,6 +67,7 @@ def compare_runs(
         meta = ma or right[key]  # the key came from one side or the other
         row: dict[str, Any] = dict(
             metric=meta.name,
+            level=meta.level,
             statistic=meta.statistic,
             direction=meta.direction,
             unit=meta.unit,
@@ -86,11 +89,42 @@ def compare_runs(
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
-def format_comparison(frame: pd.DataFrame, a_label: str, b_label: str) -> str:
+def run_line(label: str, run: RunData) -> str:
+    """``A: <run id>  status=<status> (<reason>)``: what a reader must know before a row."""
+    m = run.manifest
+    reason = f" ({m.status_reason})" if m.status_reason else ""
+    return f"{label}: {run.run_id}  status={m.status}{reason}"
+
+
+def level_marks(run: RunData) -> dict[str, str]:
+    """The levels of ``run`` whose numbers do not stand, with their status ("" for the
+    whole run: it did not end complete)."""
+    marks: dict[str, str] = {}
+    if run.manifest.status != "complete":
+        marks[""] = run.manifest.status
+    summary = run.summary
+    if isinstance(summary, ServingSummary):
+        marks.update({name: e.status for name, e in summary.scenarios.items() if e.status != "ok"})
+    return marks
+
+
+def format_comparison(
+    frame: pd.DataFrame,
+    a_label: str,
+    b_label: str,
+    marks: tuple[dict[str, str], dict[str, str]] = ({}, {}),
+) -> str:
+    """The table; ``marks`` (``level_marks`` of A and B) flag each row that a run which did
+    not end complete, or a level that is not ok, contributes to."""
+
     def num(x: float, fmt: str) -> str:
         return "-" if pd.isna(x) else format(x, fmt)
 
-    rows = []
+    def flag(side: str, level: str, mark: dict[str, str]) -> str:
+        status = mark.get(level) or mark.get("")
+        return f"{side} {status}" if status else ""
+
+    rows: list[tuple[str, ...]] = []
     # Records, not itertuples: a row's fields are then plain Python values (the COLUMNS of
     # compare_runs), where itertuples would type each as any pandas scalar.
     for r in frame.to_dict("records"):
@@ -106,10 +140,18 @@ def format_comparison(frame: pd.DataFrame, a_label: str, b_label: str) -> str:
                 format_value(None if pd.isna(r["b"]) else r["b"], r["unit"]),
                 ratio,
                 num(r["p_value"], ".2g"),
+                ", ".join(f for f in (flag("A", r["level"], marks[0]) if r["n_a"] else "",
+                                      flag("B", r["level"], marks[1]) if r["n_b"] else "")
+                          if f),
             )
-        )
-    headers = ("metric", "better", "n A/B", "A", "B", "B/A [95% CI]", "p (two-sided)")
-    return "\n".join([f"A: {a_label}", f"B: {b_label}", text_table(headers, rows)])
+        )  # fmt: skip
+    headers: tuple[str, ...] = (
+        "metric", "better", "n A/B", "A", "B", "B/A [95% CI]", "p (two-sided)", "not ok"
+    )  # fmt: skip
+    if not any(marks):  # both complete, every level ok: no column to read
+        rows = [row[:-1] for row in rows]
+        headers = headers[:-1]
+    return "\n".join([a_label, b_label, text_table(headers, rows)])
 
 
 def compare_command(
@@ -126,7 +168,19 @@ def compare_command(
     a, b = load_run(store, a_ref), load_run(store, b_ref)
     forced = check_requests(a.manifest, b.manifest, force)
     frame = compare_runs(a, b)
-    out(format_comparison(frame, a.run_id, b.run_id))
+    both = int(((frame["n_a"] > 0) & (frame["n_b"] > 0)).sum()) if len(frame) else 0
+    if both == 0:
+        out(run_line("A", a))
+        out(run_line("B", b))
+        out(
+            f"nothing in common: no metric is in both runs (A has "
+            f"{int((frame['n_a'] > 0).sum()) if len(frame) else 0}, B has "
+            f"{int((frame['n_b'] > 0).sum()) if len(frame) else 0}); compare runs of one "
+            "spec, or read each with moeperf runs show"
+        )
+    else:
+        marks = (level_marks(a), level_marks(b))
+        out(format_comparison(frame, run_line("A", a), run_line("B", b), marks))
     if fingerprint_key(a.manifest.host) != fingerprint_key(b.manifest.host):
         out("note: the runs were measured on different hosts (fingerprints differ)")
     if a.kind != b.kind:
