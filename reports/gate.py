@@ -18,8 +18,9 @@ the statistic with its bootstrap interval (95% by default):
   metric is optional by definition (kind "optional": training MFU, which needs the
   device's peak FLOP/s): then "optional, missing from candidate", informational.
 - inconclusive: fewer samples on either side than ``reports.stats.min_samples`` (8, and
-  for percentiles enough for their order-statistic interval: 368 for p99), or a baseline
-  value that is not positive (no ratio).
+  for percentiles enough for their order-statistic interval: 368 for p99), a baseline
+  value that is not positive (no ratio), or a load level that is not ok in either run
+  (invalid: its numbers may be the client's; failed): not judged.
 - regression: the one-sided test in the direction of a regression is significant after
   the Benjamini-Hochberg correction over all tested metrics (q < alpha) AND the whole
   interval lies beyond the minimum effect on the bad side (lower is better: interval
@@ -112,10 +113,13 @@ def gate(
     baseline_capacity: CapacitySummary | None = None,
     candidate_capacity: CapacitySummary | None = None,
     fits: Mapping[str, tuple[CapacitySummary | None, CapacitySummary | None]] | None = None,
+    unjudged_levels: Mapping[str, str] | None = None,
 ) -> GateResult:
     """Verdicts for every metric of either side (the rule is in the module docstring), the
     capacity verdict where either side has a capacity search, and one verdict per prompt
-    length of a sweep's fit search (``fits``: name -> (baseline's, candidate's))."""
+    length of a sweep's fit search (``fits``: name -> (baseline's, candidate's)).
+    ``unjudged_levels``: level -> why its metrics are not judged (a level that is not ok
+    in either run); they are inconclusive, and count against the coverage rule."""
     base = _by_key(baseline, "baseline")
     cand = _by_key(candidate, "candidate")
     rng = np.random.default_rng(seed)
@@ -135,6 +139,13 @@ def gate(
             optional = a.kind == "optional"
             outcome = "optional, missing from candidate" if optional else "missing from candidate"
             verdicts[key] = _unmatched(a, outcome, why)
+            continue
+        why_not = (unjudged_levels or {}).get(a.level) if a.level else None
+        if why_not is not None:
+            # An invalid level's numbers may be the client's (a client-bound loop reads
+            # several chunks at once: ITL gaps of 0), a failed one's are its few survivors:
+            # a change there is not the target's.
+            verdicts[key] = _unmatched(a, "inconclusive", f"not judged: {why_not}")
             continue
         if a.direction != b.direction:
             raise ReportUsageError(

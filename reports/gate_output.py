@@ -248,6 +248,7 @@ def judge_runs(
         baseline_capacity=run_capacity(baseline_data),
         candidate_capacity=run_capacity(candidate),
         fits=run_fits(baseline_data, candidate),
+        unjudged_levels=unsound_levels(baseline_data, candidate),
     )
     result.verdicts.extend(soak_verdicts(run_soak(candidate), run_soak(baseline_data)))
     for run, side in ((candidate, "candidate"), (baseline_data, "baseline")):
@@ -255,6 +256,20 @@ def judge_runs(
             reason = f" ({run.manifest.status_reason})" if run.manifest.status_reason else ""
             result.notes.append(f"the {side} run is {run.manifest.status}{reason}")
     return result
+
+
+def unsound_levels(baseline: RunData, candidate: RunData) -> dict[str, str]:
+    """The levels whose numbers do not stand in either run (a serving level whose status
+    is not ok: invalid, its numbers may be the client's; failed), and why."""
+    found: dict[str, str] = {}
+    for run, side in ((candidate, "candidate"), (baseline, "baseline")):
+        summary = run.summary
+        if not isinstance(summary, ServingSummary):
+            continue
+        for name, entry in summary.scenarios.items():
+            if entry.status != "ok" and name not in found:
+                found[name] = f"level {entry.status} in the {side} ({entry.status_reason})"
+    return found
 
 
 def unprobed_optional(

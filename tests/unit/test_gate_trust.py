@@ -3,17 +3,21 @@ recorded), and reads its minimum effects from the candidate's spec ([gate] table
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 from run_factory import lognormal_requests, store_run
 
 from moeperf.cli import main
-from moeperf.collectors.store import RunStore
+from moeperf.collectors.records import RequestRecord
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunReader, RunStore
 from moeperf.reports.baselines import BaselineStore
 from moeperf.reports.errors import ReportUsageError, SpecMismatchError
-from moeperf.reports.gate_output import gate_command, parse_min_effects
+from moeperf.reports.gate_output import gate_command, judge_runs, parse_min_effects
 from moeperf.reports.runs import load_run
+from moeperf.reports.samples import run_samples
 from moeperf.specs import load_spec, validate_spec
 from moeperf.suites.errors import SpecError
 
@@ -149,3 +153,46 @@ def test_min_effect_flags_are_validated():
         parse_min_effects(["ttft=0.1"])
     with pytest.raises(ReportUsageError, match=r"in \[0, 1\)"):
         parse_min_effects(["latency=5"])
+
+
+def batched_requests(n: int, seed: int) -> list[RequestRecord]:
+    """A client-bound level's records: the event loop read each response's chunks in
+    bursts, so most chunks share one timestamp and most ITL gaps are 0."""
+    records = lognormal_requests(n, seed=seed)
+    for r in records:
+        first = r.chunk_ns[0]
+        r.chunk_ns = [first + (i // 10) * 100_000_000 for i in range(len(r.chunk_ns))]
+        r.last_token_ns = r.chunk_ns[-1]
+    return records
+
+
+def test_a_level_that_is_not_ok_is_not_judged(tmp_path):
+    # The issue's case: the gate on an invalid run reported "ITL p50 10 ms -> 0 ms" as an
+    # improvement. The zeros were the client's (bursts read at once), and the level said
+    # so (invalid): its metrics are not judged, and the run cannot pass on them.
+    store = RunStore(tmp_path)
+    spec = resolved("nightly")
+    base = store_run(store, lognormal_requests(400, seed=1), spec_resolved=spec,
+                     summary="computed")  # fmt: skip
+    cand = store_run(store, batched_requests(400, seed=2), spec_resolved=spec,
+                     summary="computed", end=None)  # fmt: skip
+    summary = RunReader(cand.directory).summary()
+    assert isinstance(summary, ServingSummary)
+    level = dataclasses.replace(
+        summary.scenarios["c=1"], status="invalid",
+        status_reason="client was the bottleneck: worker 0: event-loop lag p99 6.1 ms",
+    )  # fmt: skip
+    cand.write_summary(dataclasses.replace(summary, scenarios={"c=1": level}))
+    cand.invalidate("levels invalid: c=1 (client was the bottleneck)")
+    baseline, candidate = load_run(store, base.run_id), load_run(store, cand.run_id)
+    itl = {m.key: m for m in run_samples(candidate)}["c=1/itl_s p50"]
+    assert itl.point == 0.0  # what the old gate called an improvement
+
+    result = judge_runs(candidate, baseline, baseline_label="nightly@1")
+    verdicts = {v.key: v for v in result.verdicts}
+    judged = [v for v in verdicts.values() if v.level == "c=1" and v.outcome != "reported"]
+    assert judged and all(v.outcome == "inconclusive" for v in judged), judged
+    assert verdicts["c=1/itl_s p50"].reason.startswith(
+        "not judged: level invalid in the candidate (client was the bottleneck"
+    )
+    assert result.exit_code == 1  # nothing judged: inconclusive, never a pass
