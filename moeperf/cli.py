@@ -49,11 +49,17 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         return _locust_worker(args)
     if args.spec is None:
         raise UsageError("moeperf run: give a spec (a file, or a shipped spec's name)")
+    from moeperf.suites.spec_overrides import FlagOverride
+
     overrides = list(args.set or []) + _engine_overrides(args)
     if args.metrics_port is not None:
-        overrides.append(f"export.metrics_port={args.metrics_port}")
+        overrides.append(
+            FlagOverride(
+                f"export.metrics_port={args.metrics_port}", f"--metrics-port {args.metrics_port}"
+            )
+        )
     if args.repeat is not None:
-        overrides.append(f"load.repeats={args.repeat}")
+        overrides.append(FlagOverride(f"load.repeats={args.repeat}", f"--repeat {args.repeat}"))
     from moeperf.specs import load_spec, runnable_suite
     from moeperf.suites.plain_lines import plain_lines
     from moeperf.suites.present import ProgressBar, announce_run
@@ -81,24 +87,36 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _engine_overrides(args: argparse.Namespace) -> list[str]:
-    """The load-engine flags as the spec fields they set (so the manifest stores them)."""
-    overrides = []
+    """The load-engine flags as the spec fields they set (so the manifest stores them); a
+    problem one causes names the flag."""
+    from moeperf.suites.spec_overrides import FlagOverride
+
+    overrides: list[str] = []
     if args.engine is not None:
-        overrides.append(f"load.engine={args.engine}")
+        overrides.append(FlagOverride(f"load.engine={args.engine}", f"--engine {args.engine}"))
     if args.workers is not None:
-        overrides.append(f"load.workers={args.workers}")
+        overrides.append(FlagOverride(f"load.workers={args.workers}", f"--workers {args.workers}"))
     if args.ui:
-        overrides.append("locust.ui=true")
+        overrides.append(FlagOverride("locust.ui=true", "--ui"))
     if args.master:
         if not args.expect_workers:
             raise UsageError("--master needs --expect-workers N (the remote workers to wait for)")
-        overrides.append(f"locust.remote_workers={args.expect_workers}")
+        overrides.append(
+            FlagOverride(
+                f"locust.remote_workers={args.expect_workers}",
+                f"--expect-workers {args.expect_workers}",
+            )
+        )
     elif args.expect_workers is not None:
         raise UsageError("--expect-workers is for --master")
     if args.master_bind is not None:
-        overrides.append(f"locust.bind={args.master_bind}")
+        overrides.append(
+            FlagOverride(f"locust.bind={args.master_bind}", f"--master-bind {args.master_bind}")
+        )
     if args.master_port is not None:
-        overrides.append(f"locust.port={args.master_port}")
+        overrides.append(
+            FlagOverride(f"locust.port={args.master_port}", f"--master-port {args.master_port}")
+        )
     if args.master_host is not None:
         raise UsageError("--master-host is for --worker")
     return overrides

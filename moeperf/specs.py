@@ -122,7 +122,7 @@ def validate_spec(
     """
     given = apply_overrides(copy.deepcopy(dict(data)), overrides)
     name = given.get("suite", "serving")
-    where = ", ".join(f"--set {o.text}" for o in blame(overrides, [("suite",)])) or source
+    where = ", ".join(o.shown for o in blame(overrides, [("suite",)])) or source
     suite = runnable_suite(name, where)
     if suite.needs_torch and not reference_install.torch_installed():
         raise SpecError(

@@ -109,7 +109,7 @@ def spec_error(
         if not culprits:
             in_file.append(f"  {problem.where}: {problem.message}")
             continue
-        flags = ", ".join(f"--set {override.text}" for override in culprits)
+        flags = ", ".join(override.shown for override in culprits)
         exact = len(culprits) == 1 and problem.keys == (culprits[0].path,)
         where = "" if exact else f" {problem.where}:"
         by_flags.append(f"{flags}:{where} {problem.message}")

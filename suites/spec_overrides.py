@@ -17,13 +17,33 @@ from moeperf.suites.errors import SpecError
 SpecKey = tuple[str, ...]  # a dotted spec key, split: ("load", "duration_s")
 
 
+class FlagOverride(str):
+    """An override a command-line flag made (``--repeat 0`` sets ``load.repeats=0``): a
+    problem it causes is blamed on that flag, not on a ``--set`` the user never typed.
+    A plain ``str`` everywhere else (the manifest stores the assignment)."""
+
+    flag: str
+
+    def __new__(cls, assignment: str, flag: str) -> FlagOverride:
+        made = super().__new__(cls, assignment)
+        made.flag = flag
+        return made
+
+
 @dataclass(frozen=True)
 class Override:
-    """One ``--set``: the assignment as given, its key split at the dots, its TOML value."""
+    """One ``--set``: the assignment as given, its key split at the dots, its TOML value,
+    and the flag a message names (``--set KEY=VALUE``, or the flag that made it)."""
 
     text: str
     path: SpecKey
     value: Any
+    flag: str = ""
+
+    @property
+    def shown(self) -> str:
+        """How the user typed it: ``--set load.repeats=0``, or ``--repeat 0``."""
+        return self.flag or f"--set {self.text}"
 
     @classmethod
     def parse(cls, assignment: str) -> Override:
@@ -36,7 +56,8 @@ class Override:
             value = tomllib.loads(f"v = {raw.strip()}")["v"]
         except tomllib.TOMLDecodeError:
             value = raw.strip()
-        return cls(assignment, tuple(key.strip().split(".")), value)
+        flag = assignment.flag if isinstance(assignment, FlagOverride) else ""
+        return cls(str(assignment), tuple(key.strip().split(".")), value, flag)
 
     def concerns(self, path: SpecKey) -> bool:
         """Whether a problem at ``path`` may be this override's doing: it set that value or a

@@ -146,6 +146,21 @@ def test_a_set_typo_names_the_flag_and_its_value_not_the_spec_file(tmp_path, cap
     assert "error: --set target.synthetic.error_rate=2: must be a finite number in [0, 1]" in err
 
 
+@pytest.mark.parametrize(
+    ("flags", "blamed"),
+    [
+        (["--repeat", "0"], "--repeat 0: "),
+        (["--workers", "0"], "--workers 0: "),
+    ],
+)
+def test_a_problem_a_flag_made_is_blamed_on_that_flag(tmp_path, capsys, flags, blamed):
+    # --repeat 0 used to be reported as "--set load.repeats=0", a flag nobody typed.
+    assert main(["--runs-dir", str(tmp_path / "runs"), "run", "synthetic", *flags]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert blamed in err, err
+    assert "--set load.repeats" not in err and "--set load.workers" not in err
+
+
 def test_file_and_flag_problems_are_reported_apart(tmp_path):
     path = write(tmp_path, "[load]\nlevles = [1]\n")
     with pytest.raises(SpecError) as info:
