@@ -193,7 +193,7 @@ def _show(store: RunStore, run: str, console: Console) -> None:
             console.print(line, markup=False, highlight=False)
         else:
             console.print(line)
-    console.print(f"results: {reader.directory}")
+    console.print(f"results: {reader.directory}", markup=False, highlight=False)
 
 
 def _runs_list(args: argparse.Namespace, console: Console) -> int:
@@ -354,8 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Tables need room; rich falls back to 80 columns when output is not a terminal.
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    # markup=False: every string printed (table cells included) is text. Runs carry the
+    # user's and the target's words and package hints ("pip install 'moeperf[gpu]'"),
+    # which rich markup would eat; styles are given as Text and style= instead.
+    console = Console(width=None if sys.stdout.isatty() else 160, markup=False)
+    err = Console(stderr=True, width=None if sys.stderr.isatty() else 160, markup=False)
     try:
         return args.handler(args, console)
     except (KeyboardInterrupt, RunInterrupted) as exc:

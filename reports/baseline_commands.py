@@ -22,7 +22,7 @@ from moeperf.reports.errors import ReportUsageError
 
 def _render(table: Table) -> str:
     text = io.StringIO()
-    console = Console(file=text, width=140, color_system=None, force_terminal=False)
+    console = Console(file=text, width=140, color_system=None, force_terminal=False, markup=False)
     console.print(table)
     return text.getvalue().rstrip("\n")
 

@@ -67,7 +67,8 @@ class ProgressBar(RunProgress):
             line = f"{outcome.scenario}: failed: {outcome.verdict.reason}"
             self._console.print(Text(line, style="red"))
         for reason in outcome.invalid_reasons:
-            self._console.print(f"[yellow]{outcome.scenario}: client bottleneck: {reason}")
+            line = f"{outcome.scenario}: client bottleneck: {reason}"
+            self._console.print(Text(line, style="yellow"))
 
     def close(self) -> None:
         if self._task is not None:
@@ -76,7 +77,7 @@ class ProgressBar(RunProgress):
 
 def announce_run(run: RunWriter, console: Console) -> None:
     """Say where a run's results go, before any load is sent."""
-    console.print(f"run {run.run_id} -> {run.directory}")
+    console.print(f"run {run.run_id} -> {run.directory}", markup=False, highlight=False)
 
 
 def harness_error_table(summary: ServingSummary, budget: ErrorBudget) -> Table:

@@ -93,14 +93,20 @@ def run_calibration(options: CalibrationOptions, store: RunStore, console: Conso
     )
     if over:
         verdict = calibration_verdict(summary.scenarios[over[0]], ERROR_BUDGET)
-        console.print(f"budget ({budget}) first not met at {over[0]}: {verdict}")
+        console.print(
+            f"budget ({budget}) first not met at {over[0]}: {verdict}",
+            markup=False,
+            highlight=False,
+        )
     else:
-        console.print(f"within budget ({budget}) at every level")
+        console.print(f"within budget ({budget}) at every level", markup=False, highlight=False)
     status = store.open(run_id).manifest.status
     code = calibration_exit_code(status)
     if code:
-        console.print(f"the calibration run ended {status}: exit {code}")
-    console.print(f"results: {store.root / run_id}")
+        console.print(
+            f"the calibration run ended {status}: exit {code}", markup=False, highlight=False
+        )
+    console.print(f"results: {store.root / run_id}", markup=False, highlight=False)
     return code
 
 
