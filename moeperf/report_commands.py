@@ -119,8 +119,9 @@ def report(args: argparse.Namespace, console: Console) -> int:
     from moeperf.reports.report import report_command
 
     return report_command(
-        args.runs, args.runs_dir, args.out, print_fn=plain_lines(console), force=args.force
-    )
+        args.runs, args.runs_dir, args.out, print_fn=plain_lines(console), force=args.force,
+        plotlyjs=args.plotlyjs,
+    )  # fmt: skip
 
 
 def compare(args: argparse.Namespace, console: Console) -> int:
@@ -172,6 +173,14 @@ def add_gate_commands(
     page.add_argument("runs", nargs="+", metavar="RUN", help="run ids, prefixes, dirs or 'latest'")
     _page_flags(
         page, "report.html in the run's directory; for several runs RUNS_DIR/report-A-vs-B.html"
+    )
+    page.add_argument(
+        "--plotlyjs",
+        choices=("inline", "directory", "cdn"),
+        default="inline",
+        help="where the page's plotly.js comes from: inside it (about 5 MB, opens anywhere "
+        "offline), plotly.min.js written once beside it (a folder of reports shares one "
+        "copy), or cdn.plot.ly (needs the network)",
     )
     page.set_defaults(handler=report)
 

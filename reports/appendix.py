@@ -110,6 +110,41 @@ CHARTS: tuple[ModuleType, ...] = (
 CHART_KINDS: dict[str, ModuleType] = {m.__name__.rsplit(".", 1)[-1]: m for m in CHARTS}
 
 
+# The chart kinds whose figures each definition module defines: a page quotes a module
+# only when it draws one of them (a plain curve's page no longer defines the cluster
+# simulator, drills, soaks, MTP A/B and accelerator maths). The serving basics (latency,
+# summary, quantiles, and what the workload and the target's counters add) go with every
+# serving chart; a page with no chart at all quotes them all.
+_SERVING_KINDS = (
+    "concurrency", "interactivity", "capacity", "percentiles", "cdf", "timeline", "prefill",
+    "sweep", "interference", "turns", "trace_replay", "errors", "drill", "soak",
+    "accelerators", "forest", "baseline_trend",
+)  # fmt: skip
+DEFINED_FOR: dict[ModuleType, tuple[str, ...]] = {
+    latency: _SERVING_KINDS,
+    summary: _SERVING_KINDS,
+    quantiles: _SERVING_KINDS,
+    prefill_rates: ("prefill", "sweep"),
+    workload_summary: _SERVING_KINDS,
+    target_counters: _SERVING_KINDS,
+    mtp_ab_records: ("forest",),
+    simulation_summary: ("cluster_sim", "simulator_check"),
+    drill_records: ("drill",),
+    soak_records: ("soak",),
+    soak_verdicts: ("soak",),
+    accel_figures: ("accelerators",),
+}
+
+
+def definitions_for(kinds: tuple[ModuleType, ...]) -> tuple[ModuleType, ...]:
+    """The definition modules a page whose charts are of ``kinds`` needs, in
+    ``DEFINITIONS`` order; all of them for a page without charts."""
+    if not kinds:
+        return DEFINITIONS
+    names = {m.__name__.rsplit(".", 1)[-1] for m in kinds}
+    return tuple(m for m in DEFINITIONS if names & set(DEFINED_FOR[m]))
+
+
 def docstrings(modules: tuple[ModuleType, ...]) -> list[tuple[str, str]]:
     """(module name, cleaned docstring) of each module that has one; named as the file is
     in the repository (``reports.figures.cdf`` is reports/figures/cdf.py), without the
@@ -140,8 +175,8 @@ def chart_kinds(sections: Sequence[Section]) -> tuple[ModuleType, ...]:
 
 
 def appendix_html(sections: Sequence[Section]) -> str:
-    """The appendix section: metric definitions, then how the charts of ``sections`` are
-    drawn (only the kinds present on the page)."""
+    """The appendix section: the metric definitions the page's charts need
+    (``definitions_for``), then how those charts are drawn (only the kinds present)."""
     kinds = chart_kinds(sections)
     charts = f"<h3>How the charts are drawn</h3>\n{_entries(kinds)}\n" if kinds else ""
     return (
@@ -149,7 +184,7 @@ def appendix_html(sections: Sequence[Section]) -> str:
         "<h2>Metric definitions</h2>\n"
         "<p>Quoted from the modules that compute them: what the code does is what is "
         "written here.</p>\n"
-        f"{_entries(DEFINITIONS)}\n"
+        f"{_entries(definitions_for(kinds))}\n"
         f"{charts}"
         "</section>"
     )

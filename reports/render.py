@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import itertools
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,14 +26,12 @@ import plotly.io as pio
 
 from moeperf.reports.errors import ReportUsageError
 from moeperf.reports.page_path import existing_message
+from moeperf.reports.plotlyjs import PlotlyJs, csp, include_argument
 
 # Plotly's modebar without the "Produced with Plotly" link (an external URL).
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
-# Inline scripts and styles only; images from data: and blob: (the PNG download button).
-CSP = (
-    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-    "img-src data: blob:; font-src data:"
-)
+# The default page's policy: inline scripts and styles only (reports.plotlyjs).
+CSP = csp("inline")
 
 STATUS_CLASSES = ("running", "complete", "aborted", "invalid", "failed")
 _STYLE = """
@@ -55,10 +54,11 @@ pre { background: #f6f8fb; padding: 10px; overflow-x: auto; font-size: 85%;
 .condition-line { font-size: 85%; color: #555; margin: 0 0 4px;
        border-left: 3px solid #dde3f0; padding-left: 8px; overflow-wrap: anywhere; }
 .caption { font-size: 88%; color: #444; margin: 4px 0; }
+.table-scroll { overflow-x: auto; max-width: 100%; }
 table.data { border-collapse: collapse; font-size: 88%; margin: 6px 0; }
 table.data th, table.data td { border: 1px solid #dde3f0; padding: 3px 8px; text-align: left;
-       vertical-align: top; overflow-wrap: anywhere; max-width: 420px; }
-table.data th { background: #eef1f8; overflow-wrap: normal; } td.num { text-align: right; }
+       vertical-align: top; overflow-wrap: break-word; max-width: 420px; }
+table.data th { background: #eef1f8; } td.num { text-align: right; white-space: nowrap; }
 nav ul { padding-left: 20px; } .appendix pre.doc { background: #fbfbf6; }
 """
 
@@ -132,7 +132,14 @@ def _cell(value: Any) -> tuple[str, bool]:
         number = float(value)
         # Four significant digits, but never an exponent for a count-like 16,384.
         return f"{number:,.0f}" if abs(number) >= 1000 else f"{number:.4g}", True
-    return str(value), False
+    text = str(value)
+    # A figure written as text ("43 / 7", "0.91 [0.87, 0.98]", "12.5%") is a number too:
+    # right-aligned and never broken across lines.
+    return text, bool(_FIGURE.fullmatch(text)) and any(c.isdigit() for c in text)
+
+
+# Digits with the separators, brackets and signs figures are written with; no letters.
+_FIGURE = re.compile(r"[\d\s.,/%+\-\u2212\u2013\[\]()x=:<>~]+")
 
 
 def table_html(table: Table) -> str:
@@ -147,14 +154,17 @@ def table_html(table: Table) -> str:
             cells.append(f"<td{cls}>{esc(text)}</td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
     caption = f'<p class="caption">{esc(table.caption)}</p>' if table.caption else ""
+    # A table wider than the page scrolls inside its own box, instead of squeezing
+    # its columns until words and figures break.
     return (
-        f'<table class="data"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table>{caption}"
+        f'<div class="table-scroll"><table class="data"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>{caption}"
     )
 
 
-def chart_html(chart: Chart, div_id: str, *, include_plotlyjs: bool) -> str:
-    """The chart's div and script; plotly.js itself only when ``include_plotlyjs``."""
+def chart_html(chart: Chart, div_id: str, *, include_plotlyjs: bool | str) -> str:
+    """The chart's div and script; plotly.js itself (or the script tag that loads it,
+    ``reports.plotlyjs``) only when ``include_plotlyjs``."""
     body = pio.to_html(
         chart.figure,
         full_html=False,
@@ -184,7 +194,9 @@ def _status_html(section: Section) -> str:
     )
 
 
-def _section_html(section: Section, chart_numbers: Iterator[int]) -> str:
+def _section_html(
+    section: Section, chart_numbers: Iterator[int], plotlyjs: PlotlyJs = "inline"
+) -> str:
     parts = [f'<section class="run" id="{esc(section.anchor)}">', f"<h2>{esc(section.title)}</h2>"]
     parts.append(_status_html(section))
     parts.append(_facts_html(section.facts))
@@ -202,7 +214,8 @@ def _section_html(section: Section, chart_numbers: Iterator[int]) -> str:
         if isinstance(block, Chart):
             number = next(chart_numbers)
             # plotly.js goes in once, with the first chart of the page.
-            parts.append(chart_html(block, f"chart-{number}", include_plotlyjs=number == 1))
+            include = include_argument(plotlyjs) if number == 1 else False
+            parts.append(chart_html(block, f"chart-{number}", include_plotlyjs=include))
         else:
             parts.append(table_html(block))
         parts.append("</div>")
@@ -211,12 +224,18 @@ def _section_html(section: Section, chart_numbers: Iterator[int]) -> str:
 
 
 def render_page(
-    title: str, sections: Sequence[Section], appendix: str, *, generated: str = ""
+    title: str,
+    sections: Sequence[Section],
+    appendix: str,
+    *,
+    generated: str = "",
+    plotlyjs: PlotlyJs = "inline",
 ) -> str:
     """The whole page. ``appendix`` is trusted HTML (``reports.appendix`` escapes its
-    text); everything else is escaped here."""
+    text); everything else is escaped here. ``plotlyjs``: where plotly.js comes from
+    (``reports.plotlyjs``; for "directory" the writer puts the file beside the page)."""
     chart_numbers = itertools.count(1)
-    body = "\n".join(_section_html(s, chart_numbers) for s in sections)
+    body = "\n".join(_section_html(s, chart_numbers, plotlyjs) for s in sections)
     toc = "".join(f'<li><a href="#{esc(s.anchor)}">{esc(s.title)}</a></li>' for s in sections)
     toc += '<li><a href="#definitions">Metric definitions</a></li>'
     generated_html = f'<p class="generated">{esc(generated)}</p>' if generated else ""
@@ -224,7 +243,7 @@ def render_page(
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">
+<meta http-equiv="Content-Security-Policy" content="{esc(csp(plotlyjs))}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{esc(title)}</title>
 <style>{_STYLE}</style>

@@ -53,8 +53,19 @@ class Page:
             self._note(message)
 
     async def open(self, url: str, settle_s: float = 1.5) -> None:
+        """Navigate, wait until the document has loaded (a large page takes seconds to
+        parse), then ``settle_s`` more for its scripts (the search worker, Plotly)."""
         await self.call("Page.navigate", url=url)
-        await asyncio.sleep(settle_s)  # scripts run, the search worker starts
+        for _ in range(300):
+            state = await self.evaluate(
+                f"location.href === {url!r} && document.readyState === 'complete'"
+            )
+            if state:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"{url} did not finish loading in 30 s")
+        await asyncio.sleep(settle_s)
 
     async def evaluate(self, expression: str) -> Any:
         """The value of ``expression`` (a promise is awaited)."""

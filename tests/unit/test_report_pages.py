@@ -18,7 +18,7 @@ from moeperf.collectors.store import RunStore
 from moeperf.collectors.summary import summarize_requests
 from moeperf.collectors.sweep_records import SweepPointSummary, SweepSummary
 from moeperf.collectors.tables import records_frame
-from moeperf.reports.appendix import CHART_KINDS, appendix_html
+from moeperf.reports.appendix import CHART_KINDS, DEFINED_FOR, DEFINITIONS, appendix_html
 from moeperf.reports.baselines import BaselineStore
 from moeperf.reports.page_path import MAX_NAMED_RUNS, several_runs_name
 from moeperf.reports.render import Chart, Section
@@ -141,6 +141,29 @@ def test_the_appendix_explains_only_the_chart_kinds_on_the_page(runs):
     assert explained(swept) == explained(clean) | {"interactivity"}
     assert "Ringed points are the operating points worth choosing" in swept
     assert "How the charts are drawn" not in appendix_html([Section("empty", "empty")])
+
+
+def defined(page: str) -> set[str]:
+    return set(re.findall(r"<h4><code>(collectors\.[\w.]+)</code></h4>", page))
+
+
+def test_the_appendix_defines_only_what_the_page_shows(runs):
+    # Issue 40: more than half of a default run's page was definitions of the cluster
+    # simulator, drills, soaks and accelerator maths the run did not use.
+    clean = build_report([load_run(runs, make_run(runs))], "clean")
+    assert {"collectors.latency", "collectors.summary", "collectors.quantiles"} <= defined(clean)
+    unused = {"collectors.simulation_summary", "collectors.drill_records",
+              "collectors.soak_records", "collectors.soak_verdicts",
+              "collectors.mtp_ab_records", "collectors.accel_figures"}  # fmt: skip
+    assert not defined(clean) & unused, defined(clean) & unused
+    # A page without a chart (nothing to tell what it shows) quotes them all.
+    everything = appendix_html([Section("empty", "empty")])
+    assert unused <= defined(everything)
+
+
+def test_every_definition_names_chart_kinds_that_exist():
+    assert set(DEFINED_FOR) == set(DEFINITIONS)
+    assert all(kind in CHART_KINDS for kinds in DEFINED_FOR.values() for kind in kinds)
 
 
 def test_a_sweep_over_prompt_lengths_gets_its_table_and_chart(runs):

@@ -1,0 +1,94 @@
+"""`moeperf report --plotlyjs`: where a page's plotly.js comes from (reports/plotlyjs.py).
+
+Issue 40: each page was 5 MB, plotly.js embedded in every one. ``directory`` writes
+plotly.min.js once into the folder and the pages there load it; Chromium opens two such
+pages from disk and draws every chart with nothing logged. ``cdn`` points at cdn.plot.ly
+and its policy allows exactly that host (no browser: it needs the network)."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import re
+
+import pytest
+from browser import browser_page
+
+from moeperf.cli import main
+from moeperf.collectors.store import RunStore
+
+pytestmark = pytest.mark.slow
+
+DRAWN = """(async () => {
+  const count = () => [...document.querySelectorAll(".plotly-graph-div")]
+    .filter((div) => div.querySelector(".main-svg")).length;
+  const divs = document.querySelectorAll(".plotly-graph-div").length;
+  for (let i = 0; i < 50 && count() < divs; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {divs, drawn: count()};
+})()"""
+
+
+def two_runs(tmp_path) -> tuple[str, list[str]]:
+    """Two real runs of the synthetic target, two short levels each."""
+    runs = tmp_path / "runs"
+    short = ["--set", "load.levels=[1,4]", "--set", "load.duration_s=1.5", "--set",
+             "load.warmup_s=0.3", "--set", "export.live_metrics=false"]  # fmt: skip
+    for _ in range(2):
+        assert main(["--runs-dir", str(runs), "run", "synthetic", *short]) == 0
+    return str(runs), [m.run_id for m in RunStore(runs).scan()[0]]
+
+
+def test_directory_pages_share_one_plotly_js_and_draw_every_chart(tmp_path, capsys):
+    runs, ids = two_runs(tmp_path)
+    nightly = tmp_path / "nightly"
+    for run_id in ids:
+        out = nightly / f"{run_id}.html"
+        argv = ["--runs-dir", runs, "report", run_id, "--out", str(out), "--plotlyjs",
+                "directory"]  # fmt: skip
+        assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert f"(and {nightly / 'plotly.min.js'})" in printed
+    assert sorted(p.name for p in nightly.iterdir()) == sorted(
+        [f"{ids[0]}.html", f"{ids[1]}.html", "plotly.min.js"]
+    )
+    inline = tmp_path / "inline.html"
+    assert main(["--runs-dir", runs, "report", ids[0], "--out", str(inline)]) == 0
+    page = nightly / f"{ids[0]}.html"
+    # The page loads the shared file; inline it was ~5 MB, now a small fraction of that.
+    assert '<script charset="utf-8" src="plotly.min.js"></script>' in page.read_text()
+    assert page.stat().st_size < inline.stat().st_size / 5, (
+        page.stat().st_size, inline.stat().st_size,
+    )  # fmt: skip
+
+    async def open_both() -> list[dict]:
+        async with browser_page(tmp_path / "profile") as tab:
+            found = []
+            for run_id in ids:
+                await tab.open((nightly / f"{run_id}.html").as_uri(), settle_s=1.0)
+                found.append(await tab.evaluate(DRAWN))
+            assert tab.problems == [], tab.problems
+            return found
+
+    charts = page.read_text().count('class="plotly-graph-div"')
+    assert charts >= 3
+    for drawn in asyncio.run(open_both()):
+        assert drawn == {"divs": charts, "drawn": charts}, drawn
+
+
+def test_a_cdn_page_loads_plotly_from_the_cdn_and_its_policy_allows_only_that(tmp_path):
+    runs, ids = two_runs(tmp_path)
+    out = tmp_path / "cdn.html"
+    assert main(["--runs-dir", runs, "report", ids[0], "--out", str(out), "--plotlyjs", "cdn"]) == 0
+    page = out.read_text()
+    assert re.search(
+        r'<script charset="utf-8" src="https://cdn\.plot\.ly/plotly-[\d.]+\.min\.js"', page
+    )
+    found = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page)
+    assert found is not None
+    policy = html.unescape(found.group(1))
+    assert "script-src 'unsafe-inline' https://cdn.plot.ly" in policy
+    assert "default-src 'none'" in policy
+    assert not (tmp_path / "plotly.min.js").exists()
+    assert "its charts need the network" in page
