@@ -19,8 +19,8 @@ the statistic with its bootstrap interval (95% by default):
   device's peak FLOP/s): then "optional, missing from candidate", informational.
 - inconclusive: fewer samples on either side than ``reports.stats.min_samples`` (8, and
   for percentiles enough for their order-statistic interval: 368 for p99), a baseline
-  value that is not positive (no ratio), or a load level that is not ok in either run
-  (invalid: its numbers may be the client's; failed): not judged.
+  value that is not positive (no ratio), or a load level marked invalid in either run
+  (the client was the bottleneck: its numbers may be the client's): not judged.
 - regression: the one-sided test in the direction of a regression is significant after
   the Benjamini-Hochberg correction over all tested metrics (q < alpha) AND the whole
   interval lies beyond the minimum effect on the bad side (lower is better: interval
@@ -118,7 +118,7 @@ def gate(
     """Verdicts for every metric of either side (the rule is in the module docstring), the
     capacity verdict where either side has a capacity search, and one verdict per prompt
     length of a sweep's fit search (``fits``: name -> (baseline's, candidate's)).
-    ``unjudged_levels``: level -> why its metrics are not judged (a level that is not ok
+    ``unjudged_levels``: level -> why its metrics are not judged (a level marked invalid
     in either run); they are inconclusive, and count against the coverage rule."""
     base = _by_key(baseline, "baseline")
     cand = _by_key(candidate, "candidate")
@@ -143,8 +143,7 @@ def gate(
         why_not = (unjudged_levels or {}).get(a.level) if a.level else None
         if why_not is not None:
             # An invalid level's numbers may be the client's (a client-bound loop reads
-            # several chunks at once: ITL gaps of 0), a failed one's are its few survivors:
-            # a change there is not the target's.
+            # several chunks at once: ITL gaps of 0): a change there is not the target's.
             verdicts[key] = _unmatched(a, "inconclusive", f"not judged: {why_not}")
             continue
         if a.direction != b.direction:

@@ -259,15 +259,16 @@ def judge_runs(
 
 
 def unsound_levels(baseline: RunData, candidate: RunData) -> dict[str, str]:
-    """The levels whose numbers do not stand in either run (a serving level whose status
-    is not ok: invalid, its numbers may be the client's; failed), and why."""
+    """The levels whose numbers may be the client's in either run (a serving level marked
+    invalid: the client was the bottleneck), and why. A failed level is still judged: its
+    failures are the target's, and a level with no ok request is "missing"."""
     found: dict[str, str] = {}
     for run, side in ((candidate, "candidate"), (baseline, "baseline")):
         summary = run.summary
         if not isinstance(summary, ServingSummary):
             continue
         for name, entry in summary.scenarios.items():
-            if entry.status != "ok" and name not in found:
+            if entry.status == "invalid" and name not in found:
                 found[name] = f"level {entry.status} in the {side} ({entry.status_reason})"
     return found
 

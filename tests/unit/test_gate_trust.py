@@ -166,7 +166,7 @@ def batched_requests(n: int, seed: int) -> list[RequestRecord]:
     return records
 
 
-def test_a_level_that_is_not_ok_is_not_judged(tmp_path):
+def test_an_invalid_level_is_not_judged(tmp_path):
     # The case: the gate on an invalid run reported "ITL p50 10 ms -> 0 ms" as an
     # improvement. The zeros were the client's (bursts read at once), and the level said
     # so (invalid): its metrics are not judged, and the run cannot pass on them.
