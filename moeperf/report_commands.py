@@ -43,7 +43,7 @@ def baseline_report(args: argparse.Namespace, console: Console) -> int:
 
     return baseline_report_command(
         args.ref, args.baselines_dir, args.out, print_fn=plain_lines(console),
-        runs_dir=args.runs_dir, force=args.force,
+        runs_dir=args.runs_dir, force=args.force, plotlyjs=args.plotlyjs,
     )  # fmt: skip
 
 
@@ -174,14 +174,6 @@ def add_gate_commands(
     _page_flags(
         page, "report.html in the run's directory; for several runs RUNS_DIR/report-A-vs-B.html"
     )
-    page.add_argument(
-        "--plotlyjs",
-        choices=("inline", "directory", "cdn"),
-        default="inline",
-        help="where the page's plotly.js comes from: inside it (about 5 MB, opens anywhere "
-        "offline), plotly.min.js written once beside it (a folder of reports shares one "
-        "copy), or cdn.plot.ly (needs the network)",
-    )
     page.set_defaults(handler=report)
 
     comparison = commands.add_parser("compare", help="two runs side by side, with CIs")
@@ -204,3 +196,11 @@ def _page_flags(page: argparse.ArgumentParser, default_path: str) -> None:
         help=f"the HTML file, replaced if it exists (default: {default_path})",
     )
     page.add_argument("--force", action="store_true", help=FORCE_HELP)
+    page.add_argument(
+        "--plotlyjs",
+        choices=("inline", "directory", "cdn"),
+        default="inline",
+        help="where the page's plotly.js comes from: inside it (about 5 MB, opens anywhere "
+        "offline), plotly.min.js written once beside it (a folder of reports shares one "
+        "copy), or cdn.plot.ly (needs the network)",
+    )

@@ -51,3 +51,12 @@ def place_beside(page: Path, mode: PlotlyJs) -> Path | None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(bundle, encoding="utf-8")
     return path
+
+
+def how_it_opens(mode: PlotlyJs) -> str:
+    """What the page's "generated" line says of where it works."""
+    return {
+        "inline": "works offline",
+        "directory": f"works offline with {PLOTLY_FILE} beside it",
+        "cdn": "its charts need the network (plotly.js from cdn.plot.ly)",
+    }[mode]

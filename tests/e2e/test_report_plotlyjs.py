@@ -92,3 +92,17 @@ def test_a_cdn_page_loads_plotly_from_the_cdn_and_its_policy_allows_only_that(tm
     assert "default-src 'none'" in policy
     assert not (tmp_path / "plotly.min.js").exists()
     assert "its charts need the network" in page
+
+
+def test_a_baseline_report_takes_the_same_flag(tmp_path):
+    runs, ids = two_runs(tmp_path)
+    baselines = tmp_path / "baselines"
+    assert main(["--runs-dir", runs, "baseline", "promote", ids[0], "--name", "nightly",
+                 "--baselines-dir", str(baselines)]) == 0  # fmt: skip
+    out = tmp_path / "pages" / "nightly.html"
+    argv = ["--runs-dir", runs, "baseline", "report", "nightly", "--baselines-dir",
+            str(baselines), "--out", str(out), "--plotlyjs", "directory"]  # fmt: skip
+    assert main(argv) == 0
+    assert '<script charset="utf-8" src="plotly.min.js"></script>' in out.read_text()
+    assert (out.parent / "plotly.min.js").is_file()
+    assert "works offline with plotly.min.js beside it" in out.read_text()
