@@ -131,3 +131,30 @@ def arm_name(drafts: int) -> str:
 
 def block_scenario(drafts: int, mode: str, streams: int, round_: int) -> str:
     return f"{arm_name(drafts)} {mode} c={streams} #{round_}"
+
+
+# The effects' metric names as a table's column heads.
+EFFECT_HEADS = {"tpot_s p50": "TPOT p50", "itl_s p50": "ITL p50", "ttft_s p50": "TTFT p50",
+                "output tokens/s": "output tok/s"}  # fmt: skip
+
+
+def effect_text(effect: MtpAbEffect | None) -> str:
+    """ "0.91 [0.87, 0.98] better": the ratio, its 95% interval and verdict; the ratio alone
+    where it was not tested (a rate of totals), "-" where there is none."""
+    if effect is None or effect.ratio is None:
+        return "-"
+    if effect.ci_low is None or effect.ci_high is None:
+        return f"{effect.ratio:.2f}"
+    return f"{effect.ratio:.2f} [{effect.ci_low:.2f}, {effect.ci_high:.2f}] {effect.verdict}"
+
+
+def verdict_rows(ab: MtpAbSummary) -> list[tuple[str, int, int, tuple[str, ...]]]:
+    """The A/B's answer, one row per (mode, streams, arm) in the order run: each
+    EFFECT_METRICS's ``effect_text``."""
+    by_row: dict[tuple[str, int, int], dict[str, MtpAbEffect]] = {}
+    for effect in ab.effects:
+        by_row.setdefault((effect.mode, effect.streams, effect.drafts), {})[effect.metric] = effect
+    return [
+        (mode, streams, drafts, tuple(effect_text(effects.get(m)) for m in EFFECT_METRICS))
+        for (mode, streams, drafts), effects in by_row.items()
+    ]

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -71,7 +72,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     from moeperf.collectors.store import RunStore
 
     store = RunStore(args.runs_dir)
-    bar = ProgressBar(console)
+    # The bars show the load while it runs; kept afterwards only with --verbose.
+    bar = ProgressBar(console, keep=args.verbose)
     options = RunOptions(
         on_started=lambda writer: announce_run(writer, console),
         say=plain_lines(console),
@@ -83,7 +85,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         run_id = run.load()(loaded.spec, loaded.given, store, options)
     finally:
         bar.close()
-    return _show_ended(store, run_id, console, warn_only=args.warn_only)
+    return _show_ended(args, store, run_id, console)
 
 
 def _engine_overrides(args: argparse.Namespace) -> list[str]:
@@ -144,14 +146,16 @@ def _pushgateway_url(args: argparse.Namespace) -> str | None:
 WARN_ONLY_STATUSES = ("failed", "invalid")
 
 
-def _show_ended(store: RunStore, run_id: str, console: Console, *, warn_only: bool) -> int:
-    """Show a run that just ended; its exit code: 0 complete, 1 failed, invalid or aborted
-    (0 for failed or invalid with ``--warn-only``, which says so)."""
-    _show(store, run_id, console)
-    status = store.open(run_id).manifest.status
+def _show_ended(args: argparse.Namespace, store: RunStore, run_id: str, console: Console) -> int:
+    """Show a run that just ended (its report written first with --report); its exit
+    code: 0 complete, 1 failed, invalid or aborted (0 for failed or invalid with
+    ``--warn-only``, which says so)."""
+    if args.report:
+        _write_report(store, run_id, console)
+    status = _show(store, run_id, console, verbose=args.verbose)
     if status == "complete":
         return EXIT_OK
-    if warn_only and status in WARN_ONLY_STATUSES:
+    if args.warn_only and status in WARN_ONLY_STATUSES:
         console.print(
             f"warning: the run ended {status}; exit code 0 because of --warn-only "
             "(only its ok levels are sound)",
@@ -162,46 +166,96 @@ def _show_ended(store: RunStore, run_id: str, console: Console, *, warn_only: bo
     return EXIT_FAILED
 
 
-def _show(store: RunStore, run: str, console: Console) -> None:
+def _write_report(store: RunStore, run_id: str, console: Console) -> None:
+    """``run --report``: the run's page beside it (replacing one written before: the run
+    just ended, so a page there is this run's own)."""
+    from moeperf.reports.report import report_command
+
+    report_command([str(store.open(run_id).directory)], str(store.root), print_fn=lambda _: None,
+                   force=True)  # fmt: skip
+
+
+def _plain(console: Console, line: str) -> None:
+    console.print(line, markup=False, highlight=False)
+
+
+def _show(store: RunStore, run: str, console: Console, *, verbose: bool = False) -> str:
+    """Print a stored run: a line naming it, its notes, then (with ``verbose``) what
+    every request asked and each level's detail, then the answer, what was not
+    available, and at the end its status and paths. Returns the run's status."""
     from moeperf.registry import find_suite
     from moeperf.reports.request_view import request_facts
+    from moeperf.reports.terminal.presentation import Presentation
 
     reader = store.open(run)
     m = reader.manifest
-    status = m.status + (f" ({m.status_reason})" if m.status_reason else "")
+    target = m.described_target
     # Text, not markup: a note or a reason may hold brackets ("pip install 'moeperf[gpu]'")
     # or the target's own words.
-    console.print(Text(m.run_id, style="bold") + f"  suite={m.suite}  status={status}")
-    target = m.described_target
+    described = " ".join(v for v in (target.kind, target.url) if v)
+    model = f" model={target.model}" if target.model else ""
     console.print(
-        f"target: {target.kind or '?'} {target.url or ''} model={target.model or '?'}",
-        markup=False,
-        highlight=False,
+        Text(m.run_id, style="bold")
+        + f"  suite={m.suite}"
+        + (f"  target: {described}{model}" if described else model)
     )
-    for label, text in request_facts(m):
-        console.print(f"{label}: {text}", markup=False, highlight=False)
+    if verbose:
+        for label, text in request_facts(m):
+            _plain(console, f"{label}: {text}")
     for note in m.notes:
-        console.print(f"note: {note}", markup=False, highlight=False)
+        _plain(console, f"note: {note}")
     summary = reader.summary()
-    if summary is None:
-        console.print("no summary (the run ended before one was written)")
-        return
-    suite = find_suite(m.suite)
-    lines = suite.present.load()(summary, reader) if suite is not None else []
-    for line in lines:
+    shown = Presentation(answer=["no summary (the run ended before one was written)"])
+    if summary is not None:
+        suite = find_suite(m.suite)
+        shown = suite.present.load()(summary, reader) if suite is not None else Presentation()
+    for line in [*(shown.detail if verbose else ()), *shown.answer]:
         if isinstance(line, str):
-            console.print(line, markup=False, highlight=False)
+            _plain(console, line)
         else:
             console.print(line)
-    console.print(f"results: {reader.directory}", markup=False, highlight=False)
+    for line in shown.unavailable:
+        _plain(console, line)
+    status = Text(f"status: {m.status}", style=_STATUS_STYLES.get(m.status, ""))
+    console.print(status + (f" ({m.status_reason})" if m.status_reason else ""))
+    _plain(console, f"run: {_path_text(reader.directory)}")
+    page = reader.directory / "report.html"
+    report = _path_text(page) if page.exists() else f"not written (moeperf report {m.run_id})"
+    _plain(console, f"report: {report}")
+    return m.status
+
+
+# The run's status line at the end of its output.
+_STATUS_STYLES = {"complete": "bold green", "invalid": "bold yellow", "failed": "bold red",
+                  "aborted": "bold red"}  # fmt: skip
+
+
+def _path_text(path: Path) -> str:
+    """``path`` relative to the working directory where it lies under it (shorter, and
+    what the user would type), else absolute."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path.resolve())
 
 
 def _runs_list(args: argparse.Namespace, console: Console) -> int:
     from moeperf.collectors.store import RunStore
     from moeperf.reports.terminal.runs_table import runs_table
 
-    manifests, problems = RunStore(args.runs_dir).scan()
+    store = RunStore(args.runs_dir)
+    manifests, problems = store.scan()
+    if args.last is not None:
+        manifests = manifests[-args.last :] if args.last > 0 else []
     console.print(runs_table(manifests))
+    if args.last is not None:
+        # The newest runs, what was just run: the path of each one's page, whole (a path
+        # in a table's cell would be folded), to open.
+        for m in manifests:
+            page = store.root / m.run_id / "report.html"
+            written = page.exists()
+            _plain(console, f"report: {_path_text(page)}" if written else
+                   f"report of {m.run_id}: not written (moeperf report {m.run_id})")  # fmt: skip
     for problem in problems:
         # Damaged, or written by a newer moeperf: the problem says which, and what to do.
         console.print(
@@ -213,7 +267,7 @@ def _runs_list(args: argparse.Namespace, console: Console) -> int:
 def _runs_show(args: argparse.Namespace, console: Console) -> int:
     from moeperf.collectors.store import RunStore
 
-    _show(RunStore(args.runs_dir), args.run, console)
+    _show(RunStore(args.runs_dir), args.run, console, verbose=args.verbose)
     return EXIT_OK
 
 
@@ -234,6 +288,17 @@ def _dashboards_publish(args: argparse.Namespace, console: Console) -> int:
     from moeperf.dashboards.publish import publish_command
 
     return publish_command(args.url)
+
+
+def _verbose_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also print every level's (block's, window's) tables, what each request "
+        "asked, and the load's progress bars as they were; without it: the answer, the "
+        "status and the paths",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -283,6 +348,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 0 even when levels failed or were invalid (the run's status and the "
         "levels' statuses still say so; an aborted run still exits 1)",
     )
+    _verbose_flag(run)
+    run.add_argument(
+        "--report",
+        action="store_true",
+        help="write the run's HTML report (RUN_DIR/report.html) when it ends, whatever "
+        "its status; its path ends the output",
+    )
     engine = run.add_argument_group(
         "load engine",
         "asyncio (the default, the precise one) or Locust: local worker processes, or "
@@ -314,9 +386,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     runs = commands.add_parser("runs", help="list or show stored runs")
     runs_commands = runs.add_subparsers(dest="runs_command", required=True)
-    runs_commands.add_parser("list", help="all runs, oldest first").set_defaults(handler=_runs_list)
+    listing = runs_commands.add_parser("list", help="all runs, oldest first, with their reports")
+    listing.add_argument(
+        "--last",
+        type=int,
+        metavar="N",
+        help="only the newest N runs, then the path of each one's report page",
+    )
+    listing.set_defaults(handler=_runs_list)
     show = runs_commands.add_parser("show", help="one run's percentiles with sample counts")
     show.add_argument("run", help="run id, unique prefix, directory, or 'latest'")
+    _verbose_flag(show)
     show.set_defaults(handler=_runs_show)
 
     add_calibrate_command(commands)

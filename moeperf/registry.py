@@ -35,8 +35,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 SpecValidator = Callable[[dict[str, Any], str, Sequence[str]], Any]
 # run(spec, given, store: RunStore, options: RunOptions) -> the run's id
 SuiteRunner = Callable[[Any, dict[str, Any], Any, Any], str]
-# present(summary, reader: RunReader) -> rich tables and plain lines, in the order they print
-Presenter = Callable[[Any, Any], Sequence[Any]]
+# present(summary, reader: RunReader) -> Presentation (reports/terminal/presentation.py):
+# the answer, the --verbose detail and what was not available
+Presenter = Callable[[Any, Any], Any]
 # report_blocks(run: RunData) -> the charts and tables of the run's report section
 BlockMaker = Callable[[Any], list[Any]]
 # gate_samples(run: RunData) -> every gate metric's samples (MetricSamples) of a stored run

@@ -55,7 +55,7 @@ def figures_table(summary: AccuracySummary) -> Table:
         "teacher-forced on the target's own tokens. A figure not available from this target "
         "is stated, never failed. KL and logprobs in nats."
     )
-    return Table(frame, caption)
+    return Table(frame, caption, answers=True)
 
 
 def detail_table(summary: AccuracySummary) -> Table:

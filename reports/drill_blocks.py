@@ -56,11 +56,13 @@ def drill_blocks(drill: DrillSummary, requests: pd.DataFrame) -> list[Chart | Ta
             "failed between the injection and the recovery; latencies: p50 of the ok "
             f"requests sent in the {drill.compare_window_s:g} s before the injection, "
             "between injection and recovery, and in the same window after the recovery.",
+            answers=True,
         ),
         Table(
             audit_frame,
             "Request audit: every request a load worker sent (each numbers its own) is in "
             "the records exactly once.",
+            answers=True,
         ),
         Chart(
             drill_chart(drill, requests),

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from moeperf.collectors.mtp_ab_records import MtpAbSummary, arm_name
+from moeperf.collectors.mtp_ab_records import (
+    EFFECT_HEADS,
+    EFFECT_METRICS,
+    MtpAbSummary,
+    arm_name,
+    verdict_rows,
+)
 from moeperf.collectors.units import to_ms
 from moeperf.reports.figures.forest import forest_plot
 from moeperf.reports.render import Chart, Table
@@ -103,7 +109,7 @@ def _equality(ab: MtpAbSummary) -> Table | None:
     if eq is None:
         return None
     if eq.not_available:
-        return Table(pd.DataFrame({"greedy output equality": [eq.not_available]}))
+        return Table(pd.DataFrame({"greedy output equality": [eq.not_available]}), answers=True)
     rows = [
         {
             "prompt": m.prompt,
@@ -118,16 +124,42 @@ def _equality(ab: MtpAbSummary) -> Table | None:
     frame = pd.DataFrame(rows) if rows else pd.DataFrame({"greedy output equality": [verdict]})
     return Table(
         frame,
-        f"Greedy output equality: {eq.prompts} prompts, {eq.output_tokens} output tokens, "
+        answers=True,
+        caption=f"Greedy output equality: {eq.prompts} prompts, {eq.output_tokens} output tokens, "
         f"{eq.streams} at a time, to every arm ({', '.join(arm_name(d) for d in eq.arms)}), "
         f"compared with MTP off by {eq.position_unit}: {verdict}. Verification must leave "
         "a speculating engine's greedy output exactly the main model's.",
     )
 
 
+def _verdicts(ab: MtpAbSummary) -> Table:
+    heads = [EFFECT_HEADS[m] for m in EFFECT_METRICS]
+    frame = pd.DataFrame(
+        [
+            {
+                "mode": mode,
+                "streams": streams,
+                "arm": arm_name(drafts),
+                **dict(zip(heads, cells, strict=True)),
+            }
+            for mode, streams, drafts, cells in verdict_rows(ab)
+        ]
+    )
+    crossover = " ".join(f"Crossover, {c.mode}: {c.text}." for c in ab.crossover)
+    return Table(
+        frame,
+        "MTP A/B verdicts: each arm's p50 over MTP off's, [its 95% interval], and the "
+        "verdict (better or worse: the interval excludes 1; below 1 is faster). Output "
+        "tok/s: a rate of totals, reported, not tested. " + crossover,
+        answers=True,
+    )
+
+
 def mtp_ab_blocks(ab: MtpAbSummary) -> list[Chart | Table]:
-    blocks: list[Chart | Table] = [_arms(ab), *_effects(ab)]
+    """The verdicts and the greedy output equality (the answer); each arm's figures, the
+    effects one per row and their forest plot."""
+    blocks: list[Chart | Table] = [_verdicts(ab), _arms(ab), *_effects(ab)]
     equality = _equality(ab)
     if equality is not None:
-        blocks.append(equality)
+        blocks.insert(1, equality)
     return blocks

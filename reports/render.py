@@ -59,6 +59,8 @@ table.data { border-collapse: collapse; font-size: 88%; margin: 6px 0; }
 table.data th, table.data td { border: 1px solid #dde3f0; padding: 3px 8px; text-align: left;
        vertical-align: top; overflow-wrap: break-word; max-width: 420px; }
 table.data th { background: #eef1f8; } td.num { text-align: right; white-space: nowrap; }
+.answer { border-left: 4px solid #2a3f8f; padding-left: 12px; margin: 8px 0 20px; }
+.answer .block { margin: 10px 0; }
 nav ul { padding-left: 20px; } .appendix pre.doc { background: #fbfbf6; }
 """
 
@@ -74,6 +76,8 @@ class Chart:
     figure: go.Figure
     caption: str = ""
     drawn_by: tuple[str, ...] = ()
+    # It answers its suite's question: drawn first, on the page's first screen.
+    answers: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ class Table:
 
     frame: pd.DataFrame
     caption: str = ""
+    answers: bool = False  # as Chart.answers
 
 
 @dataclass(frozen=True)
@@ -94,10 +99,11 @@ class Details:
 
 @dataclass(frozen=True)
 class Section:
-    """One run (or one comparison): its conditions, then its blocks.
+    """One run (or one comparison): its status, the blocks that answer its question,
+    its conditions, then the other blocks.
 
-    ``facts`` are (label, value) pairs stated at the top; ``condition_line`` is repeated
-    above every chart so a chart cut out of the page still says what it measured.
+    ``facts`` are (label, value) pairs stated under the answer; ``condition_line`` is
+    repeated above every chart so a chart cut out of the page still says what it measured.
     """
 
     title: str
@@ -199,6 +205,13 @@ def _section_html(
 ) -> str:
     parts = [f'<section class="run" id="{esc(section.anchor)}">', f"<h2>{esc(section.title)}</h2>"]
     parts.append(_status_html(section))
+    # The answer first, so that the page's first screen answers the suite's question; the
+    # conditions it holds under follow it.
+    answer = [block for block in section.blocks if block.answers]
+    if answer:
+        parts.append(f'<div class="answer" id="answer-{esc(section.anchor)}">')
+        parts += [_block_html(block, section, chart_numbers, plotlyjs) for block in answer]
+        parts.append("</div>")
     parts.append(_facts_html(section.facts))
     if section.notes:
         notes = "".join(f"<li>{esc(note)}</li>" for note in section.notes)
@@ -207,19 +220,29 @@ def _section_html(
         parts.append(
             f"<details><summary>{esc(item.summary)}</summary><pre>{esc(item.text)}</pre></details>"
         )
-    for block in section.blocks:
-        parts.append('<div class="block">')
-        if section.condition_line:
-            parts.append(f'<p class="condition-line">{esc(section.condition_line)}</p>')
-        if isinstance(block, Chart):
-            number = next(chart_numbers)
-            # plotly.js goes in once, with the first chart of the page.
-            include = include_argument(plotlyjs) if number == 1 else False
-            parts.append(chart_html(block, f"chart-{number}", include_plotlyjs=include))
-        else:
-            parts.append(table_html(block))
-        parts.append("</div>")
+    parts += [
+        _block_html(block, section, chart_numbers, plotlyjs)
+        for block in section.blocks
+        if not block.answers
+    ]
     parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _block_html(
+    block: Chart | Table, section: Section, chart_numbers: Iterator[int], plotlyjs: PlotlyJs
+) -> str:
+    parts = ['<div class="block">']
+    if section.condition_line:
+        parts.append(f'<p class="condition-line">{esc(section.condition_line)}</p>')
+    if isinstance(block, Chart):
+        number = next(chart_numbers)
+        # plotly.js goes in once, with the first chart of the page.
+        include = include_argument(plotlyjs) if number == 1 else False
+        parts.append(chart_html(block, f"chart-{number}", include_plotlyjs=include))
+    else:
+        parts.append(table_html(block))
+    parts.append("</div>")
     return "\n".join(parts)
 
 

@@ -5,6 +5,7 @@ telemetry, workload)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -135,24 +136,56 @@ def _itl_curves(requests: pd.DataFrame, keep: pd.Series) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CURVE_COLUMNS)
 
 
+def _mode_blocks(
+    summary: ServingSummary, scenarios: Mapping[str, ScenarioSummary], requests: pd.DataFrame
+) -> list[Chart | Table]:
+    """The blocks of the run's kind; the first of each answers its question."""
+    blocks: list[Chart | Table] = []
+    if summary.capacity is not None:
+        blocks += capacity_blocks(summary.capacity, scenarios)
+    if summary.sweep is not None:
+        blocks += sweep_blocks(summary.sweep, scenarios)
+    if summary.interference is not None:
+        blocks += interference_blocks(summary.interference, scenarios)
+    if summary.mtp_ab is not None:
+        blocks += mtp_ab_blocks(summary.mtp_ab)
+    if summary.drill is not None:
+        blocks += drill_blocks(summary.drill, requests)
+    if summary.soak is not None:
+        blocks += soak_blocks(summary.soak)
+    return blocks
+
+
 def serving_blocks(run: RunData) -> list[Chart | Table]:
     requests = run.requests
     if requests.empty:
         return [Table(pd.DataFrame({"requests": [0]}), "The run has no request records.")]
     metrics = _per_request(requests)
     scenarios = _scenarios(run)
-    blocks: list[Chart | Table] = [_levels_table(scenarios)]
-    blocks.append(
-        Chart(
-            concurrency_curve(levels_frame(scenarios)),
-            "One point per load level; ringed points are on the Pareto front (higher "
-            "throughput, lower latency).",
-            drawn_by=("concurrency",),
+    summary = run.summary if isinstance(run.summary, ServingSummary) else None
+    mode = _mode_blocks(summary, scenarios, requests) if summary is not None else []
+    # The page answers first what the run's kind asks (the capacity, the A/B's verdicts,
+    # the drill's recovery, the soak's verdicts...); a plain run's answer is its curve.
+    # An A/B's blocks are arms at one level, not a load curve; one level is a point, not
+    # a trade-off: neither gets the curve (a plain run of one level is answered by its
+    # levels' table).
+    curve = (summary is None or summary.mtp_ab is None) and len(scenarios) >= 2
+    curve_answers = not any(block.answers for block in mode)
+    levels = _levels_table(scenarios)
+    blocks: list[Chart | Table] = [replace(levels, answers=curve_answers and not curve)]
+    if curve:
+        blocks.append(
+            Chart(
+                concurrency_curve(levels_frame(scenarios)),
+                "One point per load level; ringed points are on the Pareto front (higher "
+                "throughput, lower latency).",
+                drawn_by=("concurrency",),
+                answers=curve_answers,
+            )
         )
-    )
-    # One level is a point, not a trade-off; a capacity run's probes are its levels.
+    # A capacity run's probes are its levels.
     interactivity = interactivity_frame(scenarios)
-    if has_numbers(interactivity).sum() >= 2:
+    if curve and has_numbers(interactivity).sum() >= 2:
         blocks.append(
             Chart(
                 interactivity_chart(interactivity),
@@ -177,22 +210,11 @@ def serving_blocks(run: RunData) -> list[Chart | Table]:
             drawn_by=("percentiles",),
         )
     )
-    if isinstance(run.summary, ServingSummary) and run.summary.capacity is not None:
-        blocks += capacity_blocks(run.summary.capacity, scenarios)
-    if isinstance(run.summary, ServingSummary) and run.summary.sweep is not None:
-        blocks += sweep_blocks(run.summary.sweep, scenarios)
-    if isinstance(run.summary, ServingSummary) and run.summary.interference is not None:
-        blocks += interference_blocks(run.summary.interference, scenarios)
-    if isinstance(run.summary, ServingSummary) and run.summary.mtp_ab is not None:
-        blocks += mtp_ab_blocks(run.summary.mtp_ab)
-    if isinstance(run.summary, ServingSummary) and run.summary.drill is not None:
-        blocks += drill_blocks(run.summary.drill, requests)
-    if isinstance(run.summary, ServingSummary) and run.summary.soak is not None:
-        blocks += soak_blocks(run.summary.soak)
-    if isinstance(run.summary, ServingSummary) and run.summary.telemetry is not None:
-        figures = run.summary.accelerator_levels()
-        blocks += accelerator_blocks(run.summary.telemetry, figures, run.accelerator)
-    repeats = run.summary.repeats if isinstance(run.summary, ServingSummary) else ()
+    blocks += mode
+    if summary is not None and summary.telemetry is not None:
+        figures = summary.accelerator_levels()
+        blocks += accelerator_blocks(summary.telemetry, figures, run.accelerator)
+    repeats = summary.repeats if summary is not None else ()
     blocks += workload_blocks(ServingSummary(scenarios=scenarios, repeats=repeats), requests)
     counters = target_counters_table(scenarios, metrics_unavailable(run.server_metrics))
     if counters is not None:

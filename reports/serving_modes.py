@@ -49,7 +49,17 @@ def capacity_blocks(
         "quantile of the level's measured ok requests; goodput ratio: ok requests "
         "meeting [slo] / measured requests), each with its 95% interval."
     )
+    answer = pd.DataFrame(
+        [{f"capacity for {capacity.criteria}": capacity.answer(), "search": capacity.status,
+          "probes": len(capacity.probes)}]
+    )  # fmt: skip
     return [
+        Table(
+            answer,
+            "The highest load at which every SLO held, bracketed by the probes "
+            "below (the search's answer).",
+            answers=True,
+        ),
         Table(pd.DataFrame(rows), caption),
         Chart(
             capacity_probes(capacity, scenarios),
@@ -84,7 +94,7 @@ def sweep_blocks(
         else ""
     )
     return [
-        Table(sweep_table_frame(sweep, frame), caption),
+        Table(sweep_table_frame(sweep, frame), caption, answers=True),
         *extra,
         Chart(
             sweep_chart(frame, sweep.not_available(), plan=sweep.plan),
@@ -166,7 +176,7 @@ def interference_blocks(
         "ok requests (ITL: every token gap)."
     )
     return [
-        Table(frame, caption),
+        Table(frame, caption, answers=True),
         Chart(
             interference_chart(rows),
             "Mixed (solid) against quiet (dashed): the decoders' ITL with and without long "

@@ -55,6 +55,7 @@ def soak_blocks(soak: SoakSummary) -> list[Chart | Table]:
             f"{len(soak.windows)} windows of {soak.window_s:g} s with a 95% interval (t, n - 2 "
             "degrees of freedom); a verdict is found only when the whole interval clears its "
             "threshold, so an interval that includes zero is never a finding.",
+            answers=True,
         ),
         Table(
             windows,

@@ -32,7 +32,11 @@ def micro_blocks(run: RunData) -> list[Chart | Table]:
     if samples is None or samples.empty:
         return [Table(pd.DataFrame({"samples": [0]}), "The run has no samples.")]
     return [
-        Table(micro_summary(samples), "Per metric: samples, mean, median with its 95% CI."),
+        Table(
+            micro_summary(samples),
+            "Per metric: samples, mean, median with its 95% CI.",
+            answers=True,
+        ),
         Chart(micro_distributions(samples), drawn_by=("micro",)),
     ]
 
@@ -43,10 +47,13 @@ def simulation_blocks(run: RunData) -> list[Chart | Table]:
         return [Table(pd.DataFrame({"scenarios": [0]}), "The run has no simulated scenarios.")]
     simulated = "Every figure is simulated by targets/cluster_sim, none measured. "
     blocks: list[Chart | Table] = []
+    # The answer: the ablation where the run has one, else the published runs beside
+    # ours, else the scenarios.
+    answer = "ablation" if summary.ablation else "reproductions" if summary.reproductions else ""
     if summary.scenarios:
         blocks += [
             Table(scenario_frame(summary), simulated + "Per job, policy and skew; "
-                  + " ".join(summary.assumptions)),
+                  + " ".join(summary.assumptions), answers=not answer),
             Chart(oom_rate_chart(summary), drawn_by=("cluster_sim",)),
             Chart(policy_chart(summary), drawn_by=("cluster_sim",)),
             Chart(memory_chart(summary), drawn_by=("cluster_sim",)),
@@ -56,11 +63,13 @@ def simulation_blocks(run: RunData) -> list[Chart | Table]:
             simulated + "Seed 000's ablation: each step's effective throughput over the "
             "baseline, same job and skew; the last column is the paper's figure, not ours."
         )
-        blocks.append(Table(ablation_frame(summary), caption))
+        blocks.append(Table(ablation_frame(summary), caption, answers=answer == "ablation"))
     if summary.reproductions:
         caption = simulated + "Published MoE training runs: their figure beside ours (error = "
         caption += "simulated / published - 1). " + " ".join(published_lines(summary))
-        blocks.append(Table(reproduction_frame(summary), caption))
+        blocks.append(
+            Table(reproduction_frame(summary), caption, answers=answer == "reproductions")
+        )
     if summary.not_taken:
         caption = "Published rows the simulator cannot take, once per configuration, and why."
         blocks.append(Table(not_taken_frame(summary), caption))

@@ -52,7 +52,9 @@ def training_blocks(run: RunData) -> list[Chart | Table]:
     per_policy = policy_throughput_frame(table)
     shown = per_policy.rename(columns=_POLICY_COLUMNS)
     blocks: list[Chart | Table] = [
-        Table(shown, "Per policy: effective tokens/s counts the time lost to restarts."),
+        Table(
+            shown, "Per policy: effective tokens/s counts the time lost to restarts.", answers=True
+        ),
         Chart(policy_throughput(per_policy, table), drawn_by=("steps", "training_throughput")),
         Chart(training_timeline(table, event_table(steps)), drawn_by=("steps", "training_events")),
         Chart(peak_memory(steps), drawn_by=("memory",)),
@@ -155,6 +157,7 @@ def dist_training_blocks(run: RunData) -> list[Chart | Table]:
                     "bubble",
                     "oom_rate",
                 ),
+                answers=True,
             ),
             Table(
                 rank_frame(summary),

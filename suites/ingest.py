@@ -224,5 +224,5 @@ def ingest_command(
             f"{fullname:<{width}}  {entry.rounds.count:>7}  {_duration(entry.median):>12}  "
             f"{_duration(entry.p90):>12}"
         )
-    out(f"results: {store.root / run_id}")
+    out(f"run: {store.root / run_id}")
     return 0

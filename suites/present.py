@@ -29,16 +29,17 @@ class ErrorBudget:
 
 
 class ProgressBar(RunProgress):
-    """A bar per load level: time through the level, requests done and failed."""
+    """A bar per load level: time through the level, requests done and failed; the bars
+    stay on the screen after the run with ``keep`` (a level's failure is said either way)."""
 
-    def __init__(self, console: Console):
+    def __init__(self, console: Console, *, keep: bool = True):
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             TextColumn("{task.fields[done]} done, {task.fields[failed]} failed"),
             TimeElapsedColumn(),
             console=console,
-            transient=False,
+            transient=not keep,
         )
         self._task: TaskID | None = None  # the current level's bar
         self._started = 0.0

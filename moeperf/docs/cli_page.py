@@ -52,12 +52,14 @@ def _row(action: argparse.Action) -> tuple[str, str, str]:
         metavar = action.metavar or (action.dest.upper() if takes_value else "")
         if isinstance(metavar, tuple):
             metavar = " ".join(metavar)
-        name = ", ".join(action.option_strings) + (f" {metavar}" if metavar else "")
+        # Each spelling its own code span, as argparse writes them ("-v, --verbose").
+        suffix = f" {metavar}" if metavar else ""
+        name = ", ".join(code(option + suffix) for option in action.option_strings)
     else:
-        name = str(action.metavar or action.dest)
+        name = code(str(action.metavar or action.dest))
     help_text = (action.help or "") % {"default": action.default, "prog": ""}
     if action.choices is not None:
         help_text += " (one of: " + ", ".join(str(c) for c in action.choices) + ")"
     default = action.default
     shown = "" if default in (None, False, argparse.SUPPRESS) else code(str(default))
-    return code(name), shown, help_text
+    return name, shown, help_text

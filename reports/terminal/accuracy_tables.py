@@ -8,6 +8,7 @@ from rich.text import Text
 
 from moeperf.collectors.accuracy_records import AccuracySummary, Figure
 from moeperf.collectors.store import RunReader
+from moeperf.reports.terminal.presentation import Presentation
 
 _STYLES = {"pass": "green", "fail": "bold red", "not available": "yellow"}
 
@@ -97,6 +98,10 @@ def accuracy_tables(summary: AccuracySummary) -> list[Table | str]:
     return [figures_table(summary), *detail_lines(summary), prompts_table(summary)]
 
 
-def accuracy_lines(summary: AccuracySummary, reader: RunReader) -> list[Table | str]:
-    """What ``moeperf runs show`` prints of an accuracy run after its header."""
-    return accuracy_tables(summary)
+def accuracy_lines(summary: AccuracySummary, reader: RunReader) -> Presentation:
+    """What ``moeperf runs show`` prints of an accuracy run: the figures against their
+    thresholds and the verdict (the answer); KL, perplexity and the load pass in words,
+    and one row per prompt (detail)."""
+    return Presentation(
+        answer=[figures_table(summary)], detail=[*detail_lines(summary), prompts_table(summary)]
+    )

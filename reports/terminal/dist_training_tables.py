@@ -10,6 +10,7 @@ from rich.table import Table
 from moeperf.collectors.dist_training_summary import DistTrainingSummary
 from moeperf.collectors.store import RunReader
 from moeperf.reports.terminal.levels import cell, headed_table
+from moeperf.reports.terminal.presentation import Presentation
 
 MIB = 2**20
 
@@ -154,14 +155,15 @@ def dist_training_tables(summary: DistTrainingSummary) -> list[Table]:
     return tables + ([recovery] if recovery is not None else [])
 
 
-def dist_training_lines(summary: DistTrainingSummary, reader: RunReader) -> list[Table | str]:
-    """What ``moeperf runs show`` prints of a training-dist run after its header."""
-    lines: list[Table | str] = [*dist_training_tables(summary)]
+def dist_training_lines(summary: DistTrainingSummary, reader: RunReader) -> Presentation:
+    """What ``moeperf runs show`` prints of a training-dist run: its tables (the answer),
+    the accelerators per scenario (detail)."""
+    shown = Presentation(answer=dist_training_tables(summary))
     if summary.telemetry is not None:
         from moeperf.reports.terminal.telemetry_tables import telemetry_lines
 
         figures = {name: entry.accelerator for name, entry in summary.scenarios.items()}
-        lines += telemetry_lines(
+        shown += telemetry_lines(
             summary.telemetry, figures, training=True, missing="no completed job step"
         )
-    return lines
+    return shown

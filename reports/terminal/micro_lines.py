@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from moeperf.collectors.micro_summary import MicroSummary
 from moeperf.collectors.store import RunReader
+from moeperf.reports.terminal.presentation import Presentation
 
 
-def micro_lines(summary: MicroSummary, reader: RunReader) -> list[str]:
-    """What ``moeperf runs show`` prints of a micro run after its header."""
-    return [f"percentiles: {summary.percentile_estimator}; CI: {summary.confidence_interval}"]
+def micro_lines(summary: MicroSummary, reader: RunReader) -> Presentation:
+    """What ``moeperf runs show`` prints of a micro run: how its percentiles were computed
+    (its samples are in its report)."""
+    line = f"percentiles: {summary.percentile_estimator}; CI: {summary.confidence_interval}"
+    return Presentation(answer=[line])

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from moeperf.collectors.mtp_ab_records import MtpAbEquality, MtpAbSummary, arm_name
+from moeperf.collectors.mtp_ab_records import (
+    EFFECT_HEADS,
+    EFFECT_METRICS,
+    MtpAbEquality,
+    MtpAbSummary,
+    arm_name,
+    verdict_rows,
+)
 from moeperf.collectors.units import ms_text
+from moeperf.reports.terminal.presentation import Item, Presentation
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -97,8 +105,25 @@ def equality_line(equality: MtpAbEquality | None) -> str:
     )
 
 
-def mtp_ab_tables(ab: MtpAbSummary) -> list[Table | str]:
-    lines: list[Table | str] = [arms_table(ab), effects_table(ab)]
-    lines += [f"crossover ({c.mode}): {c.text}" for c in ab.crossover]
-    lines.append(equality_line(ab.equality))
-    return lines
+def verdicts_table(ab: MtpAbSummary) -> Table:
+    """The A/B's answer: one row per mode, streams and arm; per metric, the arm's p50
+    over MTP off's with its 95% interval and verdict."""
+    table = Table(
+        title="MTP A/B: each arm / MTP off, 95% interval, verdict",
+        caption="below 1 is faster for latencies; better or worse: the interval excludes "
+        "1; output tok/s: a rate of totals, not tested; --verbose: each arm's figures",
+    )
+    for column in ("mode", "streams", "arm", *(EFFECT_HEADS[m] for m in EFFECT_METRICS)):
+        table.add_column(column, justify="right" if column == "streams" else "left")
+    for mode, streams, drafts, cells in verdict_rows(ab):
+        table.add_row(mode, str(streams), arm_name(drafts), *cells)
+    return table
+
+
+def mtp_ab_tables(ab: MtpAbSummary) -> Presentation:
+    """The verdicts, crossover and output equality (the answer); each arm's figures and
+    the effects one per row (detail)."""
+    answer: list[Item] = [verdicts_table(ab)]
+    answer += [f"crossover ({c.mode}): {c.text}" for c in ab.crossover]
+    answer.append(equality_line(ab.equality))
+    return Presentation(answer=answer, detail=[arms_table(ab), effects_table(ab)])

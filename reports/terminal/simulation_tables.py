@@ -12,6 +12,7 @@ from moeperf.collectors.simulation_summary import SimulationSummary
 from moeperf.collectors.store import RunReader
 from moeperf.reports.figures.cluster_sim import published_lines
 from moeperf.reports.terminal.levels import cell, headed_table
+from moeperf.reports.terminal.presentation import Presentation
 
 GB = 1e9
 
@@ -72,8 +73,11 @@ def simulation_tables(summary: SimulationSummary) -> list[Table]:
     return tables
 
 
-def simulation_lines(summary: SimulationSummary, reader: RunReader) -> list[Table | str]:
-    """What ``moeperf runs show`` prints of a simulation run after its header: its tables,
-    then every assumption the simulator made."""
-    lines: list[Table | str] = [*simulation_tables(summary), *published_lines(summary)]
-    return lines + [f"assumption: {assumption}" for assumption in summary.assumptions]
+def simulation_lines(summary: SimulationSummary, reader: RunReader) -> Presentation:
+    """What ``moeperf runs show`` prints of a simulation run: its tables and the published
+    figures beside them (the answer; every figure simulated, which the tables say), and
+    every assumption the simulator made (detail)."""
+    return Presentation(
+        answer=[*simulation_tables(summary), *published_lines(summary)],
+        detail=[f"assumption: {assumption}" for assumption in summary.assumptions],
+    )

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from moeperf.collectors.accel_records import AcceleratorFigures, SamplerCost
 from moeperf.collectors.telemetry_records import TelemetrySummary
+from moeperf.reports.terminal.presentation import Item, Presentation, said_once
 
 GIB = 2**30
 MIB = 2**20
@@ -113,26 +114,34 @@ def telemetry_lines(
     by_name: Mapping[str, AcceleratorFigures | None],
     training: bool = False,
     missing: str | None = None,
-) -> list[Table | str]:
-    """A table per level (scenario) with figures, "not available: <reason>" for one
-    without, and the sampler's cost; what ``moeperf runs show`` prints for [telemetry].
-    ``missing``: why a level has no figures although the run has samples (the suite's
-    default otherwise)."""
-    items: list[Table | str] = []
+) -> Presentation:
+    """What ``moeperf runs show`` prints for [telemetry]: the whole run's accelerators
+    (the answer, where there are any), a table per level (scenario) and the sampler's
+    cost (detail), and what was not available, once ("accelerators: not available: ..."
+    for every level when the sampler read nothing at all). ``missing``: why a level has
+    no figures although the run has samples (the suite's default otherwise)."""
     if missing is None:
         missing = (
             "its scenarios ran interleaved" if training else "no sample in its measured window"
         )
+    detail: list[Item] = []
+    unavailable: list[str] = []
     for scenario, figures in by_name.items():
         if figures is not None:
-            items += level_items(scenario, figures, training)
+            detail += level_items(scenario, figures, training)
+        elif telemetry.samples == 0:
+            unavailable.append(f"accelerators: not available: {telemetry.unavailable_text()}")
         else:
-            reason = telemetry.unavailable_text() if telemetry.samples == 0 else missing
-            items.append(f"{scenario} accelerators: not available: {reason}")
+            unavailable.append(f"{scenario} accelerators: not available: {missing}")
+    answer: list[Item] = []
     if telemetry.run is not None:
-        items += level_items("whole run", telemetry.run, training)
+        whole = level_items("whole run", telemetry.run, training)
+        accelerators = any(d.source != "process" for d in telemetry.run.devices)
+        (answer if accelerators else detail).extend(whole)
+    # A source that is not there is in the run's telemetry note already (printed with
+    # the run's notes): detail here.
     for status in telemetry.sources:
         if status.unavailable is not None:
-            items.append(f"telemetry {status.source}: not available: {status.unavailable}")
-    items.append(cost_line(telemetry.cost))
-    return items
+            detail.append(f"telemetry {status.source}: not available: {status.unavailable}")
+    detail.append(cost_line(telemetry.cost))
+    return Presentation(answer=answer, detail=detail, unavailable=said_once(unavailable))

@@ -17,6 +17,7 @@ from moeperf.collectors.training_summary import (
     TrainingScenarioSummary,
     TrainingSummary,
 )
+from moeperf.reports.terminal.presentation import Presentation
 
 MIB = 2**20
 
@@ -174,12 +175,13 @@ def training_tables(summary: TrainingSummary) -> list[Table]:
     return tables
 
 
-def training_lines(summary: TrainingSummary, reader: RunReader) -> list[Table | str]:
-    """What ``moeperf runs show`` prints of a training run after its header."""
-    lines: list[Table | str] = [*training_tables(summary)]
+def training_lines(summary: TrainingSummary, reader: RunReader) -> Presentation:
+    """What ``moeperf runs show`` prints of a training run: its tables are the answer
+    (MFU first for an MFU run), the accelerators per scenario detail."""
+    shown = Presentation(answer=training_tables(summary))
     if summary.telemetry is not None:
         from moeperf.reports.terminal.telemetry_tables import telemetry_lines
 
         figures = {name: entry.accelerator for name, entry in summary.scenarios.items()}
-        lines += telemetry_lines(summary.telemetry, figures, training=True)
-    return lines
+        shown += telemetry_lines(summary.telemetry, figures, training=True)
+    return shown

@@ -166,13 +166,11 @@ def repeats_table(levels: tuple[RepeatLevel, ...]) -> Table | None:
     return table
 
 
-def workload_tables(scenarios: Mapping[str, ScenarioSummary], repeats: tuple[RepeatLevel, ...],
-                    prefix_cache: bool) -> list[Table]:  # fmt: skip
-    """The tables a run has data for; the per-level cache table when ``prefix_cache``
-    (the workload shares prefixes or conversations, or resets were asked)."""
-    tables = [cache_table(scenarios)] if prefix_cache else []
-    for table in (reuse_table(scenarios), turns_table(scenarios), trace_table(scenarios),
-                  repeats_table(repeats)):  # fmt: skip
-        if table is not None:
-            tables.append(table)
-    return tables
+def workload_tables(
+    scenarios: Mapping[str, ScenarioSummary], repeats: tuple[RepeatLevel, ...]
+) -> list[Table]:
+    """The tables a run has data for: reuse against none, turns, a trace's replay, repeats
+    (the per-level cache table is ``cache_table``, shown where it says something)."""
+    tables = (reuse_table(scenarios), turns_table(scenarios), trace_table(scenarios),
+              repeats_table(repeats))  # fmt: skip
+    return [table for table in tables if table is not None]

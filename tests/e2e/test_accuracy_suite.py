@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from first_screen import assert_answer_on_first_screen
 
 from moeperf.cli import main
 from moeperf.collectors.accuracy_records import PROMPT_TABLE_FILE, AccuracySummary
@@ -48,7 +49,7 @@ def perturbed_copy(out: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_the_shipped_model_is_the_model(shipped, capsys):
+def test_the_shipped_model_is_the_model(shipped, capsys, tmp_path):
     code, reader, summary = shipped
     assert code == 0 and reader.manifest.status == "complete"
     assert summary.verdict == "pass"
@@ -75,9 +76,14 @@ def test_the_shipped_model_is_the_model(shipped, capsys):
     assert len(table) == 12 and (table["top1_agreement"] == 1.0).all()
     main(["--runs-dir", str(reader.directory.parent), "runs", "show", reader.run_id])
     out = capsys.readouterr().out
+    # The verdict is the answer; every prompt's row is --verbose detail.
+    assert "accuracy: PASS" in out and "per prompt" not in out
+    main(["--runs-dir", str(reader.directory.parent), "runs", "show", reader.run_id, "-v"])
+    out = capsys.readouterr().out
     assert "accuracy: PASS" in out and "per prompt" in out and "sorted" in out
     assert main(["--runs-dir", str(reader.directory.parent), "report", reader.run_id]) == 0
     page = (reader.directory / "report.html").read_text()
+    assert_answer_on_first_screen(reader.directory / "report.html", "accuracy", tmp_path / "c")
     assert "load_max_abs_logprob_delta" in page and PROMPT_TABLE_FILE in page
 
 

@@ -20,6 +20,7 @@ and the 4-stream one, the harness's delay, did not move. Measured on a quiet 2-c
 from __future__ import annotations
 
 import pytest
+from first_screen import assert_answer_on_first_screen
 
 from moeperf.cli import main
 from moeperf.collectors.serving_records import ServingSummary
@@ -70,6 +71,7 @@ def test_the_search_brackets_the_synthetic_targets_known_capacity(tmp_path, caps
     # The report: the answer, the probes' table and chart, and how they were judged.
     assert main(["--runs-dir", str(tmp_path), "report", "latest"]) == 0
     page = (reader.directory / "report.html").read_text(encoding="utf-8")
+    assert_answer_on_first_screen(reader.directory / "report.html", "capacity", tmp_path / "c")
     assert "Capacity for TTFT p99 &lt;= 0.05 s" in page
     assert "between 4 (held) and 5 (failed) streams" in page
     assert "Capacity search: TTFT p99" in page  # the chart's title

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from cli_process import moeperf
+from first_screen import assert_answer_on_first_screen
 
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunStore
@@ -81,6 +82,7 @@ def test_the_shipped_drill_sees_each_fault_and_loses_no_request(tmp_path):
     report = moeperf(runs, "report", reader.run_id, "--out", str(tmp_path / "drill.html"))
     assert report.returncode == 0, report.stderr
     page = (tmp_path / "drill.html").read_text(encoding="utf-8")
+    assert_answer_on_first_screen(tmp_path / "drill.html", "faults", tmp_path / "chromium")
     assert "Fault drill: per fault" in page and "Request audit" in page
     assert "collectors.drill_records" in page  # its definitions, quoted in the appendix
     assert "reports.figures.drill" in page  # how its chart is drawn

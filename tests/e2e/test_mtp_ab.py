@@ -13,6 +13,7 @@ that, and the run fails naming the prompt, the arm and the position.
 from __future__ import annotations
 
 import pytest
+from first_screen import assert_answer_on_first_screen
 
 from moeperf.cli import main
 from moeperf.collectors.serving_records import ServingSummary
@@ -68,7 +69,11 @@ def test_more_drafts_commit_more_tokens_per_step_and_outputs_stay_equal(tmp_path
     assert "MTP A/B" in printed and "greedy output equality" in printed and "identical" in printed
     # The report shows the arms, the effects as a forest plot, and the equality verdict.
     assert main(["--runs-dir", str(tmp_path), "report", "latest"]) == 0
-    page = next(tmp_path.glob("*/report.html")).read_text()
+    path = next(tmp_path.glob("*/report.html"))
+    page = path.read_text()
+    # The verdicts and the equality verdict answer on the first screen; no load curve.
+    assert_answer_on_first_screen(path, "mtp-ab", tmp_path / "chromium")
+    assert "MTP A/B verdicts" in page and "Throughput against latency" not in page
     assert "MTP A\\u002fB effects" in page  # the forest plot's title, in its JSON
     assert "Greedy output equality: 16 prompts" in page
     assert "drafts whose i-th token was accepted" in page  # the definitions, in the appendix

@@ -14,6 +14,7 @@ import asyncio
 import pandas as pd
 import pytest
 from browser import browser_page
+from first_screen import assert_answer_on_first_screen
 
 from moeperf.cli import main
 from moeperf.collectors.store import RunStore
@@ -84,3 +85,14 @@ def test_a_runs_report_breaks_no_figure_and_no_word(tmp_path):
     measured = laid_out(page, tmp_path)
     assert measured["cells"] > 0
     assert measured["broken"] == []
+
+
+def test_a_curve_runs_page_shows_its_curve_on_the_first_screen(tmp_path):
+    runs = tmp_path / "runs"
+    assert main(["--runs-dir", str(runs), "run", "synthetic", *SHORT, "--report"]) == 0
+    page = next(runs.glob("*/report.html"))
+    screen = assert_answer_on_first_screen(page, "curve", tmp_path / "chromium")
+    # The curve comes before the run's conditions.
+    html = page.read_text(encoding="utf-8")
+    assert html.index('class="answer"') < html.index('class="conditions"')
+    assert screen.answer_top_px < 400

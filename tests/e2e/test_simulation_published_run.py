@@ -6,6 +6,7 @@ reasons."""
 from __future__ import annotations
 
 import pytest
+from first_screen import assert_answer_on_first_screen
 
 from moeperf.cli import main
 from moeperf.collectors.simulation_summary import SimulationSummary
@@ -45,6 +46,7 @@ def test_the_published_runs_spec_fits_validates_and_lists_what_it_cannot_take(tm
     page = tmp_path / "report.html"
     assert main(["--runs-dir", str(runs), "report", reader.run_id, "--out", str(page)]) == 0
     html = page.read_text()
+    assert_answer_on_first_screen(page, "simulation", tmp_path / "chromium")
     assert "Published rows the simulator cannot take" in html
     assert "hybrid Mamba-Transformer MoE" in html
     assert "every figure is the cluster simulator&#x27;s, none measured" in html or (

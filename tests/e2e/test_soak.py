@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from first_screen import assert_answer_on_first_screen
 
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.soak_records import SoakSummary
@@ -120,6 +121,7 @@ def test_clean_leak_and_slowdown_are_told_apart(tmp_path):
     )  # fmt: skip
     assert report.returncode == 0, report.stderr
     html = page.read_text(encoding="utf-8")
+    assert_answer_on_first_screen(page, "soak", tmp_path / "chromium")
     assert "Soak: windows over time" in html and "collectors.soak_verdicts" in html
     # The slope is what was planted: bytes per request x the requests the target answered
     # per second (measured), within what allocator overheads and timing can move.

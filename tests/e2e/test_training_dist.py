@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from first_screen import assert_answer_on_first_screen
 
 from moeperf.cli import main
 from moeperf.collectors.dist_training_summary import DistTrainingSummary
@@ -82,7 +83,7 @@ def test_the_killed_rank_is_recovered_with_the_loss_continuous(finished):
 
 
 @pytest.mark.slow
-def test_records_carry_ranks_and_the_report_renders(finished, capsys):
+def test_records_carry_ranks_and_the_report_renders(finished, capsys, tmp_path):
     _, reader, runs = finished
     steps = reader.steps()
     for name, ranks in (("single", 1), ("ep2", 2), ("pp2", 2), ("dp2", 2)):
@@ -92,6 +93,7 @@ def test_records_carry_ranks_and_the_report_renders(finished, capsys):
     assert sorted(pp2["stage"].unique().tolist()) == [0, 1]
     assert main(["--runs-dir", str(runs), "report", "latest"]) == 0
     page = (reader.directory / "report.html").read_text()
+    assert_answer_on_first_screen(reader.directory / "report.html", "training-dist", tmp_path)
     assert "ep2/keep-all/calm" in page
 
 

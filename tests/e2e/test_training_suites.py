@@ -11,6 +11,7 @@ through and stops spiky ones.
 from __future__ import annotations
 
 import pytest
+from first_screen import assert_answer_on_first_screen
 
 from moeperf.cli import main
 from moeperf.collectors.store import RunStore
@@ -90,6 +91,7 @@ def test_tiny_oom_suite_stores_steps_summary_and_a_report(tmp_path, capsys):
     page = tmp_path / "report.html"
     assert main(["--runs-dir", str(runs), "report", reader.run_id, "--out", str(page)]) == 0
     html = page.read_text()
+    assert_answer_on_first_screen(page, "training", tmp_path / "chromium")
     assert "keep-all/spiky" in html and "plotly" in html.lower()
 
 

@@ -40,4 +40,4 @@ def test_a_run_prints_its_paths_with_their_brackets(tmp_path, capsys):
     out = " ".join(capsys.readouterr().out.split())
     (run,) = [p for p in runs.iterdir() if p.is_dir()]
     assert f"-> {run}" in out  # the announcement, before any load
-    assert f"results: {run}" in out
+    assert f"run: {run}" in out  # the ending summary

@@ -122,6 +122,11 @@ def test_runs_show_and_the_report_carry_the_figures(stored, capsys):
     capsys.readouterr()
     assert main(["--runs-dir", str(runs), "runs", "show", run_id]) == 0
     shown = capsys.readouterr().out
+    # Each scenario's accelerators are detail; what was not available is said anyway.
+    assert "ep2/keep-all/calm accelerators: not available: no completed job step" in shown
+    assert f"{PP}: accelerators over its steps'" not in shown
+    assert main(["--runs-dir", str(runs), "runs", "show", run_id, "--verbose"]) == 0
+    shown = capsys.readouterr().out
     assert f"{PP}: accelerators over its steps' 5.00 s" in shown
     assert "J/step" in shown and "(counter)" in shown
     assert "ep2/keep-all/calm accelerators: not available: no completed job step" in shown

@@ -142,8 +142,8 @@ def test_ingest_command_prints_a_table(produced, tmp_path):
     text = "\n".join(lines)
     assert "ingested 2 benchmarks" in text
     assert SLEEP in text and SUM in text
-    assert lines[-1].startswith("results: ")
-    assert Path(lines[-1].removeprefix("results: "), "manifest.json").exists()
+    assert lines[-1].startswith("run: ")
+    assert Path(lines[-1].removeprefix("run: "), "manifest.json").exists()
 
 
 def _bad(tmp_path: Path, content: str | bytes) -> Path:

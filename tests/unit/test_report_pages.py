@@ -131,14 +131,15 @@ def explained(page: str) -> set[str]:
 
 def test_the_appendix_explains_only_the_chart_kinds_on_the_page(runs):
     clean = build_report([load_run(runs, make_run(runs))], "clean")
-    # A serving run without errors: no error chart, and no training, micro, forest or
-    # baseline-trend chart, so none of them is explained.
-    assert explained(clean) == {"concurrency", "percentiles", "cdf", "timeline", "prefill"}
+    # A serving run of one level without errors: no curve (one level is a point, not a
+    # trade-off), no error chart, and no training, micro, forest or baseline-trend chart,
+    # so none of them is explained.
+    assert explained(clean) == {"percentiles", "cdf", "timeline", "prefill"}
     failing = build_report([load_run(runs, make_run(runs, errors=2))], "with errors")
     assert explained(failing) == explained(clean) | {"errors"}
-    # Two load levels are a trade-off: the interactivity chart (one level is no curve).
+    # Two load levels are a trade-off: the curve and the interactivity chart.
     swept = build_report([load_run(runs, make_run(runs, levels=2))], "two levels")
-    assert explained(swept) == explained(clean) | {"interactivity"}
+    assert explained(swept) == explained(clean) | {"concurrency", "interactivity"}
     assert "Ringed points are the operating points worth choosing" in swept
     assert "How the charts are drawn" not in appendix_html([Section("empty", "empty")])
 

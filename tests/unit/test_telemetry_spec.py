@@ -155,23 +155,28 @@ def test_the_tables_show_figures_cost_and_what_was_not_available() -> None:
         "c=4": dataclasses.replace(empty_scenario(), accelerator=FIGURES),
         "c=8": empty_scenario(),
     }
-    items = telemetry_lines(TELEMETRY, {n: e.accelerator for n, e in scenarios.items()})
-    text = [i for i in items if isinstance(i, str)]
-    assert "c=8 accelerators: not available: no sample in its measured window" in text
+    shown = telemetry_lines(TELEMETRY, {n: e.accelerator for n, e in scenarios.items()})
+    assert shown.unavailable == (
+        "c=8 accelerators: not available: no sample in its measured window",
+    )
+    text = [i for i in shown.detail if isinstance(i, str)]
     # The target's process is a line of its own, not a row of empty GPU columns.
     assert (
         "c=4: target process pid:7 over 1.50 s: RSS peak 300.0 MiB, CPU mean 150.0% of a core"
         in text
     )
-    (table,) = [i for i in items if not isinstance(i, str)]
+    (table,) = [i for i in shown.detail if not isinstance(i, str)]
     assert table.row_count == 2  # the GPU and the accelerators' total
     assert "telemetry nvml: not available: NVML: nvidia-ml-py is not installed" in text
     assert text[-1].startswith("sampler: 40 reads every 0.1 s over 4.0 s; read mean 2.00 ms")
     assert "1 ticks missed; 2 failed reads of dcgm http://h:9400/metrics" in text[-1]
     none = dataclasses.replace(TELEMETRY, samples=0, cost=None)
-    lines = telemetry_lines(none, {"c=1": None})
-    assert lines[0] == "c=1 accelerators: not available: nvml: NVML: nvidia-ml-py is not installed"
-    assert lines[-1] == "sampler: not run (no source available)"
+    # A sampler that read nothing: every level's "not available" is one line.
+    quiet = telemetry_lines(none, {"c=1": None, "c=2": None})
+    assert quiet.unavailable == (
+        "accelerators: not available: nvml: NVML: nvidia-ml-py is not installed",
+    )
+    assert quiet.detail[-1] == "sampler: not run (no source available)"
 
 
 def test_no_nvml_and_no_process_of_ours_are_notes_not_crashes(tmp_path) -> None:
