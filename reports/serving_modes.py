@@ -66,6 +66,7 @@ def capacity_blocks(
             "Each point is a probe (its number in the search); the dashed line is the "
             "limit; the shaded band is where the capacity lies.",
             drawn_by=("capacity",),
+            answers=True,
         ),
     ]
 
