@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from moeperf.collectors.serving_records import ScenarioSummary, TokenDiscrepancy
-from moeperf.collectors.target_counters import NOT_AVAILABLE
+from moeperf.collectors.target_counters import NOT_AVAILABLE, TargetCounters
 from moeperf.collectors.units import ms_text
 
 
@@ -95,6 +95,21 @@ def token_count_text(d: TokenDiscrepancy) -> str:
     )
 
 
+def absent_counters(c: TargetCounters) -> list[str]:
+    """What of MTP, the KV cache, preemptions and the prefix cache the target's counters
+    do not give."""
+    absent: list[str] = []
+    if c.spec_drafts != 0 and c.spec_tokens_per_step is None and c.spec_acceptance_ratio is None:
+        absent.append("MTP")
+    if c.kv_usage_mean_ratio is None or c.kv_usage_max_ratio is None:
+        absent.append("KV cache")
+    if c.preemptions is None:
+        absent.append("preemptions")
+    if c.prefix_cache_hit_ratio is None and c.prefix_cache_queries != 0:
+        absent.append("prefix cache")
+    return absent
+
+
 def target_counters_line(
     scenario: str, entry: ScenarioSummary, unavailable: str | None = None
 ) -> str:
@@ -109,12 +124,10 @@ def target_counters_line(
             f"{scenario} target counters: none stored (its /metrics was not scraped or unreadable)"
         )
     parts: list[str] = []
-    absent: list[str] = []
+    absent = absent_counters(c)
     if c.spec_drafts == 0:
         parts.append("MTP: no drafts (off)")
-    elif c.spec_tokens_per_step is None and c.spec_acceptance_ratio is None:
-        absent.append("MTP")
-    else:
+    elif "MTP" not in absent:
         mtp = [f"{c.spec_tokens_per_step:.2f} tokens/verify step"] if c.spec_tokens_per_step else []
         if c.spec_acceptance_ratio is not None:
             mtp.append(f"acceptance {c.spec_acceptance_ratio:.2f}")
@@ -130,18 +143,12 @@ def target_counters_line(
         if not c.gauge_scrapes:
             kv += " (after the level: no scrape during it, export.scrape_interval_s)"
         parts.append(kv)
-    else:
-        absent.append("KV cache")
     if c.preemptions is not None:
         parts.append(f"preemptions {c.preemptions:.0f}")
-    else:
-        absent.append("preemptions")
     if c.prefix_cache_hit_ratio is not None:
         parts.append(f"prefix-cache hit rate {c.prefix_cache_hit_ratio:.2f}")
     elif c.prefix_cache_queries == 0:
         parts.append("prefix cache: no lookups")
-    else:
-        absent.append("prefix cache")
     if absent:
         parts.append(f"{', '.join(absent)}: {NOT_AVAILABLE}")
     return f"{scenario} target ({c.dialect}): " + "; ".join(parts)

@@ -9,14 +9,18 @@ are detail (``--verbose``). What the target could not give is said once."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from moeperf.collectors.request_audit import audit_text
 from moeperf.collectors.serving_records import ScenarioSummary, ServingSummary
 from moeperf.collectors.store import RunReader
-from moeperf.collectors.target_counters import metrics_unavailable
+from moeperf.collectors.target_counters import NOT_AVAILABLE, metrics_unavailable
 from moeperf.reports.terminal.curve_table import curve_table
-from moeperf.reports.terminal.levels import latency_table, target_counters_line, throughput_line
+from moeperf.reports.terminal.levels import (
+    absent_counters,
+    latency_table,
+    target_counters_line,
+    throughput_line,
+)
 from moeperf.reports.terminal.presentation import Item, Presentation
 
 
@@ -29,10 +33,8 @@ def serving_lines(summary: ServingSummary, reader: RunReader) -> Presentation:
         detail += [latency_table(scenario, entry), throughput_line(scenario, entry)]
         if unavailable is None:
             detail.append(target_counters_line(scenario, entry))
-    levels = Presentation(
-        detail=detail,
-        unavailable=[f"target counters: not available ({unavailable})"] if unavailable else [],
-    )
+    missing = [f"target counters: not available ({unavailable})"] if unavailable else []
+    levels = Presentation(detail=detail, unavailable=missing + _absent_everywhere(scenarios))
     mode = _mode(summary)
     if mode.answer:  # a run of a kind: its own answer; the levels' table is detail
         curve = Presentation(detail=[curve_table(scenarios)])
@@ -47,6 +49,19 @@ def serving_lines(summary: ServingSummary, reader: RunReader) -> Presentation:
     return curve + mode + workload + levels + Presentation(detail=[estimator])
 
 
+def _absent_everywhere(scenarios: Mapping[str, ScenarioSummary]) -> list[str]:
+    """What the target's counters gave in no level, in one line (each level's own line,
+    with what it did give, is detail)."""
+    counted = [e.target_counters for e in scenarios.values() if e.target_counters is not None]
+    if not counted:
+        return []
+    everywhere = [what for what in absent_counters(counted[0])
+                  if all(what in absent_counters(c) for c in counted[1:])]  # fmt: skip
+    if not everywhere:
+        return []
+    return [f"target counters ({counted[0].dialect}): {', '.join(everywhere)}: {NOT_AVAILABLE}"]
+
+
 def percentiles_line(estimator: str, interval: str) -> str:
     """How a run's percentiles and their intervals were computed."""
     return f"percentiles: {estimator}; CI: {interval}"
@@ -57,27 +72,19 @@ def _workload(summary: ServingSummary) -> Presentation:
 
     scenarios = summary.scenarios
     answer: list[Item] = list(workload_tables(scenarios, summary.repeats))
-    cache = _cache_state(scenarios)
-    if cache.answer is None:
-        return Presentation(answer=answer, unavailable=cache.unavailable)
-    table = cache_table(scenarios)
+    answers = _cache_answers(scenarios)
+    if answers is None:
+        return Presentation(answer=answer)
     # The per-level cache table answers a workload that reuses prefixes; for any other
     # it only shows that nothing was reused.
-    if cache.answer:
-        return Presentation(answer=[table, *answer], unavailable=cache.unavailable)
-    return Presentation(answer=answer, detail=[table], unavailable=cache.unavailable)
+    if answers:
+        return Presentation(answer=[cache_table(scenarios), *answer])
+    return Presentation(answer=answer, detail=[cache_table(scenarios)])
 
 
-@dataclass(frozen=True)
-class _CacheState:
-    """Whether the per-level cache table answers the run's question (None: it has
-    nothing to show), and what of the cache the target could not give."""
-
-    answer: bool | None
-    unavailable: list[str]
-
-
-def _cache_state(scenarios: Mapping[str, ScenarioSummary]) -> _CacheState:
+def _cache_answers(scenarios: Mapping[str, ScenarioSummary]) -> bool | None:
+    """Whether the per-level cache table answers the run's question (its workload reuses
+    prefixes or conversations); None: it has nothing to show (no level counted)."""
     from moeperf.collectors.reuse_pairs import reuse_pairs
 
     entries = list(scenarios.values())
@@ -87,16 +94,11 @@ def _cache_state(scenarios: Mapping[str, ScenarioSummary]) -> _CacheState:
         and (e.target_counters.prefix_cache_hit_ratio is not None
              or e.target_counters.prefix_cache_queries == 0)
     ]  # fmt: skip
-    # Resets that could not be done are in the run's prefix-cache note (printed with its
-    # notes), once for all levels.
-    asked = any(e.cache_reset is not None for e in entries)
-    unavailable: list[str] = []
+    # What the target could not give is said once with its counters (_absent_everywhere),
+    # resets that could not be done in the run's prefix-cache note.
     if not counted:
-        if asked or any(e.target_counters is not None for e in entries):
-            unavailable.append("prefix-cache hit rate: not available from this target")
-        return _CacheState(None, unavailable)
-    reuses = bool(reuse_pairs(scenarios)) or any(e.turns for e in entries)
-    return _CacheState(reuses, unavailable)
+        return None
+    return bool(reuse_pairs(scenarios)) or any(e.turns for e in entries)
 
 
 def _mode(summary: ServingSummary) -> Presentation:
@@ -118,9 +120,8 @@ def _mode(summary: ServingSummary) -> Presentation:
 
         answer.append(interference_table(summary.interference, summary.scenarios))
     if summary.request_audit is not None:
-        # An exact audit is detail; one that is not is part of any answer.
-        audit = audit_text(summary.request_audit)
-        (detail if summary.request_audit.exact else answer).append(audit)
+        # One line on the whole run: may its numbers be trusted (every request recorded)?
+        answer.append(audit_text(summary.request_audit))
     if summary.drill is not None:
         from moeperf.reports.terminal.drill_tables import drill_table
 

@@ -99,4 +99,7 @@ def test_a_rerun_level_is_a_cache_hit_unless_each_level_has_its_own_prompts(tmp_
     assert ttft.between_low <= ttft.mean <= ttft.between_high  # type: ignore[operator]
     printed = capsys.readouterr().out
     assert "repeats: the spread between runs" in printed
-    assert "prefix cache per level" in printed
+    # Without shared prefixes the per-level cache table answers nothing: --verbose.
+    assert "prefix cache per level" not in printed
+    main(["--runs-dir", str(tmp_path / "fresh"), "runs", "show", "latest", "--verbose"])
+    assert "prefix cache per level" in capsys.readouterr().out

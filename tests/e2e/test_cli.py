@@ -165,10 +165,11 @@ def _table_rows(text: str) -> dict[str, list[str]]:
 @pytest.mark.slow
 def test_runs_show_latest_prints_percentiles_with_counts(short_run):
     runs, run_id, _ = short_run
-    result = moeperf(runs, "runs", "show", "latest")
+    # Each level's percentile table with its counts is detail: --verbose.
+    result = moeperf(runs, "runs", "show", "latest", "--verbose")
     assert result.returncode == 0, result.stderr
     assert run_id in result.stdout
-    assert "status=complete" in result.stdout
+    assert "status: complete" in result.stdout
     rows = _table_rows(result.stdout)
     assert rows["metric"][:2] == ["n", "p50 ms"]
     summary = RunStore(runs).open(run_id).summary()

@@ -73,13 +73,13 @@ def test_a_run_with_levels_not_ok_exits_1_unless_warn_only(
     assert result.returncode == code, result.stdout + result.stderr
     manifest = RunStore(runs).open("latest").manifest
     assert manifest.status == status
-    assert f"status={status}" in out
+    assert f"status: {status}" in out
     if status == "failed":
-        # The table says first why the level failed: its error types and counts.
-        assert "c=2 FAILED (http_5xx " in out
+        # Said as the level ends: why it failed, its error types and counts.
+        assert "c=2: failed: http_5xx" in out
         assert "levels failed: c=2 (http_5xx" in (manifest.status_reason or "")
     else:
-        assert "c=2 INVALID (client was the bottleneck: worker 0: event-loop lag" in out
+        assert "c=2: client bottleneck: worker 0: event-loop lag" in out
     warned = [note for note in manifest.notes if note.startswith("--warn-only")]
     assert bool(warned) == warn_only
     assert ("exit code 0 because of --warn-only" in out) == warn_only

@@ -85,7 +85,8 @@ def test_chunking_the_prefill_trades_decode_stalls_for_prompt_ttft(tmp_path, cap
             pids.append(target.device)
             assert all(summary.scenarios[n].accelerator is None for n in names)
     assert pids[0] == pids[1] != pids[2] == pids[3], pids  # one process per arm
-    assert "chunk=64 mixed: target process pid:" in printed
+    main(["--runs-dir", str(tmp_path), "runs", "show", "latest", "--verbose"])
+    assert "chunk=64 mixed: target process pid:" in capsys.readouterr().out
     # Each arm's target was started with its own size; the run says so.
     assert reader.manifest.target["arms"] == {"chunked_prefill_size": [0, 64]}
     assert any(

@@ -166,9 +166,9 @@ def test_the_manifest_has_the_settings_the_bodies_had(tmp_path, target, capsys):
     # top_k was not set: not sent, recorded as null (the server's default).
     assert recorded.sampling == Sampling(0.7, 0.9, None, 11)
     assert all("top_k" not in body for body in target.bodies)
-    # runs show and the report say so.
+    # runs show (with --verbose: what every request asked) and the report say so.
     capsys.readouterr()
-    assert main(["--runs-dir", str(tmp_path / "runs"), "runs", "show", reader.run_id]) == 0
+    assert main(["--runs-dir", str(tmp_path / "runs"), "runs", "show", reader.run_id, "-v"]) == 0
     shown = " ".join(capsys.readouterr().out.split())
     assert "sampling (as sent): temperature=0.7, top_p=0.9, top_k=server default, seed=11" in shown
     assert "ignore_eos=false, min_tokens=2, max_tokens_field=max_completion_tokens" in shown

@@ -99,7 +99,13 @@ def test_a_level_gets_process_and_dcgm_figures_over_its_measured_window(tmp_path
     assert "every 0.1 s from process, dcgm " + url in note
     capsys.readouterr()
 
+    # The whole run's accelerators are the answer; each level's and the sampler's cost
+    # are detail (--verbose).
     assert main(["--runs-dir", str(tmp_path / "runs"), "runs", "show", run_id]) == 0
+    shown = capsys.readouterr().out
+    assert "whole run: accelerators over its" in shown
+    assert "c=4: accelerators over the measured" not in shown
+    assert main(["--runs-dir", str(tmp_path / "runs"), "runs", "show", run_id, "-v"]) == 0
     shown = capsys.readouterr().out
     assert "c=4: accelerators over the measured" in shown
     assert "dcgm gpu-node-7:gpu0" in shown and "(counter)" in shown

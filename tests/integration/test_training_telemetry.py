@@ -86,7 +86,8 @@ def test_each_scenario_gets_its_energy_per_step_and_per_token(tmp_path, capsys):
         e.accelerator.start_ns for e in summary.scenarios.values() if e.accelerator
     )
     capsys.readouterr()
-    assert main(["--runs-dir", str(tmp_path / "runs"), "runs", "show", run_id]) == 0
+    # Each scenario's accelerators: detail, printed with --verbose.
+    assert main(["--runs-dir", str(tmp_path / "runs"), "runs", "show", run_id, "-v"]) == 0
     shown = capsys.readouterr().out
     assert "keep-all/calm: accelerators over its steps'" in shown
     assert "J/step" in shown and "(counter)" in shown
