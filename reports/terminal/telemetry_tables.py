@@ -130,7 +130,9 @@ def telemetry_lines(
         if figures is not None:
             detail += level_items(scenario, figures, training)
         elif telemetry.samples == 0:
-            unavailable.append(f"accelerators: not available: {telemetry.unavailable_text()}")
+            # The sampler read nothing: why is the run's telemetry note, printed with its
+            # notes; not once per level again.
+            detail.append(f"accelerators: not available: {telemetry.unavailable_text()}")
         else:
             unavailable.append(f"{scenario} accelerators: not available: {missing}")
     answer: list[Item] = []
@@ -144,4 +146,4 @@ def telemetry_lines(
         if status.unavailable is not None:
             detail.append(f"telemetry {status.source}: not available: {status.unavailable}")
     detail.append(cost_line(telemetry.cost))
-    return Presentation(answer=answer, detail=detail, unavailable=said_once(unavailable))
+    return Presentation(answer=answer, detail=said_once(detail), unavailable=said_once(unavailable))
