@@ -6,11 +6,9 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.text import Text
 
 # Only what every command needs is imported here: each command imports its own modules
 # when it runs, so `moeperf --help` and `moeperf runs list` start fast (benchmarks/cli_startup.py).
@@ -150,9 +148,11 @@ def _show_ended(args: argparse.Namespace, store: RunStore, run_id: str, console:
     """Show a run that just ended (its report written first with --report); its exit
     code: 0 complete, 1 failed, invalid or aborted (0 for failed or invalid with
     ``--warn-only``, which says so)."""
+    from moeperf.run_view import show_run, write_report
+
     if args.report:
-        _write_report(store, run_id, console)
-    status = _show(store, run_id, console, verbose=args.verbose)
+        write_report(store, run_id, console)
+    status = show_run(store, run_id, console, verbose=args.verbose)
     if status == "complete":
         return EXIT_OK
     if args.warn_only and status in WARN_ONLY_STATUSES:
@@ -166,82 +166,10 @@ def _show_ended(args: argparse.Namespace, store: RunStore, run_id: str, console:
     return EXIT_FAILED
 
 
-def _write_report(store: RunStore, run_id: str, console: Console) -> None:
-    """``run --report``: the run's page beside it (replacing one written before: the run
-    just ended, so a page there is this run's own)."""
-    from moeperf.reports.report import report_command
-
-    report_command([str(store.open(run_id).directory)], str(store.root), print_fn=lambda _: None,
-                   force=True)  # fmt: skip
-
-
-def _plain(console: Console, line: str) -> None:
-    console.print(line, markup=False, highlight=False)
-
-
-def _show(store: RunStore, run: str, console: Console, *, verbose: bool = False) -> str:
-    """Print a stored run: a line naming it, its notes, then (with ``verbose``) what
-    every request asked and each level's detail, then the answer, what was not
-    available, and at the end its status and paths. Returns the run's status."""
-    from moeperf.registry import find_suite
-    from moeperf.reports.request_view import request_facts
-    from moeperf.reports.terminal.presentation import Presentation
-
-    reader = store.open(run)
-    m = reader.manifest
-    target = m.described_target
-    # Text, not markup: a note or a reason may hold brackets ("pip install 'moeperf[gpu]'")
-    # or the target's own words.
-    described = " ".join(v for v in (target.kind, target.url) if v)
-    model = f" model={target.model}" if target.model else ""
-    console.print(
-        Text(m.run_id, style="bold")
-        + f"  suite={m.suite}"
-        + (f"  target: {described}{model}" if described else model)
-    )
-    if verbose:
-        for label, text in request_facts(m):
-            _plain(console, f"{label}: {text}")
-    for note in m.notes:
-        _plain(console, f"note: {note}")
-    summary = reader.summary()
-    shown = Presentation(answer=["no summary (the run ended before one was written)"])
-    if summary is not None:
-        suite = find_suite(m.suite)
-        shown = suite.present.load()(summary, reader) if suite is not None else Presentation()
-    for line in [*(shown.detail if verbose else ()), *shown.answer]:
-        if isinstance(line, str):
-            _plain(console, line)
-        else:
-            console.print(line)
-    for line in shown.unavailable:
-        _plain(console, line)
-    status = Text(f"status: {m.status}", style=_STATUS_STYLES.get(m.status, ""))
-    console.print(status + (f" ({m.status_reason})" if m.status_reason else ""))
-    _plain(console, f"run: {_path_text(reader.directory)}")
-    page = reader.directory / "report.html"
-    report = _path_text(page) if page.exists() else f"not written (moeperf report {m.run_id})"
-    _plain(console, f"report: {report}")
-    return m.status
-
-
-# The run's status line at the end of its output.
-_STATUS_STYLES = {"complete": "bold green", "invalid": "bold yellow", "failed": "bold red",
-                  "aborted": "bold red"}  # fmt: skip
-
-
-def _path_text(path: Path) -> str:
-    """``path`` relative to the working directory where it lies under it (shorter, and
-    what the user would type), else absolute."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path.resolve())
-
-
 def _runs_list(args: argparse.Namespace, console: Console) -> int:
     from moeperf.collectors.store import RunStore
     from moeperf.reports.terminal.runs_table import runs_table
+    from moeperf.run_view import path_text
 
     store = RunStore(args.runs_dir)
     manifests, problems = store.scan()
@@ -254,8 +182,9 @@ def _runs_list(args: argparse.Namespace, console: Console) -> int:
         for m in manifests:
             page = store.root / m.run_id / "report.html"
             written = page.exists()
-            _plain(console, f"report: {_path_text(page)}" if written else
-                   f"report of {m.run_id}: not written (moeperf report {m.run_id})")  # fmt: skip
+            console.print(f"report: {path_text(page)}" if written else
+                          f"report of {m.run_id}: not written (moeperf report {m.run_id})",
+                          markup=False, highlight=False)  # fmt: skip
     for problem in problems:
         # Damaged, or written by a newer moeperf: the problem says which, and what to do.
         console.print(
@@ -266,8 +195,9 @@ def _runs_list(args: argparse.Namespace, console: Console) -> int:
 
 def _runs_show(args: argparse.Namespace, console: Console) -> int:
     from moeperf.collectors.store import RunStore
+    from moeperf.run_view import show_run
 
-    _show(RunStore(args.runs_dir), args.run, console, verbose=args.verbose)
+    show_run(RunStore(args.runs_dir), args.run, console, verbose=args.verbose)
     return EXIT_OK
 
 

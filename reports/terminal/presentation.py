@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from rich.table import Table
+
+T = TypeVar("T")
 
 # A rich table, or a plain line (printed as is: never read as markup).
 Item = Table | str
@@ -36,6 +39,6 @@ class Presentation:
         )
 
 
-def said_once(lines: Sequence[str]) -> tuple[str, ...]:
+def said_once(lines: Sequence[T]) -> tuple[T, ...]:
     """``lines`` without repeats, in the order first said."""
     return tuple(dict.fromkeys(lines))
