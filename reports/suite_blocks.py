@@ -65,11 +65,14 @@ def simulation_blocks(run: RunData) -> list[Chart | Table]:
         )
         blocks.append(Table(ablation_frame(summary), caption, answers=answer == "ablation"))
     if summary.reproductions:
+        # The answer in three lines (calibration, validation, not taken); the table of
+        # every published row follows it.
+        verdict = pd.DataFrame({"against published MoE training runs": published_lines(summary)})
+        blocks.append(Table(verdict, simulated + "Error = simulated / published - 1.",
+                            answers=answer == "reproductions"))  # fmt: skip
         caption = simulated + "Published MoE training runs: their figure beside ours (error = "
         caption += "simulated / published - 1). " + " ".join(published_lines(summary))
-        blocks.append(
-            Table(reproduction_frame(summary), caption, answers=answer == "reproductions")
-        )
+        blocks.append(Table(reproduction_frame(summary), caption))
     if summary.not_taken:
         caption = "Published rows the simulator cannot take, once per configuration, and why."
         blocks.append(Table(not_taken_frame(summary), caption))
