@@ -120,8 +120,10 @@ def _mode(summary: ServingSummary) -> Presentation:
 
         answer.append(interference_table(summary.interference, summary.scenarios))
     if summary.request_audit is not None:
-        # One line on the whole run: may its numbers be trusted (every request recorded)?
-        answer.append(audit_text(summary.request_audit))
+        # The run's notes say the audit already, and one that is not exact makes the run
+        # invalid with it as the reason: detail here (and no answer of its own, so a
+        # plain Locust run still answers with its levels' table).
+        detail.append(audit_text(summary.request_audit))
     if summary.drill is not None:
         from moeperf.reports.terminal.drill_tables import drill_table
 

@@ -7,6 +7,7 @@ the percentile method; the status was at the top and no report path was given.""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import sys
 
@@ -88,3 +89,20 @@ def test_runs_list_last_gives_the_newest_runs_report_paths(ran, capsys):
     assert main(["--runs-dir", str(runs), "runs", "list", "--last", "1"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert listed[-1] == f"report: {run / 'report.html'}"
+
+
+def test_a_request_audit_does_not_take_the_levels_tables_place(ran):
+    # A Locust run's summary carries a request audit (its notes say it): before, the
+    # audit counted as the run's own answer and the levels' table went to --verbose.
+    from moeperf.collectors.request_audit import RequestAudit
+    from moeperf.collectors.store import RunStore
+    from moeperf.reports.terminal.serving_lines import serving_lines
+
+    _, _, runs, run = ran
+    reader = RunStore(runs).open(run.name)
+    summary = reader.summary()
+    audited = dataclasses.replace(summary, request_audit=RequestAudit(5, 5, 0, 0, 0))
+    shown = serving_lines(audited, reader)
+    titles = [str(item.title) for item in shown.answer if not isinstance(item, str)]
+    assert titles == ["per load level (measured requests; ms)"]
+    assert any(isinstance(i, str) and i.startswith("request audit: exact") for i in shown.detail)
