@@ -135,7 +135,8 @@ def real_run(runs: Path) -> RunData:
                     "output_tokens": {"mean": 8},
                     "num_prompts": 8,
                 },
-                "load": {"levels": [2], "duration_s": 1.5, "warmup_s": 0.2, "cooldown_s": 0.1},
+                # Two levels: the curve is drawn (one level is a point, no curve).
+                "load": {"levels": [1, 2], "duration_s": 1.5, "warmup_s": 0.2, "cooldown_s": 0.1},
                 "export": {"live_metrics": False, "scrape_target": False},
             }
         )
@@ -145,9 +146,10 @@ def real_run(runs: Path) -> RunData:
 
 
 def hostile_scenarios(real: RunData) -> RunData:
-    """The real run's records under a hostile scenario name, as a second section."""
+    """The real run's records under hostile scenario names (one per level, so the curve's
+    labels carry them too), as a second section."""
     requests = real.requests.copy()
-    requests["scenario"] = SCENARIO
+    requests["scenario"] = SCENARIO + " " + requests["scenario"]
     data = json.loads(real.manifest.to_json())
     return RunData(
         manifest=type(real.manifest).from_dict({**data, "run_id": real.run_id + "-renamed"}),

@@ -95,12 +95,14 @@ def test_a_request_audit_does_not_take_the_levels_tables_place(ran):
     # A Locust run's summary carries a request audit (its notes say it): before, the
     # audit counted as the run's own answer and the levels' table went to --verbose.
     from moeperf.collectors.request_audit import RequestAudit
+    from moeperf.collectors.serving_records import ServingSummary
     from moeperf.collectors.store import RunStore
     from moeperf.reports.terminal.serving_lines import serving_lines
 
     _, _, runs, run = ran
     reader = RunStore(runs).open(run.name)
     summary = reader.summary()
+    assert isinstance(summary, ServingSummary)
     audited = dataclasses.replace(summary, request_audit=RequestAudit(5, 5, 0, 0, 0))
     shown = serving_lines(audited, reader)
     titles = [str(item.title) for item in shown.answer if not isinstance(item, str)]
