@@ -116,10 +116,10 @@ def telemetry_lines(
     missing: str | None = None,
 ) -> Presentation:
     """What ``moeperf runs show`` prints for [telemetry]: the whole run's accelerators
-    (the answer, where there are any), a table per level (scenario) and the sampler's
-    cost (detail), and what was not available, once ("accelerators: not available: ..."
-    for every level when the sampler read nothing at all). ``missing``: why a level has
-    no figures although the run has samples (the suite's default otherwise)."""
+    (the answer, where there are any); a table per level (scenario), the sampler's cost
+    and, once, why it read nothing at all (detail: the run's telemetry note says it too);
+    and each level without figures although the sampler read some (unavailable).
+    ``missing``: why such a level has none (the suite's default otherwise)."""
     if missing is None:
         missing = (
             "its scenarios ran interleaved" if training else "no sample in its measured window"
