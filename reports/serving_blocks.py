@@ -5,7 +5,6 @@ telemetry, workload)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -58,7 +57,7 @@ def _scenarios(run: RunData) -> dict[str, ScenarioSummary]:
     return summarize_requests(run.requests, _slo(run)).scenarios if len(run.requests) else {}
 
 
-def _levels_table(scenarios: Mapping[str, ScenarioSummary]) -> Table:
+def _levels_table(scenarios: Mapping[str, ScenarioSummary], *, answers: bool) -> Table:
     rows = [
         {
             "scenario": name,
@@ -79,6 +78,7 @@ def _levels_table(scenarios: Mapping[str, ScenarioSummary]) -> Table:
         pd.DataFrame(rows),
         "Per load level, measured requests only (warm-up and cool-down excluded); "
         "goodput counts ok requests meeting every SLO of the spec.",
+        answers=answers,
     )
 
 
@@ -171,8 +171,7 @@ def serving_blocks(run: RunData) -> list[Chart | Table]:
     # levels' table).
     curve = (summary is None or summary.mtp_ab is None) and len(scenarios) >= 2
     curve_answers = not any(block.answers for block in mode)
-    levels = _levels_table(scenarios)
-    blocks: list[Chart | Table] = [replace(levels, answers=curve_answers and not curve)]
+    blocks: list[Chart | Table] = [_levels_table(scenarios, answers=curve_answers and not curve)]
     if curve:
         blocks.append(
             Chart(

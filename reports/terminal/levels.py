@@ -110,15 +110,11 @@ def absent_counters(c: TargetCounters) -> list[str]:
     return absent
 
 
-def target_counters_line(
-    scenario: str, entry: ScenarioSummary, unavailable: str | None = None
-) -> str:
+def target_counters_line(scenario: str, entry: ScenarioSummary) -> str:
     """What the target itself counted over the level (collectors.target_counters): MTP
-    acceptance and tokens per step, KV-cache usage, preemptions, prefix-cache hits.
-    ``unavailable``: why the target's /metrics could not be read at all in this run."""
+    acceptance and tokens per step, KV-cache usage, preemptions, prefix-cache hits. (A
+    run whose /metrics could not be read at all says so once: serving_lines.)"""
     c = entry.target_counters
-    if c is None and unavailable is not None:
-        return f"{scenario} target counters: not available ({unavailable})"
     if c is None:
         return (
             f"{scenario} target counters: none stored (its /metrics was not scraped or unreadable)"
