@@ -1,10 +1,12 @@
 """A model directory: what ``save_model_dir`` writes and ``load_model_dir`` reads.
 
-The layout is Hugging Face's, so ``transformers.AutoModelForCausalLM.from_pretrained(dir)``
-and ``AutoTokenizer.from_pretrained(dir)`` load it (the MTP weights are keys Mixtral ignores):
+The layout is Hugging Face's, so ``transformers.AutoModelForCausalLM.from_pretrained(dir)``,
+``AutoTokenizer.from_pretrained(dir)`` and vLLM load it, without a warning:
 
     config.json             MoEConfig.to_hf() or HybridConfig.to_hf()
     model.safetensors       the state dict (bfloat16 by default: half the bytes of float32)
+    mtp.safetensors         mixtral only: the MTP module's weights (``mtp.*``), kept apart
+    model.safetensors.index.json   mixtral only: names model.safetensors as the one file
     tokenizer.json          the byte-level BPE
     tokenizer_config.json   special tokens and the chat template
     generation_config.json  bos, and both stop tokens (</s> and <|end|>)
@@ -14,6 +16,15 @@ and ``AutoTokenizer.from_pretrained(dir)`` load it (the MTP weights are keys Mix
 Two architectures, told apart by config.json's ``model_type`` (``ARCHITECTURES``):
 "mixtral" (``MoETransformer``, the default model) and "qwen3_next" (``HybridMoETransformer``,
 ``hybrid_model_dir()``).
+
+Why the mixtral MTP weights are a file of their own: Mixtral has no MTP module, and a strict
+loader refuses a checkpoint with keys its model lacks (vLLM: "There is no module or
+parameter named 'mtp' in MixtralForCausalLM"; transformers warns that they were not used).
+vLLM reads every ``*.safetensors`` of a directory unless an index names the files to read,
+so the index lists model.safetensors alone; transformers reads model.safetensors when it
+exists and never looks at the index. Qwen3-Next's checkpoints carry ``mtp.*`` in the main
+file, and both loaders skip those keys by name, so the hybrid directory keeps one file
+(vLLM's qwen3_next_mtp drafter reads them from there).
 
 The directory stays flat: package data ships ``default/*`` and ``hybrid/*`` and nothing
 below them.
@@ -39,6 +50,9 @@ from moeperf.targets.model.tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FIL
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+MTP_WEIGHTS_FILE = "mtp.safetensors"
+WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
+MTP_PREFIX = "mtp."
 GENERATION_CONFIG_FILE = "generation_config.json"
 RECIPE_FILE = "recipe.json"
 CHECKSUMS_FILE = "SHA256SUMS"
@@ -140,9 +154,7 @@ def save_model_dir(
     _write_json(out_dir / CONFIG_FILE, hf_config)
 
     state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
-    # "format": "pt" is the metadata transformers expects in a PyTorch safetensors file.
-    save_file(state, str(out_dir / WEIGHTS_FILE), metadata={"format": "pt"})
-    (out_dir / WEIGHTS_FILE).chmod(0o644)  # safetensors creates it owner-only; ship it readable
+    _save_weights(model, state, out_dir)
 
     tokenizer.save(out_dir)
     _write_json(
@@ -165,6 +177,40 @@ def save_model_dir(
     )
     write_checksums(out_dir)
     return out_dir
+
+
+def _save_weights(model: ReferenceModel, state: dict[str, torch.Tensor], out_dir: Path) -> None:
+    """model.safetensors, and for mixtral the MTP weights apart with an index naming the
+    main file (the module docstring says why)."""
+    for stale in (MTP_WEIGHTS_FILE, WEIGHTS_INDEX_FILE):
+        (out_dir / stale).unlink(missing_ok=True)
+    files = {WEIGHTS_FILE: state}
+    if isinstance(model, MoETransformer):
+        files = {
+            WEIGHTS_FILE: {k: v for k, v in state.items() if not k.startswith(MTP_PREFIX)},
+            MTP_WEIGHTS_FILE: {k: v for k, v in state.items() if k.startswith(MTP_PREFIX)},
+        }
+        main = files[WEIGHTS_FILE]
+        index = {
+            "metadata": {"total_size": sum(v.numel() * v.element_size() for v in main.values())},
+            "weight_map": dict.fromkeys(sorted(main), WEIGHTS_FILE),
+        }
+        _write_json(out_dir / WEIGHTS_INDEX_FILE, index)
+    for name, tensors in files.items():
+        if not tensors:
+            continue  # no MTP module (mtp_depth 0): no file for it
+        # "format": "pt" is the metadata transformers expects in a PyTorch safetensors file.
+        save_file(tensors, str(out_dir / name), metadata={"format": "pt"})
+        (out_dir / name).chmod(0o644)  # safetensors creates it owner-only; ship it readable
+
+
+def _load_weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the directory: model.safetensors and, where there is one, the MTP
+    module's file."""
+    state = load_file(str(model_dir / WEIGHTS_FILE))
+    if (model_dir / MTP_WEIGHTS_FILE).is_file():
+        state.update(load_file(str(model_dir / MTP_WEIGHTS_FILE)))
+    return state
 
 
 def write_checksums(model_dir: Path) -> None:
@@ -244,7 +290,7 @@ def load_model_dir(
             model = MoETransformer(MoEConfig.from_hf(hf_config))
     except (KeyError, ValueError, TypeError) as e:
         raise ModelDirError(f"{model_dir / CONFIG_FILE} is not a valid config: {e!r}") from e
-    state = load_file(str(model_dir / WEIGHTS_FILE))
+    state = _load_weights(model_dir)
     try:
         missing_keys, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as e:  # a shape differs from the config's

@@ -15,7 +15,10 @@ import torch
 from moeperf.targets.model import MoEConfig, MoETransformer
 from moeperf.targets.model.__main__ import greedy_generate
 from moeperf.targets.model.checkpoint import (
+    WEIGHTS_FILE,
+    WEIGHTS_INDEX_FILE,
     default_model_dir,
+    hybrid_model_dir,
     load_model_dir,
     save_model_dir,
     verify_model_dir,
@@ -143,3 +146,20 @@ def test_default_tokenizer_loads_in_transformers(default_dir):
     assert ids == ours.apply_chat_template(MESSAGES)
     generation = transformers.GenerationConfig.from_pretrained(default_dir)
     assert generation.eos_token_id == list(ours.stop_token_ids)
+
+
+def test_the_shipped_models_load_in_transformers_with_nothing_left_over(default_dir):
+    # A strict loader (vLLM) refuses keys its model lacks; transformers reports them. The
+    # default model's MTP weights live in mtp.safetensors, outside what either reads.
+    for path in (default_dir, hybrid_model_dir()):
+        _, info = transformers.AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.float32, output_loading_info=True
+        )
+        assert (info["missing_keys"], info["unexpected_keys"]) == (set(), set()), path
+    index = json.loads((default_dir / WEIGHTS_INDEX_FILE).read_text())
+    assert set(index["weight_map"].values()) == {WEIGHTS_FILE}
+    assert not any(k.startswith("mtp.") for k in index["weight_map"])
+    # moeperf's loader still finds the MTP module (it raises on any missing tensor).
+    ours, _ = load_model_dir(default_dir)
+    assert isinstance(ours, MoETransformer)
+    assert sum(p.numel() for p in ours.mtp.parameters()) == 1_084_672  # recipe.json's count
