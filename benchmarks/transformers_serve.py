@@ -13,21 +13,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 import sys
-import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from server_process import ServerNotReady, serving
+
 READY_TIMEOUT_S = 180.0
-_STOP_TIMEOUT_S = 15.0
-_LOG_TAIL_CHARS = 3000
 
 
 @dataclass(frozen=True)
@@ -44,10 +38,6 @@ class TransformersServe:
     threads: int | None = None
 
 
-class ServerNotReady(RuntimeError):
-    """The server exited or did not answer /health in time; the message has its log tail."""
-
-
 def executable() -> str:
     """The ``transformers`` console script beside this interpreter (a venv's), else PATH's."""
     beside = Path(sys.executable).parent / "transformers"
@@ -57,12 +47,6 @@ def executable() -> str:
             "no `transformers` command: install transformers[serving] (the test extra pins it)"
         )
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def command(server: TransformersServe, port: int) -> list[str]:
@@ -93,52 +77,10 @@ def _environment(server: TransformersServe) -> dict[str, str]:
     return env
 
 
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as answer:
-            return bool(answer.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 @contextmanager
 def running(server: TransformersServe, timeout_s: float = READY_TIMEOUT_S) -> Iterator[str]:
     """Start the server, yield its base URL once /health answers, stop it at the end."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as log:
-        # Its own process group, so that stopping it stops whatever it started too.
-        child = subprocess.Popen(
-            command(server, port),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=_environment(server),
-            start_new_session=True,
-        )
-        try:
-            deadline = time.monotonic() + timeout_s
-            while not _healthy(url):
-                if child.poll() is not None or time.monotonic() > deadline:
-                    why = (
-                        f"exited with code {child.returncode}"
-                        if child.returncode is not None
-                        else f"no /health in {timeout_s:.0f} s"
-                    )
-                    log.seek(0)
-                    tail = log.read()[-_LOG_TAIL_CHARS:]
-                    raise ServerNotReady(f"transformers serve {why}: {tail}")
-                time.sleep(0.5)
-            yield url
-        finally:
-            _stop(child)
-
-
-def _stop(child: subprocess.Popen[bytes]) -> None:
-    if child.poll() is not None:
-        return
-    os.killpg(child.pid, 15)
-    try:
-        child.wait(_STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, 9)
-        child.wait(_STOP_TIMEOUT_S)
+    with serving(
+        "transformers serve", lambda port: command(server, port), _environment(server), timeout_s
+    ) as url:
+        yield url

