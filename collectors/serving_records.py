@@ -112,6 +112,10 @@ class WorkerSummary:
     sent: int
     late_sends: int
     selfwatch: SelfWatchSummary
+    # Where in the level's prompt pool its first prompt was: its ``sent`` prompts were the
+    # pool's from there on, cycling. None: it drew none from the pool (a trace's requests
+    # each bring their own), or it was written before workers said.
+    first_prompt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +187,11 @@ class ScenarioSummary:
     # The accelerators and the target's process over the level's measured window
     # ([telemetry]); None: the sampler was off or read nothing in it (why: the run's telemetry).
     accelerator: AcceleratorFigures | None = None
+    # Requests of the level (warm-up and cool-down included) whose prompt another of its
+    # requests had sent already: a target with a prefix cache may serve those from it.
+    # None: not counted (a trace level, whose requests bring their own prompts, or a
+    # summary written before levels counted them).
+    repeated_prompts_total: int | None = None
 
 
 def empty_scenario(slo: Slo = NO_SLO) -> ScenarioSummary:

@@ -7,10 +7,11 @@ canonical series, counters with ``window_value`` (their increase since the windo
 level, began). ``level_target_counters`` turns one run's scrapes into one ``TargetCounters``
 per level:
 
-- counters (drafts, accepted tokens, preemptions, prefix-cache hits) are the increase over
-  the level: the ``window_value`` of the level's last scrape, taken when the next level
-  starts or the run ends, so the whole level is inside it. The target cannot tell warm-up
-  and cool-down requests from measured ones: they are in these counts;
+- counters (drafts, accepted tokens, preemptions, prefix-cache hits, cached prompt tokens,
+  each latency-histogram bucket) are the increase over the level: the ``window_value`` of
+  the level's last scrape, taken when the next level starts or the run ends, so the whole
+  level is inside it. The target cannot tell warm-up and cool-down requests from measured
+  ones: they are in these counts;
 - gauges (KV-cache usage, blocks and bytes, linear-state bytes, running and waiting
   requests, and SGLang's hit rate and accept length) are the mean and max of the
   scrapes taken while the level ran (every ``export.scrape_interval_s``); the closing
@@ -21,9 +22,17 @@ per level:
 Prefix-cache hit rate (per level): prompt tokens the target found in its prefix cache /
 prompt tokens it looked up, the increase of its own counters over the level (vLLM's
 ``prefix_cache_hits`` / ``prefix_cache_queries``, the reference target's; SGLang's and
-vLLM v0's hit-rate gauge, averaged). The cached share of a request is a different figure,
-from the request's own usage: ``prompt_tokens_details.cached_tokens`` / ``prompt_tokens``
-(per request, per turn, and the gate's ``cached_prompt_share``).
+vLLM v0's hit-rate gauge, averaged). Cached prompt tokens (vLLM's ``prompt_tokens_cached``:
+from its own cache and external ones, counted whether or not requests ask for
+``prompt_tokens_details``) and their share of the prompt tokens the target counted over the
+level (``prompt_tokens``). The cached share of a request is a different figure, from the
+request's own usage: ``prompt_tokens_details.cached_tokens`` / ``prompt_tokens`` (per
+request, per turn, and the gate's ``cached_prompt_share``).
+
+The KV cache's size (blocks in all; vLLM's ``cache_config_info`` also its block size in
+tokens and its bytes) is a gauge like the others: the same at every scrape of a target that
+was not restarted, so a run shows it once. The target's latency histograms (vLLM) are
+``server_latency``: defined in ``collectors.server_latency``.
 
 Every field is None when the target does not export what it needs ("not available from
 this target"); a count of 0 is a count (MTP off: no drafts).
@@ -36,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from moeperf.collectors.export import metric_names as mn
+from moeperf.collectors.server_latency import ServerHistogram, ServerLatency, server_histogram
 from moeperf.collectors.sources import target_dialects as td
 
 NOT_AVAILABLE = "not available from this target"
@@ -67,10 +77,14 @@ class TargetCounters:
     generation_tokens_per_engine_step: float | None = None
     kv_usage_mean_ratio: float | None = None  # KV-cache blocks in use / total, 0 to 1
     kv_usage_max_ratio: float | None = None
-    # Where the target says how many blocks it has (the reference target): its total,
-    # and the blocks in use at the level's highest scrape (max ratio x total).
+    # Where the target says how many blocks it has (the reference target; vLLM's
+    # cache_config_info): its total, and the blocks in use at the level's highest scrape
+    # (max ratio x total).
     kv_blocks_total: float | None = None
     kv_blocks_used_max: float | None = None
+    # vLLM's cache_config_info: the tokens one block holds, and the whole cache's bytes.
+    kv_block_size_tokens: float | None = None
+    kv_cache_bytes_total: float | None = None  # its kv_cache_memory_bytes
     # Where the target states bytes (the reference target): the highest scrape's KV bytes
     # in use, and linear-attention state bytes (a hybrid model's; 0 for full attention).
     kv_bytes_used_max: float | None = None
@@ -84,6 +98,12 @@ class TargetCounters:
     prefix_cache_hits: float | None = None
     # hits / queries; SGLang and vLLM v0: the mean of their hit-rate gauge.
     prefix_cache_hit_ratio: float | None = None
+    # Prompt tokens the target counted, those it served from a cache (vLLM), and their share.
+    prompt_tokens: float | None = None
+    prompt_tokens_cached: float | None = None
+    prompt_tokens_cached_ratio: float | None = None  # cached / prompt tokens
+    # The target's own latency histograms over the level (vLLM; collectors.server_latency).
+    server_latency: ServerLatency | None = None
 
 
 def metrics_unavailable(scrapes: Iterable[Mapping[str, Any]]) -> str | None:
@@ -168,6 +188,8 @@ def _level(records: Sequence[Mapping[str, Any]]) -> TargetCounters:
     hit_ratio = _ratio(hits, queries)
     if queries is None:
         hit_ratio = mean(gauge(mn.TARGET_PREFIX_HIT_RATIO))
+    prompt, cached = count(mn.TARGET_PROMPT_TOKENS), count(td.TARGET_PROMPT_TOKENS_CACHED)
+    block_tokens, cache_bytes = gauge(td.TARGET_KV_BLOCK_TOKENS), gauge(td.TARGET_KV_CACHE_BYTES)
     return TargetCounters(
         dialect=str(records[-1].get("dialect", "unknown")),
         gauge_scrapes=gauge_scrapes,
@@ -184,6 +206,8 @@ def _level(records: Sequence[Mapping[str, Any]]) -> TargetCounters:
         kv_usage_max_ratio=max(kv) if kv else None,
         kv_blocks_total=blocks_total,
         kv_blocks_used_max=round(max(kv) * blocks_total) if kv and blocks_total else None,
+        kv_block_size_tokens=block_tokens[-1] if block_tokens else None,
+        kv_cache_bytes_total=cache_bytes[-1] if cache_bytes else None,
         kv_bytes_used_max=max(kv_bytes) if kv_bytes else None,
         linear_state_bytes_used_max=max(state_bytes) if state_bytes else None,
         running_max=max(running) if running else None,
@@ -192,4 +216,34 @@ def _level(records: Sequence[Mapping[str, Any]]) -> TargetCounters:
         prefix_cache_queries=queries,
         prefix_cache_hits=hits,
         prefix_cache_hit_ratio=hit_ratio,
+        prompt_tokens=prompt,
+        prompt_tokens_cached=cached,
+        prompt_tokens_cached_ratio=_ratio(cached, prompt),
+        server_latency=_server_latency(closing),
     )
+
+
+def _server_latency(closing: Mapping[Key, Mapping[str, Any]]) -> ServerLatency | None:
+    """The target's latency histograms over the level, from the closing scrape's bucket,
+    count and sum increases; None when it has none of them."""
+    found = {m.name: _histogram(closing, m.name) for m in td.SERVER_HISTOGRAMS}
+    if not any(found.values()):
+        return None
+    return ServerLatency(
+        ttft_s=found[td.TARGET_SERVER_TTFT.name],
+        itl_s=found[td.TARGET_SERVER_ITL.name],
+        e2e_s=found[td.TARGET_SERVER_E2E.name],
+        queue_s=found[td.TARGET_SERVER_QUEUE.name],
+    )
+
+
+def _histogram(closing: Mapping[Key, Mapping[str, Any]], name: str) -> ServerHistogram | None:
+    count, total = closing.get((name + td.COUNT, ())), closing.get((name + td.SUM, ()))
+    if count is None or total is None:
+        return None
+    buckets = {
+        float(dict(labels)["le"]): float(s["window_value"])
+        for (series, labels), s in closing.items()
+        if series == name + td.BUCKET and "le" in dict(labels)
+    }
+    return server_histogram(buckets, float(count["window_value"]), float(total["window_value"]))

@@ -5,7 +5,8 @@ The module docstrings of ``collectors.latency``, ``collectors.summary`` and
 throughput, goodput and the percentiles mean (``collectors.prefill``: a sweep's prefill
 rates; ``collectors.workload_summary``: TTFT by turn, a trace's send lag, the spread
 between repeats; ``collectors.target_counters``: the target's own counters, the
-prefix-cache hit rate); the docstrings of the figure modules say how each chart is drawn
+prefix-cache hit rate; ``collectors.server_latency``: its own latency histograms beside the
+client's); the docstrings of the figure modules say how each chart is drawn
 from them. Quoting them here means the report and the code cannot disagree, and the docs'
 metric definitions page (moeperf/docs/definitions_page.py) quotes the same modules. Only
 the chart kinds a page contains are explained (each ``Chart`` names its figure modules in
@@ -26,6 +27,7 @@ from moeperf.collectors import (
     latency,
     mtp_ab_records,
     quantiles,
+    server_latency,
     simulation_summary,
     soak_records,
     soak_verdicts,
@@ -71,6 +73,7 @@ DEFINITIONS: tuple[ModuleType, ...] = (
     prefill_rates,
     workload_summary,
     target_counters,
+    server_latency,
     mtp_ab_records,
     simulation_summary,
     drill_records,
@@ -127,6 +130,7 @@ DEFINED_FOR: dict[ModuleType, tuple[str, ...]] = {
     prefill_rates: ("prefill", "sweep"),
     workload_summary: _SERVING_KINDS,
     target_counters: _SERVING_KINDS,
+    server_latency: _SERVING_KINDS,
     mtp_ab_records: ("forest",),
     simulation_summary: ("cluster_sim", "simulator_check"),
     drill_records: ("drill",),

@@ -33,6 +33,7 @@ from moeperf.reports.render import (
     Table,
 )
 from moeperf.reports.runs import RunData, resolved_spec
+from moeperf.reports.server_latency_blocks import server_latency_table
 from moeperf.reports.serving_modes import capacity_blocks, interference_blocks, sweep_blocks
 from moeperf.reports.soak_blocks import soak_blocks
 from moeperf.reports.target_counters import target_counters_table
@@ -218,6 +219,9 @@ def serving_blocks(run: RunData) -> list[Chart | Table]:
     counters = target_counters_table(scenarios, metrics_unavailable(run.server_metrics))
     if counters is not None:
         blocks.append(counters)
+    server = server_latency_table(scenarios)  # the target's own latency histograms (vLLM)
+    if server is not None:
+        blocks.append(server)
     keep = (metrics["phase"] == "measure") & (metrics["status"] == "ok")
     measured = metrics[keep]
     curves = {

@@ -4,6 +4,8 @@ From each scenario's ``TargetCounters`` (``collectors.target_counters``: counter
 increases over the level from the run's scrapes of the target's /metrics; gauges averaged
 over the scrapes taken while it ran). A quantity the target does not export reads "not
 available from this target"; a level without any stored scrape says so in every column.
+The target's KV cache, as it states it, is said once under the table. The target's own
+latency histograms are the next table (``reports.server_latency_blocks``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pandas as pd
 from moeperf.collectors.serving_records import ScenarioSummary
 from moeperf.collectors.target_counters import NOT_AVAILABLE, TargetCounters
 from moeperf.reports.render import Table
+from moeperf.reports.target_text import kv_cache_line
 
 NOT_SCRAPED = "not scraped"
 CAPTION = (
@@ -26,7 +29,8 @@ CAPTION = (
     "acceptance = accepted / proposed draft tokens; by position i = drafts whose i-th token "
     "was accepted / drafts; tokens/engine step = generated tokens / engine steps (batch "
     "times MTP); prefix-cache hit rate = prompt tokens found in the cache / looked up (vLLM "
-    "and reference; SGLang: its hit-rate gauge)."
+    "and reference; SGLang: its hit-rate gauge); cached prompt share = prompt tokens the "
+    "target served from a cache / the prompt tokens it counted (vLLM)."
 )
 _COLUMNS = (
     "scenario",
@@ -39,6 +43,7 @@ _COLUMNS = (
     "KV usage max (0-1)",
     "preemptions",
     "prefix-cache hit rate",
+    "cached prompt share",
     "scrapes during level",
 )
 
@@ -73,6 +78,7 @@ def _row(name: str, c: TargetCounters | None, unavailable: str | None) -> dict[s
         "KV usage max (0-1)": _or_absent(c.kv_usage_max_ratio),
         "preemptions": _or_absent(c.preemptions),
         "prefix-cache hit rate": hit_rate,
+        "cached prompt share": _or_absent(c.prompt_tokens_cached_ratio),
         "scrapes during level": c.gauge_scrapes,
     }
 
@@ -85,4 +91,6 @@ def target_counters_table(
     if not scenarios:
         return None
     rows = [_row(name, entry.target_counters, unavailable) for name, entry in scenarios.items()]
-    return Table(pd.DataFrame(rows, columns=list(_COLUMNS)), CAPTION)
+    kv_cache = kv_cache_line(scenarios)
+    caption = CAPTION if kv_cache is None else f"{CAPTION} The target's {kv_cache}."
+    return Table(pd.DataFrame(rows, columns=list(_COLUMNS)), caption)

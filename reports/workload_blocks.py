@@ -29,6 +29,7 @@ from moeperf.reports.render import Chart, Table
 from moeperf.reports.target_counters import NOT_SCRAPED
 
 NOT_ASKED = "not asked (workload.cache = 'reuse')"
+CACHED_SHARE = "cached prompt share = prompt tokens it served from a cache / its prompt tokens; "
 
 
 def _ms(estimate: QuantileEstimate | None) -> float | None:
@@ -76,23 +77,36 @@ def cache_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
     entries = scenarios.values()
     if not any(e.cache_reset is not None or _has_prefix_counters(e) for e in entries):
         return None
-    rows = [
-        {
+    cached = any(
+        e.target_counters is not None and e.target_counters.prompt_tokens_cached is not None
+        for e in entries
+    )
+    rows: list[dict[str, Any]] = []
+    for name, entry in scenarios.items():
+        row: dict[str, Any] = {
             "scenario": name,
             "TTFT p50 ms": _ms(entry.latency_s.ttft_s.at(0.5)),
             "TTFT p50 95% CI ms": _ci_ms(entry.latency_s.ttft_s.at(0.5)),
             "prefix-cache hit rate": hit_rate(entry),
-            "cache before the level": _cache_before(entry),
         }
-        for name, entry in scenarios.items()
-    ]
+        if cached:  # the target counts the prompt tokens it served from a cache (vLLM)
+            row["cached prompt share"] = _cached_share(entry)
+        rows.append({**row, "cache before the level": _cache_before(entry)})
     return Table(
         pd.DataFrame(rows),
         "Prefix cache per level: hit rate = prompt tokens the target found in its prefix "
         "cache / prompt tokens it looked up, over the level (its counters' increase, warm-up "
-        "and cool-down included; SGLang: its hit-rate gauge); reset: the cache was emptied "
-        "before the level (workload.cache = 'fresh'), and how.",
+        "and cool-down included; SGLang: its hit-rate gauge); "
+        + (CACHED_SHARE if cached else "")
+        + "reset: the cache was emptied before the level (workload.cache = 'fresh'), and how.",
     )
+
+
+def _cached_share(entry: ScenarioSummary) -> str:
+    counters = entry.target_counters
+    if counters is None:
+        return NOT_SCRAPED
+    return _share(counters.prompt_tokens_cached_ratio, NOT_AVAILABLE)
 
 
 def reuse_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
@@ -112,10 +126,10 @@ def reuse_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
                 "level": shared,
                 "TTFT p50 with ms": _ms(with_p50),
                 "with 95% CI ms": _ci_ms(with_p50),
-                "hit rate with": hit_rate(scenarios[shared]),
+                "hit rate with": _reuse_hit_rate(scenarios[shared]),
                 "TTFT p50 without ms": _ms(without_p50),
                 "without 95% CI ms": _ci_ms(without_p50),
-                "hit rate without": hit_rate(scenarios[unique]),
+                "hit rate without": _reuse_hit_rate(scenarios[unique]),
                 "ratio (with / without)": ratio,
             }
         )
@@ -125,6 +139,16 @@ def reuse_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
         'unique"), prompts of the same lengths that share no prefix; ratio: TTFT p50 with / '
         "without (below 1: the shared prefixes saved prefill time).",
     )
+
+
+def _reuse_hit_rate(entry: ScenarioSummary) -> str:
+    """The level's hit rate, and how many of its prompts it sent twice where it did (the
+    control's hit rate is then no clean control)."""
+    rate = hit_rate(entry)
+    if entry.repeated_prompts_total:
+        sent = sum(worker.sent for worker in entry.harness)
+        rate += f" ({entry.repeated_prompts_total} of {sent} prompts repeated)"
+    return rate
 
 
 def turn_blocks(scenarios: Mapping[str, ScenarioSummary]) -> list[Chart | Table]:

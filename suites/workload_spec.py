@@ -97,7 +97,9 @@ class WorkloadSpec(Strict):
     # kind = "dataset": a JSONL file of {"prompt", "output_tokens"} or ShareGPT records, or
     # a JSON array of them.
     dataset_path: str = ""
-    # Distinct prompts built up front for each level and cycled through.
+    # Distinct prompts built up front for each level and cycled through; with cache =
+    # "fresh", more where a level is known to send more (load.max_requests, an open-loop
+    # rate times its duration), so that no level sends one twice.
     num_prompts: Annotated[int, Field(ge=1)] = 256
     # "" none, "server" (the target's /tokenize), or a local Hugging Face tokenizer dir.
     tokenizer: str = "server"

@@ -11,11 +11,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from moeperf.collectors.export import metric_names as mn
+from moeperf.collectors.sources.target_dialects import TARGET_KV_BLOCK_TOKENS
 from moeperf.collectors.sources.target_metrics import Labels, SampleKind, TargetSample
 
-# Gauges whose copies (engines, data-parallel ranks) are averaged rather than summed.
+# Gauges whose copies (engines, data-parallel ranks) are averaged rather than summed: ratios,
+# and the block size (every engine's blocks hold as many tokens; their blocks add up).
 _MEAN_OF_COPIES = frozenset(
-    m.name for m in (mn.TARGET_KV_USAGE, mn.TARGET_PREFIX_HIT_RATIO, mn.TARGET_ACCEPT_LENGTH)
+    m.name
+    for m in (
+        mn.TARGET_KV_USAGE,
+        mn.TARGET_PREFIX_HIT_RATIO,
+        mn.TARGET_ACCEPT_LENGTH,
+        TARGET_KV_BLOCK_TOKENS,
+    )
 )
 
 

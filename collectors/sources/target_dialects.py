@@ -5,7 +5,14 @@ canonical series (``collectors.export.metric_names`` plus the extras below).
   quantity (both live during vLLM's deprecation periods) is read once. ``engine`` /
   ``model_name`` copies are summed (counts) or averaged (ratios). vLLM counts prefix-cache
   hits and queries in tokens; speculative decoding as draft rounds (``num_drafts``), draft
-  and accepted tokens and accepted tokens per draft ``position``; ``num_preemptions``.
+  and accepted tokens and accepted tokens per draft ``position``; ``num_preemptions``;
+  ``prompt_tokens_cached`` (prompt tokens served from a cache, local and external: there
+  without ``--enable-prompt-tokens-details``). ``cache_config_info`` is an info-style gauge
+  (value 1, the configuration in its labels): its ``num_gpu_blocks``, ``block_size`` and
+  ``kv_cache_memory_bytes`` labels are read as values (``SeriesMap.value_label``; a label
+  reading "None" is absent). Its latency histograms (TTFT, inter-token, end-to-end, queue
+  time; ``collectors.server_latency``) become counters: one per bucket (canonical label
+  ``le``) plus ``_count`` and ``_sum``, so they are windowed like any counter.
 - SGLang (``sglang:``): ``cache_hit_rate`` is a gauge (the last prefill batches' hit rate),
   not counters, so the prefix-cache hit/query counters stay absent for SGLang and the rate
   is kept as ``mn.TARGET_PREFIX_HIT_RATIO``, gauge-only. Draft/accepted counters are absent
@@ -14,8 +21,9 @@ canonical series (``collectors.export.metric_names`` plus the extras below).
   ``--enable-metrics-for-all-schedulers`` every rank repeats the same scheduler state.
   ``num_retracted_requests`` (a counter) is its preemptions.
 - reference (``reference_``): the contract the reference serving engine must export, in
-  ``REFERENCE_CONTRACT`` (exposition names, ``_total`` on counters): vLLM's set plus its
-  engine steps; accepted tokens per draft ``position`` only where MTP is on.
+  ``REFERENCE_CONTRACT`` (exposition names, ``_total`` on counters): vLLM's counters and
+  gauges plus its engine steps; accepted tokens per draft ``position`` only where MTP is
+  on. It has no latency histograms, cached-prompt counter or block size: those stay absent.
 - synthetic (``synthetic_``): running and waiting requests, token/request counters; it has no KV
   cache, prefix cache, speculation or experts, so those series are absent, never zero.
 
@@ -78,6 +86,65 @@ TARGET_KV_BLOCKS = Metric(
     "short",
 )
 
+# vLLM's cache_config_info: the tokens one KV block holds, and the bytes of the whole cache.
+TARGET_KV_BLOCK_TOKENS = Metric(
+    mn.PREFIX + "target_kv_cache_block_tokens",
+    "gauge",
+    "Tokens one KV-cache block of the target holds (its block size).",
+    mn.SERVING_LABELS,
+    "short",
+)
+TARGET_KV_CACHE_BYTES = Metric(
+    mn.PREFIX + "target_kv_cache_bytes",
+    "gauge",
+    "Bytes of the target's whole KV cache, as it states it.",
+    mn.SERVING_LABELS,
+    "bytes",
+)
+TARGET_PROMPT_TOKENS_CACHED = Metric(
+    mn.PREFIX + "target_prompt_tokens_cached",
+    "counter",
+    "Prompt tokens the target served from a cache (vLLM: its own and external ones).",
+    mn.SERVING_LABELS,
+    "short",
+)
+# The target's own latency histograms (collectors.server_latency says what each measures).
+# Read as counters: <name>_bucket{le} per bucket, <name>_count and <name>_sum.
+TARGET_SERVER_TTFT = Metric(
+    mn.PREFIX + "target_server_ttft_seconds",
+    "histogram",
+    "The target's own time to first token (vLLM: API server's arrival -> first token).",
+    mn.SERVING_LABELS,
+    "s",
+)
+TARGET_SERVER_ITL = Metric(
+    mn.PREFIX + "target_server_itl_seconds",
+    "histogram",
+    "The target's own inter-token latency (vLLM: between a request's engine steps).",
+    mn.SERVING_LABELS,
+    "s",
+)
+TARGET_SERVER_E2E = Metric(
+    mn.PREFIX + "target_server_e2e_seconds",
+    "histogram",
+    "The target's own end-to-end request latency (vLLM: arrival -> last token).",
+    mn.SERVING_LABELS,
+    "s",
+)
+TARGET_SERVER_QUEUE = Metric(
+    mn.PREFIX + "target_server_queue_seconds",
+    "histogram",
+    "The target's own queue time (vLLM: queued in the engine -> first scheduled).",
+    mn.SERVING_LABELS,
+    "s",
+)
+SERVER_HISTOGRAMS = (TARGET_SERVER_TTFT, TARGET_SERVER_ITL, TARGET_SERVER_E2E, TARGET_SERVER_QUEUE)
+BUCKET, COUNT, SUM = "_bucket", "_count", "_sum"  # a histogram's counters: name + suffix
+# Every canonical series a histogram becomes (the scraper stores them at window edges only).
+HISTOGRAM_SERIES = frozenset(
+    m.name + part for m in SERVER_HISTOGRAMS for part in (BUCKET, COUNT, SUM)
+)
+
 TARGET_KV_BYTES = Metric(
     mn.PREFIX + "target_kv_cache_used_bytes",
     "gauge",
@@ -111,6 +178,8 @@ class SeriesMap:
     metric: Metric
     labels: tuple[str, ...] = ()  # target labels kept, named as canonical labels
     only: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (label, accepted values)
+    # An info-style gauge (value 1, facts in labels): the label whose value is the value.
+    value_label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +209,19 @@ VLLM = Dialect("vllm", "vllm:", (
        labels=("position",)),
     _s("vllm:num_preemptions", TARGET_PREEMPTIONS),
     _s("vllm:prompt_tokens", mn.TARGET_PROMPT_TOKENS),
+    _s("vllm:prompt_tokens_cached", TARGET_PROMPT_TOKENS_CACHED),
     _s("vllm:generation_tokens", mn.TARGET_GENERATION_TOKENS),
     _s("vllm:request_success", mn.TARGET_FINISHED_REQUESTS),  # every finished_reason
     _s("process_resident_memory_bytes", TARGET_PROCESS_RSS),
+    _s("vllm:cache_config_info", TARGET_KV_BLOCKS, value_label="num_gpu_blocks"),
+    _s("vllm:cache_config_info", TARGET_KV_BLOCK_TOKENS, value_label="block_size"),
+    _s("vllm:cache_config_info", TARGET_KV_CACHE_BYTES, value_label="kv_cache_memory_bytes"),
+    _s("vllm:time_to_first_token_seconds", TARGET_SERVER_TTFT),
+    # time_per_output_token_seconds: the same per-step histogram before vLLM renamed it.
+    _s(("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+       TARGET_SERVER_ITL),
+    _s("vllm:e2e_request_latency_seconds", TARGET_SERVER_E2E),
+    _s("vllm:request_queue_time_seconds", TARGET_SERVER_QUEUE),
 ))  # fmt: skip
 SGLANG = Dialect("sglang", "sglang:", (
     _s("sglang:token_usage", mn.TARGET_KV_USAGE),

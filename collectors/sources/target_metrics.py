@@ -2,7 +2,9 @@
 
 Pure: text in, ``TargetSample`` records out; the HTTP side is ``suites.serving.observe.scraper``.
 The text is parsed by prometheus_client's parser, which names a typed counter family
-without its ``_total``; an untyped one keeps it, so adapters strip it themselves.
+without its ``_total``; an untyped one keeps it, so adapters strip it themselves. A
+histogram the dialect maps becomes counters (each bucket's cumulative count with its
+``le``, the count and the sum), an info-style gauge the value of one of its labels.
 
 The dialects (the target's names -> canonical series) are ``target_dialects.py``; the
 counters' increases over a run and a window are ``counter_window.py``.
@@ -20,7 +22,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from moeperf.collectors.errors import CollectorError
 from moeperf.collectors.sources.target_dialects import (
+    BUCKET,
+    COUNT,
     DIALECTS,
+    SUM,
     Dialect,
     DialectName,
     SeriesMap,
@@ -85,12 +90,16 @@ def canonical_samples(
     if spec is None:
         return []
     by_name: dict[str, Family] = {}
+    histograms: dict[str, Family] = {}
     for family in families:
-        if family.type not in ("histogram", "summary", "gaugehistogram", "info"):
+        if family.type == "histogram":
+            histograms.setdefault(family.name, family)
+        elif family.type not in ("summary", "gaugehistogram", "info"):
             by_name.setdefault(_base_name(family), family)
     out: list[TargetSample] = []
     for series in spec.series:
-        source = next((by_name[s] for s in series.sources if s in by_name), None)
+        found = histograms if series.metric.kind == "histogram" else by_name
+        source = next((found[s] for s in series.sources if s in found), None)
         if source is not None:
             out += _read_family(source, series, spec.shard_labels)
     return out
@@ -99,24 +108,85 @@ def canonical_samples(
 def _read_family(
     family: Family, series: SeriesMap, shard_labels: tuple[str, ...]
 ) -> list[TargetSample]:
+    if series.metric.kind == "histogram":
+        return _read_histogram(family, series, shard_labels)
     kind: SampleKind = "counter" if series.metric.kind == "counter" else "gauge"
     wanted = {family.name, _base_name(family) + "_total"} if kind == "counter" else {family.name}
-    only = dict(series.only)
-    kept: dict[tuple[Labels, Labels], tuple[Labels, float]] = {}  # -> (shard, value)
+    kept = _Kept(series.labels, shard_labels)
     for sample in family.samples:
-        if sample.name not in wanted or not math.isfinite(sample.value):
+        if sample.name not in wanted or not _accepted(sample.labels, series.only):
             continue
-        labels = sample.labels
-        if any(labels.get(k) not in allowed for k, allowed in only.items()):
-            continue
-        canonical = tuple(sorted((k, labels.get(k, "")) for k in series.labels))
-        rest = {k: v for k, v in labels.items() if k not in series.labels}
-        shard = tuple(sorted((k, rest.pop(k)) for k in shard_labels if k in rest))
-        key = (canonical, tuple(sorted(rest.items())))
-        if key not in kept or _shard_order(shard) < _shard_order(kept[key][0]):
-            kept[key] = (shard, float(sample.value))
+        value = sample.value
+        if series.value_label is not None:
+            value = _number(sample.labels.get(series.value_label))
+        if math.isfinite(value):
+            kept.add(series.metric.name, sample.labels, value)
+    return kept.samples(kind)
+
+
+def _read_histogram(
+    family: Family, series: SeriesMap, shard_labels: tuple[str, ...]
+) -> list[TargetSample]:
+    """Counters of a histogram: ``<metric>_bucket`` per ``le`` (its cumulative count),
+    ``<metric>_count`` and ``<metric>_sum``."""
     name = series.metric.name
-    return [TargetSample(name, c, v, kind, source) for (c, source), (_, v) in kept.items()]
+    parts = {family.name + p: name + p for p in (BUCKET, COUNT, SUM)}
+    buckets = _Kept((*series.labels, "le"), shard_labels)
+    totals = _Kept(series.labels, shard_labels)
+    for sample in family.samples:
+        part = parts.get(sample.name)
+        if part is None or not _accepted(sample.labels, series.only):
+            continue
+        if not math.isfinite(sample.value):
+            continue
+        if part != name + BUCKET:
+            totals.add(part, sample.labels, sample.value)
+            continue
+        le = _number(sample.labels.get("le"))
+        if not math.isnan(le):
+            buckets.add(part, {**sample.labels, "le": _le_text(le)}, sample.value)
+    return buckets.samples("counter") + totals.samples("counter")
+
+
+def _le_text(bound: float) -> str:
+    """A bucket's upper bound as its ``le`` label: "+Inf", else the float's shortest text
+    (one text per bound, whatever the target wrote: "0.5", "5e-01")."""
+    return "+Inf" if bound == math.inf else repr(float(bound))
+
+
+def _number(text: str | None) -> float:
+    """A label's number; NaN where it holds none ("None", "", absent)."""
+    try:
+        return float(text) if text is not None else math.nan
+    except ValueError:
+        return math.nan
+
+
+def _accepted(labels: dict[str, str], only: tuple[tuple[str, tuple[str, ...]], ...]) -> bool:
+    return all(labels.get(k) in allowed for k, allowed in only)
+
+
+class _Kept:
+    """Samples by (name, canonical labels, copy); of the copies of one shard, the lowest."""
+
+    def __init__(self, canonical: tuple[str, ...], shard_labels: tuple[str, ...]) -> None:
+        self._canonical = canonical
+        self._shard_labels = shard_labels
+        self._kept: dict[tuple[str, Labels, Labels], tuple[Labels, float]] = {}
+
+    def add(self, name: str, labels: dict[str, str], value: float) -> None:
+        canonical = tuple(sorted((k, labels.get(k, "")) for k in self._canonical))
+        rest = {k: v for k, v in labels.items() if k not in self._canonical}
+        shard = tuple(sorted((k, rest.pop(k)) for k in self._shard_labels if k in rest))
+        key = (name, canonical, tuple(sorted(rest.items())))
+        if key not in self._kept or _shard_order(shard) < _shard_order(self._kept[key][0]):
+            self._kept[key] = (shard, float(value))
+
+    def samples(self, kind: SampleKind) -> list[TargetSample]:
+        return [
+            TargetSample(name, canonical, value, kind, source)
+            for (name, canonical, source), (_, value) in self._kept.items()
+        ]
 
 
 def _shard_order(shard: Labels) -> tuple:

@@ -110,10 +110,22 @@ def absent_counters(c: TargetCounters) -> list[str]:
     return absent
 
 
+def cached_prompt_text(c: TargetCounters) -> str:
+    """ "cached prompt tokens 768 of 1,385 (55%)": the prompt tokens the target served from
+    a cache, of those it counted (vLLM)."""
+    text = f"cached prompt tokens {c.prompt_tokens_cached or 0:,.0f}"
+    if c.prompt_tokens is not None:
+        text += f" of {c.prompt_tokens:,.0f}"
+    if c.prompt_tokens_cached_ratio is not None:
+        text += f" ({c.prompt_tokens_cached_ratio:.0%})"
+    return text
+
+
 def target_counters_line(scenario: str, entry: ScenarioSummary) -> str:
     """What the target itself counted over the level (collectors.target_counters): MTP
-    acceptance and tokens per step, KV-cache usage, preemptions, prefix-cache hits. (A
-    run whose /metrics could not be read at all says so once: serving_lines.)"""
+    acceptance and tokens per step, KV-cache usage, preemptions, prefix-cache hits, cached
+    prompt tokens. (A run whose /metrics could not be read at all says so once:
+    serving_lines.)"""
     c = entry.target_counters
     if c is None:
         return (
@@ -145,6 +157,8 @@ def target_counters_line(scenario: str, entry: ScenarioSummary) -> str:
         parts.append(f"prefix-cache hit rate {c.prefix_cache_hit_ratio:.2f}")
     elif c.prefix_cache_queries == 0:
         parts.append("prefix cache: no lookups")
+    if c.prompt_tokens_cached is not None:
+        parts.append(cached_prompt_text(c))
     if absent:
         parts.append(f"{', '.join(absent)}: {NOT_AVAILABLE}")
     return f"{scenario} target ({c.dialect}): " + "; ".join(parts)

@@ -4,7 +4,9 @@ The answer is what the run's kind asks: the capacity found, the sweep, the inter
 the drill's recovery, the soak's verdicts, the MTP A/B's verdicts; for a plain run, the
 curve as a table of its levels, with the workload's own tables (reuse, turns, a trace's
 replay, repeats). Each level's full latency table, throughput line and target counters
-are detail (``--verbose``). What the target could not give is said once."""
+are detail (``--verbose``), with the target's own latencies beside the client's where it
+exports them (vLLM), and its KV cache and how the two latencies differ said once; one
+answer line where they are far apart. What the target could not give is said once."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from moeperf.collectors.request_audit import audit_text
 from moeperf.collectors.serving_records import ScenarioSummary, ServingSummary
 from moeperf.collectors.store import RunReader
 from moeperf.collectors.target_counters import NOT_AVAILABLE, metrics_unavailable
+from moeperf.reports.target_text import kv_cache_line
 from moeperf.reports.terminal.curve_table import curve_table
 from moeperf.reports.terminal.levels import (
     absent_counters,
@@ -22,6 +25,11 @@ from moeperf.reports.terminal.levels import (
     throughput_line,
 )
 from moeperf.reports.terminal.presentation import Item, Presentation
+from moeperf.reports.terminal.server_latency_table import (
+    client_vs_server_line,
+    far_apart_line,
+    server_latency_table,
+)
 
 
 def serving_lines(summary: ServingSummary, reader: RunReader) -> Presentation:
@@ -33,8 +41,19 @@ def serving_lines(summary: ServingSummary, reader: RunReader) -> Presentation:
         detail += [latency_table(scenario, entry), throughput_line(scenario, entry)]
         if unavailable is None:
             detail.append(target_counters_line(scenario, entry))
+            server = server_latency_table(scenario, entry)  # the target's histograms (vLLM)
+            if server is not None:
+                detail.append(server)
+    # Said once for the run: the target's KV cache, how its latencies differ from ours.
+    detail += [line for line in (kv_cache_line(scenarios), client_vs_server_line(scenarios))
+               if line is not None]  # fmt: skip
+    apart = far_apart_line(scenarios)
     missing = [f"target counters: not available ({unavailable})"] if unavailable else []
-    levels = Presentation(detail=detail, unavailable=missing + _absent_everywhere(scenarios))
+    levels = Presentation(
+        answer=[apart] if apart is not None else [],
+        detail=detail,
+        unavailable=missing + _absent_everywhere(scenarios),
+    )
     mode = _mode(summary)
     if mode.answer:  # a run of a kind: its own answer; the levels' table is detail
         curve = Presentation(detail=[curve_table(scenarios)])

@@ -33,19 +33,42 @@ def _reset_cell(entry: ScenarioSummary) -> str:
     return "reset" if entry.cache_reset_done else entry.cache_reset
 
 
+def cached_share_cell(entry: ScenarioSummary) -> str:
+    """The share of the level's prompt tokens the target served from a cache (vLLM)."""
+    counters = entry.target_counters
+    if counters is None or counters.prompt_tokens_cached_ratio is None:
+        return NOT_AVAILABLE
+    return f"{counters.prompt_tokens_cached_ratio:.1%}"
+
+
+def has_cached_prompts(scenarios: Mapping[str, ScenarioSummary]) -> bool:
+    """Whether the target counted cached prompt tokens at some level (vLLM does)."""
+    return any(
+        e.target_counters is not None and e.target_counters.prompt_tokens_cached is not None
+        for e in scenarios.values()
+    )
+
+
 def cache_table(scenarios: Mapping[str, ScenarioSummary]) -> Table:
-    """Every level's TTFT beside the prefix-cache hit rate the target counted over it."""
+    """Every level's TTFT beside the prefix-cache hit rate the target counted over it (and
+    the cached share of its prompt tokens, where the target counts them)."""
+    cached = has_cached_prompts(scenarios)
+    share = "cached share: prompt tokens it served from a cache / its prompt tokens; "
     table = Table(
         title="prefix cache per level",
         caption="hit rate: prompt tokens the target found in its prefix cache / prompt "
-        "tokens it looked up, over the level (its counters' increase); reset: the cache "
-        "emptied before the level",
+        "tokens it looked up, over the level (its counters' increase); "
+        + (share if cached else "")
+        + "reset: the cache emptied before the level",
     )
-    for column in ("scenario", "TTFT p50 ms [95% CI]", "hit rate", "cache before the level"):
+    heads = ["scenario", "TTFT p50 ms [95% CI]", "hit rate"]
+    heads += [*(["cached share"] if cached else []), "cache before the level"]
+    for column in heads:
         table.add_column(column, justify="left" if column == "scenario" else "right")
     for name, entry in scenarios.items():
-        table.add_row(name, ms_cell(entry.latency_s.ttft_s.at(0.5)), hit_rate_cell(entry),
-                      _reset_cell(entry))  # fmt: skip
+        cells = [name, ms_cell(entry.latency_s.ttft_s.at(0.5)), hit_rate_cell(entry)]
+        cells += [*([cached_share_cell(entry)] if cached else []), _reset_cell(entry)]
+        table.add_row(*cells)
     return table
 
 
@@ -72,12 +95,22 @@ def reuse_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
         table.add_row(
             shared,
             ms_cell(with_p50),
-            hit_rate_cell(scenarios[shared]),
+            _reuse_hit_rate_cell(scenarios[shared]),
             ms_cell(without_p50),
-            hit_rate_cell(scenarios[unique]),
+            _reuse_hit_rate_cell(scenarios[unique]),
             ratio,
         )
     return table
+
+
+def _reuse_hit_rate_cell(entry: ScenarioSummary) -> str:
+    """The level's hit rate, and how many of its prompts it sent twice where it did (the
+    control's hit rate is then no clean control)."""
+    cell = hit_rate_cell(entry)
+    if entry.repeated_prompts_total:
+        sent = sum(worker.sent for worker in entry.harness)
+        cell += f" ({entry.repeated_prompts_total} of {sent} prompts repeated)"
+    return cell
 
 
 def turns_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:

@@ -29,6 +29,7 @@ from moeperf.suites.serving.load.validity import (
     judge_level,
 )
 from moeperf.suites.serving.observe.live import LiveObservers
+from moeperf.suites.serving.run_notes import repeats_note
 from moeperf.suites.serving.schedule import (
     ALL_PROMPTS,
     PROBE_DRAW,
@@ -41,6 +42,7 @@ from moeperf.suites.serving.spec_tables import LoadSpec
 from moeperf.suites.serving.sweep_fit import fit_scenario, fit_verdict, probe_duration_s
 from moeperf.suites.serving.workload.cache_reset import CacheResetter
 from moeperf.suites.serving.workload.prompts import PoolKey
+from moeperf.suites.serving.workload.repeats import prompt_identities, repeated_prompts
 from moeperf.suites.serving.workload.sources import Prompt
 from moeperf.suites.serving.workload.sweep import SweepRun
 from moeperf.suites.serving.workload.trace import Trace
@@ -98,6 +100,11 @@ class LevelLoop:
     tally: MeasuredTally = field(default_factory=MeasuredTally)
     ttft_s: dict[str, list[float]] = field(default_factory=dict)  # sweep levels with a fit
     keeps_ttfts: bool = field(init=False)
+    # Per pool (start, size): where its next level's prompts start, so that a level never
+    # resends what the levels before it sent (until the pool comes round), and the
+    # identity of each of its prompts (suites/serving/workload/repeats.py).
+    cursors: dict[tuple[int, int], int] = field(default_factory=dict)
+    identities: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.keeps_ttfts = self.spec.sweep is not None and self.spec.sweep.fit is not None
@@ -160,8 +167,10 @@ class LevelLoop:
         reset = self.resetter.reset() if self.resetter is not None else None
         start_ns = time.monotonic_ns() + int(self.pool.start_delay_s * 1e9)
         size = prompt_pool.count or len(self.levels.prompts)
-        plans = plan_level(level_spec, level, len(self.outcomes), self.workers, start_ns,
-                           size, prompt_pool, scenario, self.levels.trace)  # fmt: skip
+        where = (prompt_pool.start, size)
+        plans = plan_level(level_spec, level, len(self.outcomes), self.workers, start_ns, size,
+                           prompt_pool, scenario, self.levels.trace,
+                           self.cursors.get(where, 0))  # fmt: skip
         self.progress.level_started(scenario, next(iter(plans.values())).duration_s)
         self.observers.level_started(scenario, level)
         for hook in self.hooks:
@@ -171,6 +180,12 @@ class LevelLoop:
         finally:
             for hook in self.hooks:
                 hook.level_ended()
+        sent = sum(report.sent for report in reports)
+        self.cursors[where] = (self.cursors.get(where, 0) + sent) % size
+        if where not in self.identities:
+            start = prompt_pool.start
+            self.identities[where] = prompt_identities(self.levels.prompts[start : start + size])
+        identities = self.identities[where]
         reasons = client_bottlenecks(
             reports,
             open_loop=level_load.mode != "concurrency",
@@ -189,9 +204,14 @@ class LevelLoop:
             verdict = LevelVerdict(scenario, "ok")  # none finished within the probe: judged by
             # the target's counters, not by its requests
         outcome = LevelOutcome(scenario, level, reports, verdict, prompt_pool.input_tokens,
-                               fit_probe, reset, repeat, prompt_pool.unique, start_ns)  # fmt: skip
+                               fit_probe, reset, repeat, prompt_pool.unique, start_ns,
+                               repeated_prompts(reports, identities),
+                               len(set(identities)))  # fmt: skip
         self.outcomes.append(outcome)
         _note_count_limit(run, level_spec, outcome)
+        repeats = repeats_note(spec, outcome)
+        if repeats:
+            run.add_note(repeats)
         self.progress.level_done(outcome)
         self.observers.level_done(scenario, client_bound=verdict.status == "invalid")
         return outcome

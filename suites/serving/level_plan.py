@@ -4,8 +4,8 @@ the level came to (LevelOutcome), for every kind of serving run."""
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,13 +32,6 @@ from moeperf.suites.serving.workload.cache_reset import CacheReset
 from moeperf.suites.serving.workload.sources import Prompt
 from moeperf.suites.serving.workload.trace import Trace
 
-# One worker process per this many streams (or requests/s open loop), up to the cores.
-_STREAMS_PER_WORKER = 128
-
-
-_RATE_PER_WORKER = 100.0
-
-
 # A trace level's window lasts past its last arrival by this much (the send is never late
 # for want of a window); requests still running then are drained as at any level's end.
 _TRACE_END_MARGIN_S = 1.0
@@ -57,20 +50,21 @@ class LevelOutcome:
     repeat: int | None = None  # 1-based, with load.repeats > 1
     unique: bool = False  # the no-reuse control of a prefix workload
     start_ns: int = 0  # when its workers started sending (time.monotonic_ns)
+    # Its requests whose prompt another of its requests had sent already (None: not
+    # counted, a trace level's requests bring their own), and the distinct prompts of
+    # the pool it drew from.
+    repeated_prompts: int | None = None
+    pool_prompts: int = 0
+
+    @property
+    def sent(self) -> int:
+        """The requests its workers sent."""
+        return sum(report.sent for report in self.reports)
 
     @property
     def invalid_reasons(self) -> tuple[str, ...]:
         """Why the client may have set this level's numbers (empty: it did not)."""
         return self.verdict.client_bottleneck
-
-
-def worker_count(spec: ServingSpec) -> int:
-    if spec.load.workers != "auto":
-        return spec.load.workers
-    top = max(spec.load.levels)
-    per_worker = _STREAMS_PER_WORKER if spec.load.mode == "concurrency" else _RATE_PER_WORKER
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(cores or 1, math.ceil(top / per_worker)))
 
 
 def plan_level(
@@ -83,10 +77,17 @@ def plan_level(
     pool: PromptPool = ALL_PROMPTS,
     scenario: str | None = None,
     trace: Trace | None = None,
+    cursor: int | None = None,
 ) -> dict[int, LevelPlan]:
     """Each worker's share of one level; ``prompts`` is the size of ``pool``. A trace
     level (``load.mode = "trace"``, ``trace`` given) sends request i of the trace, with
-    prompt i of the pool, at its recorded time divided by the level (the speed-up)."""
+    prompt i of the pool, at its recorded time divided by the level (the speed-up).
+
+    Each worker takes its own part of the pool: as many prompts as it has requests to
+    send where that is known (a request budget, an arrival schedule), else an even part.
+    With ``cursor`` the level's prompts start there in the pool (the caller keeps the
+    place from level to level); without, each worker goes on from where its last level of
+    the pool stopped (``LevelPlan.resume_prompts``)."""
     load = spec.load
     scenario = scenario or scenario_name(load.mode, level, pool.input_tokens)
     duration_s = load.level_limit_s
@@ -105,17 +106,20 @@ def plan_level(
         prompt_start=pool.start,
         prompt_count=pool.count,
     )
+    if cursor is not None:
+        common = dataclasses.replace(common, resume_prompts=False)
     if load.mode == "concurrency":
         streams = int(level)
         active = min(workers, streams)
         shares = split_evenly(streams, active)
-        budgets = split_evenly(load.max_requests, active) if load.max_requests else [None] * active
+        budgets = split_evenly(load.max_requests, active) if load.max_requests else None
+        starts = _prompt_starts(active, budgets, prompts, cursor)
         return {
             i: dataclasses.replace(
                 common,
                 concurrency=shares[i],
-                max_requests=budgets[i],
-                prompt_offset=(i * prompts) // active,
+                max_requests=budgets[i] if budgets else None,
+                prompt_offset=starts[i],
             )
             for i in range(active)
         }
@@ -134,17 +138,32 @@ def plan_level(
     active = max(1, min(workers, len(offsets)))
     caps = split_evenly(load.max_concurrency, active) if load.max_concurrency else [0] * active
     end = pool.start + len(offsets)
+    arrivals = split_round_robin(offsets, active)
+    starts = _prompt_starts(active, [len(share) for share in arrivals], prompts, cursor)
     return {
         i: dataclasses.replace(
             common,
             concurrency=caps[i],
             arrivals_s=share,
-            prompt_offset=(i * prompts) // active,
+            prompt_offset=starts[i],
             # A trace's request k has its own prompt (its length, its shared blocks): k.
             prompt_indices=tuple(range(pool.start + i, end, active)) if trace else (),
         )
-        for i, share in enumerate(split_round_robin(offsets, active))
+        for i, share in enumerate(arrivals)
     }
+
+
+def _prompt_starts(
+    active: int, spans: Sequence[int] | None, prompts: int, cursor: int | None
+) -> list[int]:
+    """Where each of ``active`` workers' prompts start in a pool of ``prompts``: from
+    ``cursor`` (0), each after the ``spans`` (the prompts each one sends) of the workers
+    before it; without spans (a level bounded by time), an even part each."""
+    base = cursor or 0
+    if spans is None:
+        return [(base + (i * prompts) // active) % prompts for i in range(active)]
+    starts = itertools.accumulate([base, *spans[:-1]])
+    return [start % prompts for start in starts]
 
 
 def worker_config(

@@ -171,15 +171,16 @@ class LocustPool(LoadEngine):
 
     def run_level(self, plans: dict[int, LevelPlan], sink: LevelSink) -> list[WorkerSummary]:
         """The level of ``plans`` (the asyncio engine's per-worker shares, summed: Locust
-        spreads the users itself) on every Locust worker; their summaries. Locust users
-        count no tokens client-side: no record is amended."""
+        spreads the users itself) on every Locust worker; the summaries of those that had
+        something to send (one stream on two workers: one summary). Locust users count no
+        tokens client-side: no record is amended."""
         shares = list(plans.values())
         budgets = [p.max_requests for p in shares]
         total = dataclasses.replace(
             shares[0],
             concurrency=sum(p.concurrency for p in shares),
             max_requests=None if budgets[0] is None else sum(b or 0 for b in budgets),
-            prompt_offset=0,
+            prompt_offset=shares[0].prompt_offset,  # where the level's prompts start
         )
         if total.mode != "concurrency":
             raise LocustFailed("the Locust engine runs closed-loop levels only")

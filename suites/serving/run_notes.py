@@ -1,7 +1,9 @@
 """What a serving run's notes say of how it ran: each level's window, the sweep, the target,
-and the prefix cache's resets."""
+the prefix cache's resets, and the prompts: the pools' sizes and a level's repeats."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from moeperf.suites.serving.level_plan import LevelOutcome
 from moeperf.suites.serving.spec import ServingSpec
@@ -73,3 +75,49 @@ def sweep_note(sweep: SweepRun) -> str:
         if not point.sent:
             note += f" {point.input_tokens} prompt tokens: {point.not_available}."
     return note
+
+
+def repeats_note(spec: ServingSpec, outcome: LevelOutcome) -> str:
+    """What a level that sent some prompt twice says ("" when none did): a no-reuse control
+    level especially, whose hit rate is then no clean control."""
+    repeated = outcome.repeated_prompts
+    if not repeated:
+        return ""
+    sent, distinct = outcome.sent, outcome.pool_prompts
+    said = (
+        f"{outcome.scenario} repeated {repeated} of its {sent} prompts (sent again within "
+        f"the level; its pool held {distinct} distinct prompts)"
+    )
+    if outcome.unique:
+        said = f"Control level {said}: its hit rate is not a clean control"
+    else:
+        said = f"Level {said}: a target with a prefix cache may serve the repeats from it"
+    workload = spec.workload
+    if workload.cache == "reuse":
+        return f"{said} (workload.cache = 'reuse' sends the same prompts again by design)."
+    fix = f"raise workload.num_prompts to at least {sent}"
+    if workload.kind == "dataset":
+        fix += " (a dataset gives no more than its own records)"
+    return f"{said}; {fix}."
+
+
+def pool_note(spec: ServingSpec, sizes: Iterable[int]) -> str:
+    """What the run says when a prompt pool holds more than workload.num_prompts ("" when
+    none does): enough prompts that no level sends one twice (``schedule.pool_size``)."""
+    workload, load = spec.workload, spec.load
+    largest = max(sizes, default=0)
+    if workload.kind == "trace" or largest <= workload.num_prompts:
+        return ""
+    why = []
+    if load.max_requests is not None:
+        extra = " (a capacity probe: and a warm-up request a stream)" if spec.capacity else ""
+        why.append(f"a level sends at most load.max_requests = {load.max_requests}{extra}")
+    if load.mode in ("poisson", "gamma"):
+        why.append(
+            f"an open-loop level sends about its rate times {load.level_limit_s:g} s (with 4 "
+            "standard deviations to spare)"
+        )
+    return (
+        f"Prompts: workload.num_prompts = {workload.num_prompts} raised to as many as "
+        f"{largest} a pool, so that no level sends a prompt twice: {'; '.join(why)}."
+    )

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 from moeperf.suites.errors import UsageError
+from moeperf.suites.serving.capacity.run import probe_budget
 from moeperf.suites.serving.level_loop import PlannedLevels, probe_key
 from moeperf.suites.serving.load.auth import (
     RequestHeaders,
@@ -16,13 +17,15 @@ from moeperf.suites.serving.preflight import TargetCheck
 from moeperf.suites.serving.probe.adapt import adapt_target
 from moeperf.suites.serving.probe.probe import probe_target
 from moeperf.suites.serving.schedule import (
+    PlannedLevel,
     PromptPool,
     level_schedule,
     pool_keys,
+    pool_size,
 )
 from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.sweep_plan import resolve_plan, sweep_plan
-from moeperf.suites.serving.workload.prompts import build_prompt_pools
+from moeperf.suites.serving.workload.prompts import PoolKey, build_prompt_pools
 from moeperf.suites.serving.workload.sources import Prompt
 from moeperf.suites.serving.workload.sweep import (
     SweepRun,
@@ -73,13 +76,28 @@ def planned_levels(
         probes = list(lengths)
     keys = pool_keys(schedule)
     keys += [k for k in (probe_key(spec, n) for n in probes) if k not in keys]
-    built = asyncio.run(build_prompt_pools(spec, base_url, headers, keys))
+    sizes = [_pool_size(spec, schedule, key) for key in keys]
+    built = asyncio.run(build_prompt_pools(spec, base_url, headers, keys, sizes))
     prompts: list[Prompt] = []
     pools = {}
     for key, pool in zip(keys, built, strict=True):
         pools[key] = PromptPool(len(prompts), len(pool), key.input_tokens, key.unique)
         prompts += pool
     return PlannedLevels(prompts, pools, schedule, sweep, trace)
+
+
+def _pool_size(spec: ServingSpec, schedule: list[PlannedLevel], key: PoolKey) -> int:
+    """The prompts of one pool: enough for the levels that draw from it (``pool_size``);
+    a capacity search's, for its max_level with that many warm-up requests on top (one a
+    stream; the rest of a probe's warm-up depends on the rate it meets). A fit's probes
+    are bounded by time: workload.num_prompts."""
+    levels = [planned.level for planned in schedule if planned.key == key]
+    if spec.capacity is not None and key == probe_key(spec, None):
+        top = spec.capacity.max_level
+        budget = probe_budget(spec, top, 0.0)  # None: a probe bounded as [load] says
+        warm_up = 0 if budget is None else budget - (spec.load.max_requests or 0)
+        return pool_size(spec, [top], extra=warm_up)
+    return pool_size(spec, levels)
 
 
 def probed_spec(

@@ -83,6 +83,7 @@ def write_summary(
             cache_reset=outcome.cache_reset.detail if outcome.cache_reset else None,
             repeat=outcome.repeat,
             unique=outcome.unique,
+            repeated_prompts_total=outcome.repeated_prompts,
             turns=turn_summaries(level_frame) if len(frame) else (),
             trace_replay=(
                 trace_replay(level_frame, trace.count, outcome.level)

@@ -26,7 +26,7 @@ from moeperf.suites.serving.embedded.process import EmbeddedTarget, embedded_tar
 from moeperf.suites.serving.embedded.reference import embedded_reference, with_reference_defaults
 from moeperf.suites.serving.faults.inject import Drill
 from moeperf.suites.serving.level_loop import LevelHook, LevelLoop, PlannedLevels
-from moeperf.suites.serving.level_plan import LevelOutcome, worker_config, worker_count
+from moeperf.suites.serving.level_plan import LevelOutcome, worker_config
 from moeperf.suites.serving.load.auth import (
     NO_HEADERS,
     RequestHeaders,
@@ -43,7 +43,7 @@ from moeperf.suites.serving.load.validity import (
 from moeperf.suites.serving.locust_pool import LocustPool
 from moeperf.suites.serving.observe.live import LiveObservers
 from moeperf.suites.serving.preflight import check_target, http_get, served_model
-from moeperf.suites.serving.run_notes import cache_note, sweep_note, window_note
+from moeperf.suites.serving.run_notes import cache_note, pool_note, sweep_note, window_note
 from moeperf.suites.serving.run_parts import (
     AuditPart,
     CapacityPart,
@@ -60,6 +60,7 @@ from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.sweep_fit import search_fit
 from moeperf.suites.serving.telemetry import serving_telemetry
 from moeperf.suites.serving.verdict import as_verdict, conclude
+from moeperf.suites.serving.worker_sizing import worker_sizing
 from moeperf.suites.serving.workload.cache_reset import CacheResetter
 from moeperf.suites.serving.workload.prompts import read_spec_trace
 from moeperf.suites.telemetry import Telemetry
@@ -201,6 +202,9 @@ def _run_levels(
 ) -> None:
     sweep = levels.sweep
     run.add_note(window_note(spec, levels.trace))
+    prompts = pool_note(spec, (pool.count for pool in levels.pools.values()))
+    if prompts:
+        run.add_note(prompts)
     if sweep is not None:
         run.add_note(sweep_note(sweep))
     if spec.target.kind == "synthetic":
@@ -215,7 +219,10 @@ def _run_levels(
             f"moeperf with {described.threads} torch thread(s) ({described.threads_rule}); "
             "it shares the host's cores with the load workers."
         )
-    workers = worker_count(spec)
+    sizing = worker_sizing(spec)
+    if sizing.worth_a_note:
+        run.add_note(sizing.note())
+    workers = sizing.workers
     config = worker_config(spec, base_url, model, levels.prompts, run, headers)
     # From the config the workers get, after any change to it: what is sent is recorded.
     scrape_interval_s = spec.export.scrape_interval_s if spec.export.scrape_target else None

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from moeperf.collectors.scenario import Scenario, ScenarioMode
+from moeperf.suites.serving.load.arrivals import arrivals_bound
 from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.workload.prompts import PoolKey
 
@@ -95,3 +96,24 @@ def pool_keys(schedule: Sequence[PlannedLevel]) -> list[PoolKey]:
         if planned.key not in keys:
             keys.append(planned.key)
     return keys
+
+
+def pool_size(spec: ServingSpec, levels: Sequence[float], extra: int = 0) -> int:
+    """The prompts a pool needs so that none of ``levels`` (those drawing from it) sends
+    one twice, where the run knows that before it starts: workload.num_prompts at least;
+    a level sends at most load.max_requests (and ``extra``, a capacity probe's warm-up),
+    an open-loop one about its rate times its window (``arrivals_bound``). A closed-loop
+    level bounded by time sends what the target answers: its repeats are counted
+    (suites/serving/workload/repeats.py). With workload.cache = "reuse" the prompts are
+    sent again on purpose, and a trace's requests bring their own: num_prompts."""
+    workload, load = spec.workload, spec.load
+    if workload.cache == "reuse" or workload.kind == "trace" or not levels:
+        return workload.num_prompts
+    bounds = []
+    if load.max_requests is not None:
+        bounds.append(load.max_requests + extra)
+    if load.mode in ("poisson", "gamma"):
+        burstiness = load.burstiness if load.mode == "gamma" else 1.0
+        window_s = load.level_limit_s
+        bounds.append(max(arrivals_bound(level, window_s, burstiness) for level in levels))
+    return max(workload.num_prompts, min(bounds, default=0))

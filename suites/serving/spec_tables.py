@@ -62,7 +62,8 @@ class LoadSpec(_Strict):
     # Open loop: cap on requests in flight (0 = none).
     max_concurrency: Annotated[int, Field(ge=0)] = 0
     # Load worker processes; "auto": one per 128 streams (or 100 requests/s open loop) of
-    # the highest level, at least 1 and at most the usable cores.
+    # the highest level the run can reach (a capacity search's max_level, a fit's
+    # max_streams), at least 1 and at most the usable cores.
     workers: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
     # "asyncio": the precise engine (one event loop per worker process); "locust": Locust
     # workers under a master, on this host or several ([locust]; closed loop only).

@@ -150,3 +150,61 @@ def test_the_web_ui_shows_ttft_tpot_and_e2e_while_the_run_goes_on(tmp_path):
     assert f"web UI at http://127.0.0.1:{ui_port}" in " ".join(
         _summary(tmp_path / "runs")[1].manifest.notes
     )
+
+
+# A level bounded by count alone (no duration_s): its window is only the 600 s safety limit.
+COUNT_BOUND_SPEC = """
+suite = "serving"
+name = "locust-count-bound"
+description = "one stream, bounded by its count, on two Locust workers"
+
+[target]
+kind = "synthetic"
+api = "chat"
+
+[target.synthetic]
+ttft_s = 0.01
+itl_s = 0.002
+jitter = "none"
+
+[workload]
+kind = "random"
+num_prompts = 16
+tokenizer = "server"
+
+[workload.input_tokens]
+dist = "fixed"
+mean = 32
+
+[workload.output_tokens]
+dist = "fixed"
+mean = 4
+
+[load]
+levels = [1]
+max_requests = 10
+warmup_s = 0.0
+"""
+
+
+@pytest.mark.timeout(150)
+def test_a_count_bound_level_ends_when_a_worker_has_no_users(tmp_path):
+    # One stream on two workers: one of them gets no user, so no share of the level and no
+    # summary to wait for (the master waited for one until its 60 s gave out).
+    spec = tmp_path / "count-bound.toml"
+    spec.write_text(COUNT_BOUND_SPEC)
+    run = moeperf(tmp_path / "runs", "run", str(spec), "--engine", "locust", "--workers", "2",
+                  "--set", "harness.max_loop_lag_p99_s=0.05", "--set",
+                  "harness.max_cpu_fraction=1", timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    summary, reader = _summary(tmp_path / "runs")
+    requests = reader.requests()
+    assert len(requests) == requests["request_id"].nunique() == 10
+    assert set(requests["status"]) == {"ok"}
+    assert requests["worker"].nunique() == 1  # the one worker with the stream sent them all
+    audit = summary.request_audit
+    assert audit is not None and audit.exact and audit.sent == audit.recorded == 10
+    # Only the worker that sent reports on the level: an idle one's watch of an empty
+    # level (its CPU over a few ms of wall time) would judge nothing but noise.
+    (entry,) = summary.scenarios.values()
+    assert [(r.worker, r.sent) for r in entry.harness] == [(requests["worker"].iloc[0], 10)]

@@ -99,7 +99,8 @@ def _only_fields_of(new: Any, old: Any) -> Any:
         kept = [k for k in keys if k in old]
         assert keys[: len(kept)] == kept, f"fields added before old ones: {keys}"
         return {k: _only_fields_of(new[k], old[k]) for k in kept}
-    if isinstance(new, list) and isinstance(old, list) and len(new) == len(old):
+    # summary_to_json keeps tuples (json.dumps writes them as lists).
+    if isinstance(new, (list, tuple)) and isinstance(old, list) and len(new) == len(old):
         return [_only_fields_of(n, o) for n, o in zip(new, old, strict=True)]
     return new
 

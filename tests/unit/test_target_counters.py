@@ -137,13 +137,15 @@ def test_synthetic_target_has_none_of_them():
     scrapes.scrape(page())
     scrapes.scrape(page())
     level = level_target_counters(scrapes.records)["c=2"]
-    # It exports its running and waiting requests, none of the engine's counters.
+    # It exports its running and waiting requests and its token counts, none of the
+    # engine's counters: no cached prompt tokens, no latency histograms.
     assert level == TargetCounters(
         dialect="synthetic",
         gauge_scrapes=1,
         generation_tokens=64,
         running_max=0.0,
         waiting_max=0.0,
+        prompt_tokens=0.0,
     )
 
 

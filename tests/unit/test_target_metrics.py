@@ -21,8 +21,10 @@ from moeperf.collectors.sources.target_dialects import (
     TARGET_ACCEPTED_PER_POSITION,
     TARGET_DRAFTS,
     TARGET_ENGINE_STEPS,
+    TARGET_KV_BLOCK_TOKENS,
     TARGET_PREEMPTIONS,
     TARGET_PROCESS_RSS,
+    TARGET_SERVER_TTFT,
 )
 from moeperf.collectors.sources.target_metrics import (
     ExpositionError,
@@ -184,6 +186,9 @@ sglang:time_to_first_token_seconds_count{model_name="deepseek-ai/DeepSeek-V3"} 1
 """
 
 
+TTFT_BUCKET = TARGET_SERVER_TTFT.name + "_bucket"
+
+
 def values(text: str) -> dict:
     """Canonical name (plus labels, where any) -> value, copies combined."""
     _, samples = read_exposition(text)
@@ -210,6 +215,14 @@ def test_vllm_v1_page_reads_new_names_once_and_combines_engines():
         TARGET_FINISHED_REQUESTS.name: 80.0,  # every finished_reason, both engines
         # prometheus_client's process collector: the API server's resident memory.
         TARGET_PROCESS_RSS.name: 2.1e9,
+        # cache_config_info's block_size label (it has no num_gpu_blocks: no blocks).
+        TARGET_KV_BLOCK_TOKENS.name: 16.0,
+        # The TTFT histogram as counters: a bucket per le, its count and its sum.
+        (TTFT_BUCKET, (("le", "0.001"),)): 0.0,
+        (TTFT_BUCKET, (("le", "0.1"),)): 20.0,
+        (TTFT_BUCKET, (("le", "+Inf"),)): 50.0,
+        TARGET_SERVER_TTFT.name + "_count": 50.0,
+        TARGET_SERVER_TTFT.name + "_sum": 12.5,
     }
 
 

@@ -25,11 +25,8 @@ def arrival_offsets_s(
     if burstiness <= 0:
         raise ValueError(f"burstiness must be > 0, got {burstiness}")
     rng = np.random.default_rng(seed)
-    expected = rate_rps * duration_s
-    if max_requests is not None:  # a count-bound level's window is only a safety limit
-        expected = min(expected, max_requests)
     # Draw in batches until past the window; 4 sigma beyond the mean rarely needs a second.
-    batch = int(expected + 4 * np.sqrt(expected / burstiness) + 16)
+    batch = arrivals_bound(rate_rps, duration_s, burstiness, max_requests)
     offsets = np.empty(0)
     start = 0.0
     while True:
@@ -43,6 +40,18 @@ def arrival_offsets_s(
     if max_requests is not None:
         offsets = offsets[:max_requests]
     return offsets
+
+
+def arrivals_bound(
+    rate_rps: float, duration_s: float, burstiness: float = 1.0, max_requests: int | None = None
+) -> int:
+    """How many arrivals a schedule of ``duration_s`` rarely exceeds: the mean count, 4
+    standard deviations and 16 more (with gamma gaps of shape k, the count's variance
+    is about the mean / k); ``max_requests`` bounds it where given."""
+    expected = rate_rps * duration_s
+    if max_requests is not None:  # a count-bound level's window is only a safety limit
+        expected = min(expected, max_requests)
+    return int(expected + 4 * np.sqrt(expected / burstiness) + 16)
 
 
 def split_round_robin(offsets: np.ndarray, workers: int) -> list[tuple[float, ...]]:

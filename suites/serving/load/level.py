@@ -75,24 +75,24 @@ class LevelRunner:
         self._slots: list[asyncio.Task] = []
         # Kept across levels: a target that is down stays backed off until it answers.
         self._sender = BackoffSender(ConnectBackoff(random.Random(index)), self._stream)
-        # One cycle per slice of the prompts, kept across levels (see run).
-        self._cycles: dict[tuple[int, int], Iterator[Prompt]] = {}
-        self._prompts: Iterator[Prompt] | None = None  # the running level's cycle
+        # One cycle of positions per slice of the prompts, kept across levels (see run).
+        self._cycles: dict[tuple[int, int], Iterator[int]] = {}
+        self._positions: Iterator[int] | None = None  # the running level's cycle
+        self._first: int | None = None  # the position of the level's first prompt
 
     async def run(self, plan: LevelPlan) -> WorkerSummary:
-        # The worker's first level of a slice starts at its offset; later levels go on from
-        # where the last one stopped, so a level never replays the prompts the level
-        # before it just sent (a target with prefix caching would serve those from its
-        # cache).
+        # A level starts at its offset in the slice, or (``resume_prompts``, after the
+        # worker's first level of the slice) where the last one stopped, so a level never
+        # replays the prompts the level before it just sent (a target with prefix caching
+        # would serve those from its cache).
         pool = (plan.prompt_start, plan.prompt_count)
-        if pool not in self._cycles:
-            prompts = self.config.prompts
-            if plan.prompt_count:
-                prompts = prompts[plan.prompt_start : plan.prompt_start + plan.prompt_count]
+        if pool not in self._cycles or not plan.resume_prompts:
+            size = plan.prompt_count or len(self.config.prompts)
             self._cycles[pool] = itertools.islice(
-                itertools.cycle(prompts), plan.prompt_offset, None
+                itertools.cycle(range(size)), plan.prompt_offset, None
             )
-        self._prompts = self._cycles[pool]
+        self._positions = self._cycles[pool]
+        self._first = None
         self._late = 0
         self._sent = 0
         watch = SelfWatch()
@@ -128,8 +128,9 @@ class LevelRunner:
         self._slots = []
         offered = len(plan.arrivals_s) if plan.mode != "concurrency" else self._sent
         return WorkerSummary(
-            self.index, plan.scenario, offered, self._sent, self._late, await watch.stop()
-        )
+            self.index, plan.scenario, offered, self._sent, self._late, await watch.stop(),
+            self._first,
+        )  # fmt: skip
 
     async def _report_health(self, scenario: str, watch: SelfWatch, in_flight: set) -> None:
         # For live export only: a few small messages a second, off the per-chunk path.
@@ -229,8 +230,12 @@ class LevelRunner:
         """Send one request and record it; the reply's text when it ended ok (a
         conversation's next turn needs it), else None."""
         config = self.config
-        assert self._prompts is not None  # set by run() before any request
-        prompt = prompt or next(self._prompts)
+        if prompt is None:  # the level's next prompt (a trace's request brings its own)
+            assert self._positions is not None  # set by run() before any request
+            position = next(self._positions)
+            if self._first is None:
+                self._first = position
+            prompt = config.prompts[plan.prompt_start + position]
         messages = None
         if turn is not None:
             messages = [*turn.history, {"role": "user", "content": prompt.text}]

@@ -64,8 +64,11 @@ class LevelPlan:
     arrivals_s: tuple[float, ...] = ()
     # Closed loop: this worker's share of the level's request budget (None: time-bound).
     max_requests: int | None = None
-    # Index of the first prompt this worker uses, so workers do not send the same prompts.
+    # Index (in the level's prompts) of the first prompt this worker uses, so workers do
+    # not send the same prompts; with ``resume_prompts``, only on the worker's first level
+    # of these prompts: a later one goes on from where the last one stopped.
     prompt_offset: int = 0
+    resume_prompts: bool = True
     # The level's prompts: ``prompt_count`` of WorkerConfig.prompts from ``prompt_start``
     # (0: all of them); a sweep gives each prompt length its own slice.
     prompt_start: int = 0

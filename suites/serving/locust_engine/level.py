@@ -22,7 +22,6 @@ from moeperf.collectors.serving_records import WorkerSummary
 from moeperf.suites.serving.load.plan import LevelPlan, WorkerConfig
 from moeperf.suites.serving.load.request_of import body_of, new_record
 from moeperf.suites.serving.locust_engine.selfwatch import GeventSelfWatch
-from moeperf.suites.serving.workload.sources import Prompt
 
 _POLL_S = 0.005
 
@@ -41,21 +40,22 @@ class WorkerRun:
 
     def __post_init__(self) -> None:
         self.sequence = itertools.count()  # request numbers, across levels: ids stay unique
-        self.cycles: dict[tuple[int, int], Iterator[Prompt]] = {}
+        self.cycles: dict[tuple[int, int], Iterator[int]] = {}  # positions in each slice
 
     def now_ns(self) -> int:
         """Now on the harness's clock, from its anchor (what records hold)."""
         return time.monotonic_ns() - self.offset_ns - self.config.anchor_ns
 
-    def prompts(self, plan: LevelPlan) -> Iterator[Prompt]:
-        # As the asyncio workers do: a slice's cycle starts at the worker's offset and goes
-        # on from where the last level of that slice stopped.
+    def positions(self, plan: LevelPlan) -> Iterator[int]:
+        """The level's positions in its slice of the prompts, as the asyncio workers take
+        them: from the worker's offset, or (``resume_prompts``, after its first level of
+        the slice) on from where the last level of that slice stopped."""
         key = (plan.prompt_start, plan.prompt_count)
-        if key not in self.cycles:
-            prompts = self.config.prompts
-            if plan.prompt_count:
-                prompts = prompts[plan.prompt_start : plan.prompt_start + plan.prompt_count]
-            self.cycles[key] = itertools.islice(itertools.cycle(prompts), plan.prompt_offset, None)
+        if key not in self.cycles or not plan.resume_prompts:
+            size = plan.prompt_count or len(self.config.prompts)
+            self.cycles[key] = itertools.islice(
+                itertools.cycle(range(size)), plan.prompt_offset, None
+            )
         return self.cycles[key]
 
 
@@ -75,7 +75,8 @@ class RunningLevel:
         self._budget = (
             itertools.count() if plan.max_requests is None else iter(range(plan.max_requests))
         )
-        self._prompts = run.prompts(plan)
+        self._positions = run.positions(plan)
+        self.first_prompt: int | None = None  # its position in the slice
         self.spent = False  # the budget ran out before the window
         self.sent = 0
         self.in_flight: dict[gevent.Greenlet, RequestRecord] = {}
@@ -95,7 +96,10 @@ class RunningLevel:
             self.spent = True
             return None
         run = self.run
-        prompt = next(self._prompts)
+        position = next(self._positions)
+        if self.first_prompt is None:
+            self.first_prompt = position
+        prompt = run.config.prompts[self.plan.prompt_start + position]
         intended_abs_ns = time.monotonic_ns() - run.offset_ns  # closed loop: sent now
         request_id = f"{run.config.request_id_prefix}L{run.index}-{next(run.sequence)}"
         plan_on_master = replace(self.plan, start_ns=self.plan.start_ns - run.offset_ns)
@@ -119,8 +123,9 @@ class RunningLevel:
         while self.in_flight:
             gevent.sleep(_POLL_S)
         return WorkerSummary(
-            self.run.index, self.plan.scenario, self.sent, self.sent, 0, self.watch.stop()
-        )
+            self.run.index, self.plan.scenario, self.sent, self.sent, 0, self.watch.stop(),
+            self.first_prompt,
+        )  # fmt: skip
 
     def stop_now(self) -> None:
         """The run was stopped: send nothing more and cancel what is in flight now."""

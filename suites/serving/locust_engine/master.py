@@ -3,10 +3,10 @@ started by the harness (suites/serving/locust_pool.py), which it answers on stdo
 
 It waits for its workers, measures each one's clock offset (ping-pong, the least
 round trip of several), hands each the run's config, then runs the levels the harness
-sends: users spawned across the workers (Locust's dispatcher, evenly), each worker told
-its share (its users, its part of the request budget), records passed on as they come,
-and each worker's summary at the level's end. With ``--ui``, Locust's web UI on
-127.0.0.1 (``--ui-host`` to put it elsewhere).
+sends: users spawned across the workers (Locust's dispatcher, evenly), each worker with
+something to send told its share (its users, its part of the request budget), records
+passed on as they come, and those workers' summaries at the level's end. With ``--ui``,
+Locust's web UI on 127.0.0.1 (``--ui-host`` to put it elsewhere).
 
 stdin, one JSON object per line: {"cmd": "config", "config": packed WorkerConfig},
 {"cmd": "level", "plan": packed LevelPlan (concurrency and max_requests: the level's
@@ -24,6 +24,7 @@ monkey.patch_all()
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
+import itertools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -144,30 +145,43 @@ class _Master:
         return t1 - (t0 + t2) // 2, (t2 - t0) // 2
 
     def level(self, plan: LevelPlan) -> None:
-        """Spawn the level's users, tell each worker its share, wait for every summary."""
+        """Spawn the level's users, tell each worker that has a share its share, wait for
+        their summaries. A worker without users or requests (one stream on two workers)
+        sends nothing: it is not told the level, and no summary of it is waited for (its
+        own watch over an empty level would judge nothing but noise)."""
         self.done = {}
         total = plan.concurrency
         # Fast, within Locust's advice (it warns past 100 users a second per worker).
         self.runner.start(total, spawn_rate=100 * len(self.order))
         self._wait(lambda: self._user_counts() is not None, "the level's users to spawn")
         counts = self._user_counts() or {}
+        users = [counts[i] for i in self.order]
         budgets = (
-            _proportional(plan.max_requests, [counts[i] for i in self.order])
+            _proportional(plan.max_requests, users)
             if plan.max_requests is not None
             else [None] * len(self.order)
         )
         assert self.config is not None
         size = plan.prompt_count or len(self.config.prompts)
-        for index, node_id in enumerate(self.order):
+        # Each worker starts its own part of the prompts, from the level's offset, as the
+        # asyncio workers do: its requests' worth after the workers before it (a
+        # count-bound level), or a part as large as its share of the users.
+        spans = budgets if plan.max_requests is not None else _proportional(size, users)
+        starts = list(itertools.accumulate([0, *(span or 0 for span in spans)]))
+        sending = [i for i, node in enumerate(self.order) if counts[node] and budgets[i] != 0]
+        for index in sending:
             share = dataclasses.replace(
                 plan,
-                concurrency=counts[node_id],
+                concurrency=users[index],
                 max_requests=budgets[index],
-                # As the asyncio workers: each starts its own part of the prompts.
-                prompt_offset=(index * size) // len(self.order),
+                prompt_offset=(plan.prompt_offset + starts[index]) % size,
             )
-            self.runner.send_message(messages.LEVEL, {"plan": messages.packed(share)}, node_id)
-        self._wait(lambda: len(self.done) == len(self.order), "every worker's level summary")
+            message = {"plan": messages.packed(share)}
+            self.runner.send_message(messages.LEVEL, message, self.order[index])
+        # A level lasts its window (a count-bound one's: its safety limit) and its drain.
+        last_s = (plan.start_ns - time.monotonic_ns()) / 1e9 + plan.duration_s
+        self._wait(lambda: len(self.done) == len(sending), "every worker's level summary",
+                   max(0.0, last_s) + plan.drain_timeout_s + _SPAWN_TIMEOUT_S)  # fmt: skip
         _say(event="level_end")
 
     def _user_counts(self) -> dict[str, int] | None:

@@ -26,7 +26,7 @@ from moeperf.collectors.mtp_ab_records import MtpAbBlock, MtpAbEquality, MtpAbSu
 from moeperf.collectors.store import RunStore, RunWriter
 from moeperf.suites.run_options import RunOptions
 from moeperf.suites.serving.arm_run import ArmRun, ArmTarget, ArmTelemetry, arm_run, start_ns
-from moeperf.suites.serving.level_plan import plan_level, worker_count
+from moeperf.suites.serving.level_plan import plan_level
 from moeperf.suites.serving.load.auth import RequestHeaders, request_headers
 from moeperf.suites.serving.load.pool import WorkerPool
 from moeperf.suites.serving.mode_spec import MtpAbSpec
@@ -36,6 +36,7 @@ from moeperf.suites.serving.observe.scraper import TargetScraper
 from moeperf.suites.serving.preflight import check_target, http_get, served_model
 from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.verdict import Verdict
+from moeperf.suites.serving.worker_sizing import worker_count
 from moeperf.suites.serving.workload.cache_reset import CacheResetter
 from moeperf.suites.serving.workload.prompts import PoolKey, build_prompt_pools
 from moeperf.suites.serving.workload.sources import Prompt

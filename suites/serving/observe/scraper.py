@@ -6,10 +6,13 @@ Each scrape becomes one JSON-ready record for ``server_metrics.jsonl``::
      "series": [{"name", "labels", "kind", "value", "window_value", "run_value"}, ...]}
 
 with counter increases scoped to the run and to the current window (a load level, an A/B
-arm). A target that cannot be scraped (HTTP 404, nothing listening, a body that is not
-Prometheus text, no dialect we know) is recorded once, ``{"t_ns", "available": false,
-"reason", "url"}``, and no longer polled: at once when the answer cannot change (an HTTP
-4xx, a body we cannot read), after ``max_failures`` failures in a row otherwise.
+arm). The target's latency histograms (a counter per bucket: many series) are in the
+records that close a window only (``start_window``, ``stop``): a level reads them from its
+closing scrape, and a long run's file does not grow by them at every poll. A target that
+cannot be scraped (HTTP 404, nothing listening, a body that is not Prometheus text, no
+dialect we know) is recorded once, ``{"t_ns", "available": false, "reason", "url"}``, and
+no longer polled: at once when the answer cannot change (an HTTP 4xx, a body we cannot
+read), after ``max_failures`` failures in a row otherwise.
 
 ``TargetScraper`` is asyncio; ``ThreadedScraper`` runs one on its own thread and event
 loop for the synchronous harness. ``on_sample`` is called on the scraper's loop (thread).
@@ -28,6 +31,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from moeperf.collectors.sources.counter_window import CounterWindow
+from moeperf.collectors.sources.target_dialects import HISTOGRAM_SERIES
 from moeperf.collectors.sources.target_metrics import ExpositionError, read_exposition
 from moeperf.suites.serving.load.auth import NO_HEADERS, RequestHeaders
 
@@ -103,7 +107,7 @@ class TargetScraper:
     async def start_window(self, name: str | None) -> dict[str, Any] | None:
         """Close the current window with a scrape (returned), then open window ``name``."""
         async with self._lock:
-            record = await self._scrape()
+            record = await self._scrape(closing=True)
             self._counters.start_window()
             self.window = name
         return record
@@ -117,7 +121,7 @@ class TargetScraper:
             self._task = None
         try:
             if self._error is None and self._session is not None:
-                await self.scrape_once()
+                await self.scrape_once(closing=True)
         finally:
             await self._close_session()
         if self._error is not None:
@@ -128,10 +132,11 @@ class TargetScraper:
             await self._session.close()
             self._session = None
 
-    async def scrape_once(self) -> dict[str, Any] | None:
-        """Scrape now; the record given to ``on_sample``, or None if none was made."""
+    async def scrape_once(self, *, closing: bool = False) -> dict[str, Any] | None:
+        """Scrape now; the record given to ``on_sample``, or None if none was made.
+        ``closing``: the scrape ends a window, so its record keeps the histograms' series."""
         async with self._lock:
-            return await self._scrape()
+            return await self._scrape(closing=closing)
 
     async def _poll(self) -> None:
         loop = asyncio.get_running_loop()
@@ -145,7 +150,7 @@ class TargetScraper:
         except Exception as exc:  # on_sample failed: surfaced by stop()
             self._error = exc
 
-    async def _scrape(self) -> dict[str, Any] | None:
+    async def _scrape(self, *, closing: bool = False) -> dict[str, Any] | None:
         if self._gave_up or self._session is None:
             return None
         t_ns = self._clock_ns()
@@ -166,8 +171,11 @@ class TargetScraper:
         if dialect == "unknown":
             return self._failed(t_ns, "no known dialect (vllm:, sglang:, reference_, ...)", True)
         self._failures = 0
+        # Every scrape is observed (a restart between edges is seen); histograms are kept
+        # at the edges only.
+        observed = self._counters.observe(samples)
         series = sorted(
-            (w.to_dict() for w in self._counters.observe(samples)),
+            (w.to_dict() for w in observed if closing or w.name not in HISTOGRAM_SERIES),
             key=lambda s: (s["name"], sorted(s["labels"].items())),
         )
         record = {

@@ -93,15 +93,18 @@ async def build_prompt_pools(
     base_url: str,
     headers: RequestHeaders,
     keys: Sequence[PoolKey],
+    sizes: Sequence[int] = (),
 ) -> list[list[Prompt]]:
-    """One pool per key: ``workload.num_prompts`` prompts (a trace: one per request), of
-    the key's exact prompt length (a sweep's) or of the workload's own lengths (None).
+    """One pool per key: ``sizes`` prompts each (default ``workload.num_prompts``; a
+    trace: one per request), of the key's exact prompt length (a sweep's) or of the
+    workload's own lengths (None).
 
     Each key draws from its own seed (``pool_seed``), so that no pool's prompts begin as
     another's do: a target with prefix caching would serve the shared start of a longer
     prompt, or a repeated level, from the cache, and its prefill would not be measured.
     """
     workload = spec.workload
+    sizes = sizes or [workload.num_prompts] * len(keys)
     tokenizer = None
     try:
         tokenizer = resolve_tokenizer(workload.tokenizer, base_url, headers=headers)
@@ -114,7 +117,7 @@ async def build_prompt_pools(
                 )
             dataset = await load_dataset(
                 workload.dataset_path,
-                workload.num_prompts,
+                sizes[0],
                 length_dist(workload.output_tokens),
                 workload.seed,
                 tokenizer,
@@ -126,7 +129,9 @@ async def build_prompt_pools(
                 "lengths: set workload.tokenizer to 'server' (the target's /tokenize) or a "
                 "local Hugging Face tokenizer directory"
             )
-        return [await _pool(spec, tokenizer, key) for key in keys]
+        return [
+            await _pool(spec, tokenizer, key, size) for key, size in zip(keys, sizes, strict=True)
+        ]
     except (TokenizerError, WorkloadError) as exc:
         raise UsageError(f"cannot build the workload: {exc}") from None
     finally:
@@ -134,7 +139,9 @@ async def build_prompt_pools(
             await tokenizer.aclose()
 
 
-async def _pool(spec: ServingSpec, tokenizer: TargetTokenizer, key: PoolKey) -> list[Prompt]:
+async def _pool(
+    spec: ServingSpec, tokenizer: TargetTokenizer, key: PoolKey, size: int
+) -> list[Prompt]:
     workload = spec.workload
     seed = pool_seed(workload.seed, key)
     if workload.kind == "trace":
@@ -149,12 +156,10 @@ async def _pool(spec: ServingSpec, tokenizer: TargetTokenizer, key: PoolKey) -> 
     prefix = workload.prefix
     if prefix is not None and not key.unique:
         plan = PrefixPlan(prefix.count, prefix.tokens, prefix.zipf_s)
-        return await prefixed_prompts(
-            tokenizer, workload.num_prompts, input_len, output_len, plan, seed
-        )
+        return await prefixed_prompts(tokenizer, size, input_len, output_len, plan, seed)
     return await random_prompts(
         tokenizer,
-        workload.num_prompts,
+        size,
         input_len,
         output_len,
         workload.shared_prefix_tokens,
