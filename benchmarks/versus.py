@@ -1,7 +1,9 @@
-"""``python benchmarks/versus.py``: the reference engine against ``transformers serve``.
+"""``python benchmarks/versus.py``: the reference engine against ``transformers serve`` and
+vLLM (its CPU build, ``benchmarks/vllm_server.py``; skipped, and said, where it is not
+installed).
 
-Both serve the same model directory (the shipped tiny MoE) on this host's CPU with the
-same number of torch threads, one after the other in the same sitting, and both are
+All three serve the same model directory (the shipped tiny MoE) on this host's CPU with the
+same number of torch threads, one after the other in the same sitting, and all are
 driven by moeperf through the same path as ``moeperf run``, with the same workload: chat
 requests of 128 prompt tokens and up to 64 output tokens, greedy (temperature 0), built
 with the model directory's own tokenizer so both get the same prompts, ``ignore_eos`` off
@@ -11,6 +13,10 @@ MTP off (the comparable engine) and with its shipped default of 2 draft tokens.
 Printed: output tokens/s, TTFT p50/p99, TPOT p50, mean output tokens per request (the
 workloads match when these agree) and failed requests, per target and level, and the
 reference's output rate over transformers serve's. ``--json PATH`` writes every row.
+
+Each serves in its own default precision, as a user gets it: the reference engine float32,
+transformers serve and vLLM the config's bfloat16; vLLM compiles its model (no
+``--enforce-eager``), its one OpenMP thread bound to a core.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import vllm_server
 from rich.console import Console
 from rich.table import Table
 from transformers_serve import TransformersServe, running
@@ -42,12 +49,13 @@ LEVELS = (1, 4, 16)
 @dataclass(frozen=True)
 class Arm:
     name: str
-    kind: str  # "transformers" or "reference"
+    kind: str  # "transformers", "vllm" or "reference"
     mtp_tokens: int = 0
 
 
 ARMS = (
     Arm("transformers serve", "transformers"),
+    Arm(f"vLLM {vllm_server.VLLM_VERSION} (CPU)", "vllm"),
     Arm("reference, MTP off", "reference", 0),
     Arm("reference, MTP 2 (default)", "reference", 2),
 )
@@ -71,7 +79,7 @@ def spec_data(
     arm: Arm, url: str, model_dir: Path, threads: int, duration_s: float
 ) -> dict[str, Any]:
     target: dict[str, Any] = {"api": "chat", "ignore_eos": False}
-    if arm.kind == "transformers":
+    if arm.kind in ("transformers", "vllm"):
         target |= {"kind": "url", "url": url}
     else:
         target |= {
@@ -107,6 +115,11 @@ def spec_data(
 
 @contextmanager
 def _served(arm: Arm, model_dir: Path, threads: int) -> Iterator[str]:
+    if arm.kind == "vllm":
+        server = vllm_server.VllmServer(model_dir, threads=threads, eager=False)
+        with vllm_server.running(server) as url:
+            yield url
+        return
     if arm.kind != "transformers":
         yield ""
         return
@@ -158,7 +171,9 @@ def _num(value: float | None, spec: str, scale: float = 1.0) -> str:
 
 def table(rows: Sequence[Row]) -> Table:
     base = {r.streams: r.output_tok_s for r in rows if r.arm == ARMS[0].name}
-    out = Table(title="reference engine vs transformers serve (same model, CPU, same threads)")
+    out = Table(
+        title="reference engine vs transformers serve and vLLM (same model, CPU, same threads)"
+    )
     for column in (
         "target", "streams", "output tok/s", "vs transformers", "TTFT p50 ms",
         "TTFT p99 ms", "TPOT p50 ms", "mean output tokens", "ok", "failed",
@@ -200,6 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_dir = default_model_dir()
     rows: list[Row] = []
     for arm in ARMS:
+        if arm.kind == "vllm" and not vllm_server.installed():
+            console.print(f"[bold]{arm.name}[/bold]: not installed (docs/targets/vllm.md); skipped")
+            continue
         console.print(f"[bold]{arm.name}[/bold]: levels {list(LEVELS)}, {args.threads} thread(s)")
         rows += measure(arm, store, model_dir, args.threads, args.duration_s)
     console.print(table(rows))

@@ -127,6 +127,15 @@ def test_a_curve_completes_and_reads_vllms_counters(vllm_url, tmp_path):
         assert counters.running_max is not None and counters.running_max >= 1
         assert counters.preemptions == 0
         assert counters.prefix_cache_queries is not None and counters.prefix_cache_queries > 0
+        assert counters.kv_block_size_tokens == 128  # cache_config_info's block_size
+        # vLLM's own histograms: every request of the level, and its TTFT span lies inside
+        # the client's (from after the HTTP body arrived to before the chunk is streamed).
+        server = counters.server_latency
+        assert server is not None and server.ttft_s is not None and server.e2e_s is not None
+        assert server.ttft_s.count == server.e2e_s.count == 16
+        client_ttft_mean = level.latency_s.ttft_from_send_s.mean
+        assert server.ttft_s.mean_s is not None and client_ttft_mean is not None
+        assert 0 < server.ttft_s.mean_s < client_ttft_mean
     # What vLLM counted generating over the run is what the client received.
     generated = sum(
         c.generation_tokens or 0.0
@@ -213,7 +222,8 @@ def test_a_capacity_search_brackets_vllm(vllm_url, tmp_path):
         tmp_path, "capacity", *served_tokens(vllm_url),
         "workload.output_tokens.mean=32", "load.max_requests=32", "load.warmup_s=0",
         # Measured here: TTFT p99 ~0.2-0.4 s up to 8 streams, ~1.2 s at 32; 64 fails 1 s.
-        "capacity.start=4", "capacity.max_level=64", "capacity.max_probes=8",
+        "capacity.start=4", "capacity.min_level=1", "capacity.max_level=64",
+        "capacity.max_probes=8",
         "capacity.ttft_p99_s=1.0", "capacity.tpot_p99_s=0.1",
     )  # fmt: skip
     capacity = serving_summary(reader).capacity
@@ -221,7 +231,8 @@ def test_a_capacity_search_brackets_vllm(vllm_url, tmp_path):
     assert capacity.status in ("resolved", "probe_limit"), capacity
     # An interval: a level that held the SLOs below one that did not.
     assert capacity.passed_level is not None and capacity.failed_level is not None
-    assert 4 <= capacity.passed_level < capacity.failed_level <= 64
+    # (From 4 streams down to 1 when the host is busier than here.)
+    assert 1 <= capacity.passed_level < capacity.failed_level <= 64
     assert all(p.passed is not None for p in capacity.probes)
     assert code in (0, 1)
 

@@ -46,9 +46,10 @@ class Case:
 
 
 CASES = [
+    # Captured from vLLM 0.32.0 drafting with n-grams: one step gave two tokens.
     Case(
-        "vllm_chat_continuous_usage", "chat", "ok", "done", [0, 1, 1, 3, 1, 1, 2, 0],
-        "usage_stats", 9, 1, "Hello, world! 👋 How are you?",
+        "vllm_chat_continuous_usage", "chat", "ok", "done", [0, *[1] * 11, 2, 1, 1, 1, 0],
+        "usage_stats", 16, 1, "\nReturn a list of the given string.\n\nReturn the number of the",
     ),
     Case(
         "sglang_chat", "chat", "ok", "done", [0, 1, 1, 1, 1, 1, 1, 0],
@@ -86,9 +87,10 @@ CASES = [
         "usage_absent_crlf", "chat", "ok", "done", [0, 1, 1, 1, 1, 0],
         "assumed_one", None, 1, " Sure. Here it",
     ),
+    # Captured from vLLM 0.32.0 drafting with n-grams: accepted drafts, 4 tokens a chunk.
     Case(
-        "vllm_completions_logprobs", "completions", "ok", "done", [1, 2, 1, 1, 0],
-        "logprobs", 5, 0, " Paris. It is the",
+        "vllm_completions_logprobs", "completions", "ok", "done", [1, 1, 1, 1, 1, 1, 4, 4, 2, 0],
+        "logprobs", 16, 0, " is" + " used to be" * 5,
     ),
 ]  # fmt: skip
 
