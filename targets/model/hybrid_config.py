@@ -28,8 +28,10 @@ class HybridConfig:
     # Gated DeltaNet
     linear_num_key_heads: int = 2
     linear_num_value_heads: int = 4
-    linear_key_head_dim: int = 32
-    linear_value_head_dim: int = 32
+    # 128, as Qwen3-Next's: vLLM's CPU gated-delta-rule kernel serves it, and refused the
+    # 32 of the first hybrid model ("Unexpected head dim size, 32").
+    linear_key_head_dim: int = 128
+    linear_value_head_dim: int = 128
     linear_conv_kernel_dim: int = 4
     # mixture of experts, a shared expert beside the routed ones
     num_experts: int = 8

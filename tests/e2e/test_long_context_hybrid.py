@@ -7,7 +7,8 @@ The spec's two longest lengths, 2,040 and 4,064 prompt tokens + 32 output tokens
 stream; 512 KV blocks of 16 tokens. Per token the engine keeps K and V of 2 attention
 slots (the full-attention layer and the MTP module) x 2 kv heads x 64 dims x 4 bytes =
 2,048 bytes; per running request, for each of the 3 linear layers, a conv state of
-(4 - 1) x 256 channels and a 4 x 32 x 32 recurrent state, all fp32: 58,368 bytes.
+(4 - 1) x 1,024 channels (2 key heads x 128 twice, 4 value heads x 128) and a 4 x 128 x 128
+recurrent state, all fp32: 823,296 bytes.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from moeperf.collectors.store import RunStore
 
 BLOCK_TOKENS, OUTPUT_TOKENS, KV_BLOCKS = 16, 32, 512
 KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 64 * 4
-STATE_BYTES = 3 * ((4 - 1) * 256 * 4 + 4 * 32 * 32 * 4)
+STATE_BYTES = 3 * ((4 - 1) * 1024 * 4 + 4 * 128 * 128 * 4)
 
 
 @pytest.mark.timing
@@ -46,7 +47,7 @@ def test_kv_grows_with_the_context_and_the_linear_state_stays_flat(tmp_path, cap
     plan = summary.sweep.plan
     assert plan is not None
     assert plan.kv_bytes_per_token == KV_BYTES_PER_TOKEN
-    assert plan.state_bytes_per_sequence == STATE_BYTES == 58_368
+    assert plan.state_bytes_per_sequence == STATE_BYTES == 823_296
     kv_bytes = []
     for point in summary.sweep.points:
         (name,) = point.scenarios
