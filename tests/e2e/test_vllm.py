@@ -40,7 +40,8 @@ from moeperf.targets.model.checkpoint import (
     save_model_dir,
 )
 
-pytestmark = [pytest.mark.slow]
+# A test that starts servers waits for each to load (45-100 s here, longer on a busy host).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 MODEL_DIR = default_model_dir()
 HYBRID = hybrid_model_dir()
