@@ -15,6 +15,15 @@ DASH = "-"
 EXACT = "exact (sum / count)"
 
 
+def repeats_suffix(entry: ScenarioSummary) -> str:
+    """How many of a level's prompts it sent twice, where it did (a control level's hit rate
+    is then no clean control), to follow its hit rate; "" where none."""
+    if not entry.repeated_prompts_total:
+        return ""
+    sent = sum(worker.sent for worker in entry.harness)
+    return f" ({entry.repeated_prompts_total} of {sent} prompts repeated)"
+
+
 def bound_ms(bound_s: float) -> str:
     """A bucket bound in ms, with as few digits as it has ("20", "250", "2,560,000")."""
     return f"{bound_s * 1e3:,.10g}"

@@ -27,6 +27,7 @@ from moeperf.reports.figures.trace_replay import arrival_series, trace_replay_ch
 from moeperf.reports.figures.turns import turns_chart
 from moeperf.reports.render import Chart, Table
 from moeperf.reports.target_counters import NOT_SCRAPED
+from moeperf.reports.target_text import repeats_suffix
 
 NOT_ASKED = "not asked (workload.cache = 'reuse')"
 CACHED_SHARE = "cached prompt share = prompt tokens it served from a cache / its prompt tokens; "
@@ -142,13 +143,8 @@ def reuse_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
 
 
 def _reuse_hit_rate(entry: ScenarioSummary) -> str:
-    """The level's hit rate, and how many of its prompts it sent twice where it did (the
-    control's hit rate is then no clean control)."""
-    rate = hit_rate(entry)
-    if entry.repeated_prompts_total:
-        sent = sum(worker.sent for worker in entry.harness)
-        rate += f" ({entry.repeated_prompts_total} of {sent} prompts repeated)"
-    return rate
+    """The level's hit rate, and its repeated prompts where it had any."""
+    return hit_rate(entry) + repeats_suffix(entry)
 
 
 def turn_blocks(scenarios: Mapping[str, ScenarioSummary]) -> list[Chart | Table]:

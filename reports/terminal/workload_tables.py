@@ -12,6 +12,7 @@ from moeperf.collectors.serving_records import ScenarioSummary
 from moeperf.collectors.target_counters import NOT_AVAILABLE
 from moeperf.collectors.workload_records import REPEAT_METRIC_LABELS, RepeatLevel
 from moeperf.collectors.workload_summary import ON_TIME_S
+from moeperf.reports.target_text import repeats_suffix
 from moeperf.reports.terminal.cells import DASH, ms_cell
 
 
@@ -104,13 +105,8 @@ def reuse_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
 
 
 def _reuse_hit_rate_cell(entry: ScenarioSummary) -> str:
-    """The level's hit rate, and how many of its prompts it sent twice where it did (the
-    control's hit rate is then no clean control)."""
-    cell = hit_rate_cell(entry)
-    if entry.repeated_prompts_total:
-        sent = sum(worker.sent for worker in entry.harness)
-        cell += f" ({entry.repeated_prompts_total} of {sent} prompts repeated)"
-    return cell
+    """The level's hit rate, and its repeated prompts where it had any."""
+    return hit_rate_cell(entry) + repeats_suffix(entry)
 
 
 def turns_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
