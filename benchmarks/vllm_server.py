@@ -24,7 +24,7 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,6 @@ class VllmServer:
     # host's CPU; the tests take it, benchmarks/versus.py does not (users compile).
     eager: bool = True
     dtype: str = "bfloat16"
-    extra_args: tuple[str, ...] = field(default=())
 
 
 def python() -> Path:
@@ -92,7 +91,7 @@ def command(server: VllmServer, port: int) -> list[str]:
         args.append("--enforce-eager")
     if server.speculative is not None:
         args += ["--speculative-config", json.dumps(dict(server.speculative))]
-    return args + list(server.extra_args)
+    return args
 
 
 def environment(server: VllmServer) -> dict[str, str]:
