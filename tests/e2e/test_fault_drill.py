@@ -4,6 +4,13 @@ starts, and a hook drill against a target moeperf did not start (a url target).
 Each fault must be seen in what was measured: the kill as failed requests with a finite
 recovery, each window as its own error type, and every request sent exactly once in the
 records; a hook that fails fails the run, with the records kept.
+
+None of these is a timing test (issue 48): what a fault does is read from statuses, error
+types and the audit, and every duration checked is a lower bound a busy host only
+lengthens (a kill's recovery past its 0.5 s outage, a stall's requests waiting out its
+1.5 s, and their TTFT above the milliseconds before it). So they run beside the
+other tests, with the harness's own limits relaxed (RELAXED): the client's loop lag
+on a busy host is not their subject.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from moeperf.collectors.store import RunStore
 from moeperf.suites.serving.embedded.process import embedded_target
 
 pytestmark = pytest.mark.slow
+RELAXED = ("--set", "harness.max_loop_lag_p99_s=1.0", "--set", "harness.max_cpu_fraction=1.0")
 
 
 def _only_run(runs: Path):
@@ -30,10 +38,9 @@ def _only_run(runs: Path):
     return reader, summary
 
 
-@pytest.mark.timing
 def test_the_shipped_drill_sees_each_fault_and_loses_no_request(tmp_path):
     runs = tmp_path / "runs"
-    result = moeperf(runs, "run", "faults")
+    result = moeperf(runs, "run", "faults", *RELAXED)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "fault drill" in result.stdout and "request audit: exact" in result.stdout
     reader, summary = _only_run(runs)
@@ -126,13 +133,12 @@ hook_timeout_s = 20
     return path
 
 
-@pytest.mark.timing
 def test_a_hook_drills_a_target_moeperf_did_not_start(tmp_path):
     with embedded_target("moeperf.targets.synthetic", {"ttft_s": 0.02, "itl_s": 0.002}) as target:
         # The user's own way to break and mend their deployment: here, stop it for 1 s.
         command = f"kill -STOP {target.pid} && sleep 1 && kill -CONT {target.pid}"
         spec = _hook_spec(tmp_path / "hook.toml", target.url, command)
-        result = moeperf(tmp_path / "runs", "run", str(spec))
+        result = moeperf(tmp_path / "runs", "run", str(spec), *RELAXED)
     assert result.returncode == 0, result.stdout + result.stderr
     _, summary = _only_run(tmp_path / "runs")
     assert summary.drill is not None

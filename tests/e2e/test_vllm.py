@@ -3,10 +3,10 @@ the shipped default model on one core of this host, driven through the CLI as a 
 
 One server (float32, so that the accuracy suite can hold it to transformers' float32 logits;
 prefix caching on; dev mode for /reset_prefix_cache) serves the probe, a curve, a
-prefix-reuse run, the accuracy suite and a capacity search. A second serves a noised copy of
-the weights (the accuracy suite must fail it), a third drafts with vLLM's n-gram speculative
-decoding (an MTP A/B over url arms against the first). Last, the hybrid model (Qwen3-Next's
-architecture), served with and without vLLM's own MTP drafting.
+prefix-reuse run, the accuracy suite (against the model it serves, and against a noised copy
+of it, which must fail) and a capacity search. A second drafts with vLLM's n-gram
+speculative decoding (an MTP A/B over url arms against the first). Last, the hybrid model
+(Qwen3-Next's architecture), served with vLLM's own MTP drafting.
 
 Measured here (2 cores, one for vLLM): every request ok; prefix-cache hit rate ~0.82 with
 shared prefixes and 0 without; accuracy agreement 1.0 and mean KL ~1e-12 nats; greedy
@@ -15,7 +15,6 @@ outputs identical with and without n-gram drafts.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import urllib.request
@@ -217,19 +216,20 @@ def test_accuracy_against_transformers_passes(vllm_url, tmp_path):
     assert summary.mean_kl is not None and summary.mean_kl < 1e-6
 
 
-def test_accuracy_fails_vllm_serving_noised_weights(tmp_path):
-    _require_vllm()
+def test_accuracy_fails_when_the_reference_is_not_the_model_vllm_serves(vllm_url, tmp_path):
+    # The same server, held to a noised copy of its weights: the suite must see the
+    # difference (what it would see of a server whose weights are not the reference's,
+    # without a second vLLM to start).
     model, tokenizer = load_model_dir(MODEL_DIR)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn(p.shape, generator=generator) * NOISE * p.float().std())
     noisy = save_model_dir(model, tokenizer, tmp_path / "noisy", {"note": f"+ N(0, {NOISE} std)"})
-    with running(VllmServer(noisy, dtype="float32")) as url:
-        code, reader = run(
-            tmp_path / "runs", "accuracy", *url_target(url, "completions"),
-            f"reference.model_dir='{MODEL_DIR}'",
-        )  # fmt: skip
+    code, reader = run(
+        tmp_path / "runs", "accuracy", *url_target(vllm_url, "completions"),
+        f"reference.model_dir='{noisy}'",
+    )  # fmt: skip
     summary = reader.summary()
     assert isinstance(summary, AccuracySummary)
     assert code == 1 and summary.verdict == "fail"
@@ -242,6 +242,10 @@ def test_a_capacity_search_brackets_vllm(vllm_url, tmp_path):
         tmp_path, "capacity", *served_tokens(vllm_url),
         "workload.output_tokens.mean=32", "load.max_requests=32", "load.warmup_s=0",
         # Measured here: TTFT p99 ~0.2-0.4 s up to 8 streams, ~1.2 s at 32; 64 fails 1 s.
+        # (Issue 48 tried fewer probes with a tighter limit: on this host TTFT and TPOT
+        # follow the host's load as much as vLLM's batch, 0.34 s TTFT at 1 stream and
+        # 0.17 s at 4 under different loads, so no tighter limit brackets in fewer probes
+        # on a quiet and a busy host alike.)
         "capacity.start=4", "capacity.min_level=1", "capacity.max_level=64",
         "capacity.max_probes=8",
         "capacity.ttft_p99_s=1.0", "capacity.tpot_p99_s=0.1",
@@ -278,21 +282,24 @@ def test_an_mtp_ab_of_vllms_ngram_drafts(vllm_url, tmp_path):
 def test_vllm_serves_the_hybrid_model_and_drafts_with_its_mtp(tmp_path):
     # Qwen3-Next's architecture, bf16 (vLLM's CPU gated-delta-rule kernel), and vLLM's own
     # MTP drafting from the checkpoint's mtp.* weights; prefix caching off (docs/targets/vllm.md).
+    # One server: the A/B over two url arms is test_an_mtp_ab_of_vllms_ngram_drafts's, and
+    # benchmarks/mtp_versus.py measures this model's with and without drafting.
     _require_vllm()
-    off = VllmServer(HYBRID, enable_prefix_caching=False)
-    drafting = dataclasses.replace(off, speculative={"method": "mtp", "num_speculative_tokens": 1})
-    with running(off) as off_url, running(drafting) as mtp_url:
-        code, reader = run(tmp_path, "mtp-ab", *url_arms(off_url, mtp_url, 1))
-    # In bf16, the verify step's batched matmuls can flip a near-tie that one-token decoding
-    # does not (measured: 1 of 8 prompts, at output token 36 of 48): the run then fails on
-    # greedy equality and says so; nothing else may fail it.
-    reason = reader.manifest.status_reason or ""
-    assert code == 0 or reason.startswith("greedy output with MTP differs"), reason
+    drafting = VllmServer(
+        HYBRID, enable_prefix_caching=False,
+        speculative={"method": "mtp", "num_speculative_tokens": 1},
+    )  # fmt: skip
+    with running(drafting) as url:
+        code, reader = run(
+            tmp_path, "default", *served_tokens(url, "completions"), "load.levels=[2]",
+            "load.max_requests=12", "workload.output_tokens.mean=32", "load.warmup_s=0",
+        )  # fmt: skip
+    assert code == 0 and reader.manifest.status == "complete", reader.manifest.status_reason
     frame = reader.requests()
-    assert len(frame) > 0 and (frame["status"] == "ok").all()
-    ab = serving_summary(reader).mtp_ab
-    assert ab is not None and ab.equality is not None and not ab.equality.not_available
-    arms = {a.drafts: a for a in ab.arm_levels}
-    assert not arms[0].draft_tokens
+    assert len(frame) == 12 and (frame["status"] == "ok").all(), frame["error_message"]
+    counters = serving_summary(reader).scenarios["c=2"].target_counters
+    assert counters is not None and counters.dialect == "vllm"
+    assert counters.spec_draft_tokens is not None and counters.spec_draft_tokens > 0
     # The trained MTP module drafts tokens the model accepts: well above chance.
-    assert arms[1].acceptance_ratio is not None and arms[1].acceptance_ratio > 0.2
+    ratio = counters.spec_acceptance_ratio
+    assert ratio is not None and 0.2 < ratio <= 1, counters
