@@ -61,10 +61,17 @@ mode = "concurrency"
 levels = [1, 4]
 max_requests = {REQUESTS_PER_LEVEL}
 warmup_s = 0
+[harness]
+max_loop_lag_p99_s = 1.0
+max_cpu_fraction = 1.0
 """
 
 
-@pytest.mark.timing
+# Not a timing test (issue 48): it checks what the server sent and how the harness read
+# it; its latencies are only held to be plausible, with margins of 10x or more, and the
+# harness's own limits are relaxed (the spec's [harness]): the client's loop lag beside the
+# other tests is not its subject. So it runs beside them, on the file's one server (as a
+# timing test it started a second one, in the timing part).
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_sweep_against_transformers_serve_completes_with_exact_tokens(transformers_url, tmp_path):
