@@ -56,11 +56,16 @@ def test_shared_prefixes_hit_the_cache_and_cut_ttft(tmp_path, capsys):
     assert "TTFT with prefix reuse against without" in printed
 
 
-@pytest.mark.timing
+# Not a timing test (issue 48): it reads the engine's cache counters and the prompts'
+# token counts, not a latency, so it runs beside the other tests with the harness's own
+# limits relaxed (the client's loop lag on a busy host is not its subject).
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_later_turns_of_a_conversation_hit_the_cache(tmp_path, capsys):
-    code = main(["--runs-dir", str(tmp_path), "run", "multi-turn", "--set", "load.levels=[2]"])
+    code = main([
+        "--runs-dir", str(tmp_path), "run", "multi-turn", "--set", "load.levels=[2]",
+        "--set", "harness.max_loop_lag_p99_s=1.0", "--set", "harness.max_cpu_fraction=1.0",
+    ])  # fmt: skip
     printed = capsys.readouterr().out
     assert code == 0, printed[-3000:]
     summary = _summary(tmp_path)
