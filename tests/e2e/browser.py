@@ -67,6 +67,20 @@ class Page:
             raise AssertionError(f"{url} did not finish loading in 30 s")
         await asyncio.sleep(settle_s)
 
+    async def charts_drawn(self, timeout_s: float = 15.0, settle_s: float = 0.3) -> bool:
+        """Wait until every Plotly chart on the page holds its drawn SVG (at most
+        ``timeout_s``), then ``settle_s`` more for what follows a draw (a relayout); whether
+        they were all drawn. A fixed wait of 2 s before was too long on an idle host and
+        could be too short on a busy one."""
+        drawn = """[...document.querySelectorAll(".plotly-graph-div")]
+          .every((div) => div.querySelector(".main-svg") !== null)"""
+        for _ in range(round(timeout_s / 0.1)):
+            if await self.evaluate(drawn):
+                await asyncio.sleep(settle_s)
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
     async def evaluate(self, expression: str) -> Any:
         """The value of ``expression`` (a promise is awaited)."""
         result = await self.call(

@@ -52,7 +52,9 @@ def first_screen(page: Path, kind: str, profile: Path) -> FirstScreen:
         async with browser_page(profile) as tab:
             await tab.call("Emulation.setDeviceMetricsOverride", width=WIDTH_PX,
                            height=HEIGHT_PX, deviceScaleFactor=1, mobile=False)  # fmt: skip
-            await tab.open(page.resolve().as_uri(), settle_s=2.0)
+            # Measured once the charts are drawn (a chart's height moves what follows it).
+            await tab.open(page.resolve().as_uri(), settle_s=0.0)
+            await tab.charts_drawn()
             placed = await tab.evaluate(MEASURE)
             assert placed is not None, f"{page}: no div.answer (nothing marked as the answer)"
             shot = await tab.call("Page.captureScreenshot", format="png")

@@ -68,7 +68,11 @@ def test_a_run_with_levels_not_ok_exits_1_unless_warn_only(
 ):
     runs = tmp_path / "runs"
     flags = ["--warn-only"] if warn_only else []
-    result = moeperf(runs, "run", "synthetic", *SHORT_RUN, *overrides, *flags, timeout=120)
+    # A 1 s level (SHORT_RUN's is 2 s), 0.6 s of it measured: "failed" needs measured
+    # requests that all fail (the target's 5xx is instant: 483-555 measured, 755-773 at
+    # 2 s); "invalid" reads the loop's lag, over 1e-9 s in any level (2 measured, 4 at 2 s).
+    short = [*SHORT_RUN, "--set", "load.duration_s=1", "--set", "load.warmup_s=0.2"]
+    result = moeperf(runs, "run", "synthetic", *short, *overrides, *flags, timeout=120)
     out = flat(result.stdout)
     assert result.returncode == code, result.stdout + result.stderr
     manifest = RunStore(runs).open("latest").manifest

@@ -10,6 +10,7 @@ text: its client rectangles must lie on one line."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -17,10 +18,7 @@ from browser import browser_page
 from first_screen import assert_answer_on_first_screen
 
 from moeperf.cli import main
-from moeperf.collectors.store import RunStore
 from moeperf.reports.render import Section, Table, render_page
-from moeperf.reports.report import build_report
-from moeperf.reports.runs import load_run
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +58,8 @@ def laid_out(page: str, tmp_path) -> dict:
         async with browser_page(tmp_path / "profile") as tab:
             await tab.call("Emulation.setDeviceMetricsOverride", width=1400, height=900,
                            deviceScaleFactor=1, mobile=False)  # fmt: skip
-            await tab.open(path.as_uri(), settle_s=2.0)
+            await tab.open(path.as_uri(), settle_s=0.0)
+            await tab.charts_drawn()
             result: dict = await tab.evaluate(SPLIT)
             assert tab.problems == [], tab.problems
             return result
@@ -80,20 +79,25 @@ def test_a_wide_table_breaks_no_figure_and_no_word(tmp_path):
     assert measured["broken"] == []
 
 
-def test_a_runs_report_breaks_no_figure_and_no_word(tmp_path):
-    runs = tmp_path / "runs"
-    assert main(["--runs-dir", str(runs), "run", "synthetic", *SHORT]) == 0
-    store = RunStore(runs)
-    page = build_report([load_run(store, "latest")], "a run")
+@pytest.fixture(scope="module")
+def reported_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real run with its report written (``--report``), made once for the module: both
+    tests below only read it (a run is ~9 s of the file's time)."""
+    runs = tmp_path_factory.mktemp("layout") / "runs"
+    assert main(["--runs-dir", str(runs), "run", "synthetic", *SHORT, "--report"]) == 0
+    return runs
+
+
+def test_a_runs_report_breaks_no_figure_and_no_word(reported_run, tmp_path):
+    # The page --report wrote (build_report of the run, as a user gets it).
+    page = next(reported_run.glob("*/report.html")).read_text(encoding="utf-8")
     measured = laid_out(page, tmp_path)
     assert measured["cells"] > 0
     assert measured["broken"] == []
 
 
-def test_a_curve_runs_page_shows_its_curve_on_the_first_screen(tmp_path):
-    runs = tmp_path / "runs"
-    assert main(["--runs-dir", str(runs), "run", "synthetic", *SHORT, "--report"]) == 0
-    page = next(runs.glob("*/report.html"))
+def test_a_curve_runs_page_shows_its_curve_on_the_first_screen(reported_run, tmp_path):
+    page = next(reported_run.glob("*/report.html"))
     screen = assert_answer_on_first_screen(page, "curve", tmp_path / "chromium")
     # The curve comes before the run's conditions.
     html = page.read_text(encoding="utf-8")

@@ -23,16 +23,19 @@ DRAWN = """(async () => {
   const count = () => [...document.querySelectorAll(".plotly-graph-div")]
     .filter((div) => div.querySelector(".main-svg")).length;
   const divs = document.querySelectorAll(".plotly-graph-div").length;
-  for (let i = 0; i < 50 && count() < divs; i++) {
+  for (let i = 0; i < 150 && count() < divs; i++) {
     await new Promise((r) => setTimeout(r, 100));
   }
   return {divs, drawn: count()};
 })()"""
 
 
-def two_runs(tmp_path) -> tuple[str, list[str]]:
-    """Two real runs of the synthetic target, two short levels each."""
-    runs = tmp_path / "runs"
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
+    """Two real runs of the synthetic target, two short levels each: made once for the
+    module (~9 s each), since every test here only reads them and writes its pages
+    elsewhere."""
+    runs = tmp_path_factory.mktemp("plotlyjs") / "runs"
     short = ["--set", "load.levels=[1,4]", "--set", "load.duration_s=1.5", "--set",
              "load.warmup_s=0.3", "--set", "export.live_metrics=false",
              # The pages are under test, not the client: beside busy test workers the load
@@ -44,8 +47,8 @@ def two_runs(tmp_path) -> tuple[str, list[str]]:
     return str(runs), [m.run_id for m in RunStore(runs).scan()[0]]
 
 
-def test_directory_pages_share_one_plotly_js_and_draw_every_chart(tmp_path, capsys):
-    runs, ids = two_runs(tmp_path)
+def test_directory_pages_share_one_plotly_js_and_draw_every_chart(two_runs, tmp_path, capsys):
+    runs, ids = two_runs
     nightly = tmp_path / "nightly"
     for run_id in ids:
         out = nightly / f"{run_id}.html"
@@ -70,7 +73,8 @@ def test_directory_pages_share_one_plotly_js_and_draw_every_chart(tmp_path, caps
         async with browser_page(tmp_path / "profile") as tab:
             found = []
             for run_id in ids:
-                await tab.open((nightly / f"{run_id}.html").as_uri(), settle_s=1.0)
+                # No fixed wait: DRAWN polls until every chart is drawn (up to 15 s).
+                await tab.open((nightly / f"{run_id}.html").as_uri(), settle_s=0.0)
                 found.append(await tab.evaluate(DRAWN))
             assert tab.problems == [], tab.problems
             return found
@@ -81,8 +85,8 @@ def test_directory_pages_share_one_plotly_js_and_draw_every_chart(tmp_path, caps
         assert drawn == {"divs": charts, "drawn": charts}, drawn
 
 
-def test_a_cdn_page_loads_plotly_from_the_cdn_and_its_policy_allows_only_that(tmp_path):
-    runs, ids = two_runs(tmp_path)
+def test_a_cdn_page_loads_plotly_from_the_cdn_and_its_policy_allows_only_that(two_runs, tmp_path):
+    runs, ids = two_runs
     out = tmp_path / "cdn.html"
     assert main(["--runs-dir", runs, "report", ids[0], "--out", str(out), "--plotlyjs", "cdn"]) == 0
     page = out.read_text()
@@ -98,8 +102,8 @@ def test_a_cdn_page_loads_plotly_from_the_cdn_and_its_policy_allows_only_that(tm
     assert "its charts need the network" in page
 
 
-def test_a_baseline_report_takes_the_same_flag(tmp_path):
-    runs, ids = two_runs(tmp_path)
+def test_a_baseline_report_takes_the_same_flag(two_runs, tmp_path):
+    runs, ids = two_runs
     baselines = tmp_path / "baselines"
     assert main(["--runs-dir", runs, "baseline", "promote", ids[0], "--name", "nightly",
                  "--baselines-dir", str(baselines)]) == 0  # fmt: skip
