@@ -32,6 +32,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 SPECIAL_TOKEN = "<|endoftext|>"
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread_after_each_test() -> Iterator[None]:
+    """In an xdist worker, torch back on one thread after every test: a training spec's
+    ``threads = 2`` (run in-process by a suite's test) sets it for the whole worker, and
+    the tests after it would then spin a second thread beside the other worker's."""
+    yield
+    if os.environ.get("PYTEST_XDIST_WORKER") and "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        if torch.get_num_threads() != 1:
+            torch.set_num_threads(1)
+
+
 _deselected_total = 0
 
 
