@@ -82,10 +82,15 @@ def test_more_drafts_commit_more_tokens_per_step_and_outputs_stay_equal(tmp_path
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_verifier_that_accepts_every_draft_fails_the_run(tmp_path, capsys):
+    # The failure is in the equality check, before any block: 4 prompts of 16 tokens
+    # (with 16 prompts of 48, every prompt differed, at output token 1 to 7) and the
+    # shortest blocks, whose figures this test does not read.
     code = main([
         "--runs-dir", str(tmp_path), "run", "mtp-ab", *SMALL,
         "--set", "mtp_ab.drafts=[0, 2]", "--set", "mtp_ab.modes=[\"greedy\"]",
-        "--set", "load.duration_s=1.5",
+        "--set", "mtp_ab.equality_prompts=4", "--set", "workload.output_tokens.mean=16",
+        "--set", "load.duration_s=1.0", "--set", "load.warmup_s=0.2",
+        "--set", "load.cooldown_s=0.2",
         "--set", "target.reference.unsafe_accept_all_drafts=true",
     ])  # fmt: skip
     printed = capsys.readouterr().out

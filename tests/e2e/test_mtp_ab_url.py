@@ -59,14 +59,23 @@ SMALL = [
 # none measured. 16 tokens in 3 s leaves several requests per stream inside the window.
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_one_server_per_arm(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[str, str]]:
+    """An MTP-off and a k=2 server, shared by the tests: each reads only counter
+    increases over its own blocks and greedy outputs, which earlier runs do not change
+    (prefix caching off)."""
     with (
         running_target("moeperf.targets.serving", {**SERVER, "mtp_tokens": 0}, 180.0) as off,
         running_target("moeperf.targets.serving", {**SERVER, "mtp_tokens": 2}, 180.0) as two,
-        dcgm_exporter(tmp_path) as dcgm,
     ):
+        yield off, two
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_one_server_per_arm(servers, tmp_path, capsys):
+    off, two = servers
+    with dcgm_exporter(tmp_path) as dcgm:
         code = main([
             "--runs-dir", str(tmp_path), "run", "mtp-ab", *SMALL,
             "--set", f"target.url='{off}'", "--set", f"mtp_ab.urls={json.dumps([off, two])}",
@@ -103,29 +112,29 @@ def test_one_server_per_arm(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_hooks_run_before_each_block_of_their_arm(tmp_path, capsys):
+def test_hooks_run_before_each_block_of_their_arm(servers, tmp_path, capsys):
+    _, url = servers
     log = tmp_path / "hooks.log"
     hooks = [f"echo off >> {log}", f"echo k2 >> {log}"]
-    with running_target("moeperf.targets.serving", {**SERVER, "mtp_tokens": 2}, 180.0) as url:
-        code = main([
-            "--runs-dir", str(tmp_path / "runs"), "run", "mtp-ab", *SMALL,
-            "--set", f"target.url='{url}'", "--set", f"mtp_ab.hooks={json.dumps(hooks)}",
-            "--set", "mtp_ab.blocks=2", "--set", "mtp_ab.modes=['greedy']",
-        ])  # fmt: skip
-        printed = capsys.readouterr().out
-        assert code == 0, printed[-3000:]
-        # Equality first (each arm once), then the blocks: A B, B A.
-        assert log.read_text().split() == ["off", "k2", "off", "k2", "k2", "off"]
-        manifest = RunStore(tmp_path / "runs").open("latest").manifest
-        assert manifest.target["arms"]["hooks"] is True  # the commands are not stored
-        assert str(log) not in json.dumps(manifest.target)
+    code = main([
+        "--runs-dir", str(tmp_path / "runs"), "run", "mtp-ab", *SMALL,
+        "--set", f"target.url='{url}'", "--set", f"mtp_ab.hooks={json.dumps(hooks)}",
+        "--set", "mtp_ab.blocks=2", "--set", "mtp_ab.modes=['greedy']",
+    ])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed[-3000:]
+    # Equality first (each arm once), then the blocks: A B, B A.
+    assert log.read_text().split() == ["off", "k2", "off", "k2", "k2", "off"]
+    manifest = RunStore(tmp_path / "runs").open("latest").manifest
+    assert manifest.target["arms"]["hooks"] is True  # the commands are not stored
+    assert str(log) not in json.dumps(manifest.target)
 
-        failing = [f"echo off >> {log}", "echo reconfigure failed >&2; exit 3"]
-        code = main([
-            "--runs-dir", str(tmp_path / "runs"), "run", "mtp-ab", *SMALL,
-            "--set", f"target.url='{url}'", "--set", f"mtp_ab.hooks={json.dumps(failing)}",
-            "--set", "mtp_ab.blocks=1", "--set", "mtp_ab.modes=['greedy']",
-        ])  # fmt: skip
+    failing = [f"echo off >> {log}", "echo reconfigure failed >&2; exit 3"]
+    code = main([
+        "--runs-dir", str(tmp_path / "runs"), "run", "mtp-ab", *SMALL,
+        "--set", f"target.url='{url}'", "--set", f"mtp_ab.hooks={json.dumps(failing)}",
+        "--set", "mtp_ab.blocks=1", "--set", "mtp_ab.modes=['greedy']",
+    ])  # fmt: skip
     captured = capsys.readouterr()
     assert code == 2
     assert (

@@ -92,14 +92,16 @@ def verify(
     if drafts.probs is None:
         raise ValueError("a sampled request's drafts need the distributions they were drawn from")
     q = drafts.probs
-    ids = torch.tensor(drafts.token_ids)
-    rows = torch.arange(k)
     # One uniform per draft, drawn whether or not verification reaches it: the
     # generator advances the same way at every step of the same size.
     uniforms = torch.rand(k, generator=generator)
-    ratio = p[rows, ids] / q[rows, ids]  # q > 0 where the draft was drawn
     accepted = 0
-    while accepted < k and (accept_all or uniforms[accepted] < ratio[accepted]):
+    # Each ratio is computed when verification reaches its draft: a step (one call per
+    # request) is dominated by small-tensor overhead, not arithmetic.
+    for position, draft in enumerate(drafts.token_ids):
+        # q > 0 where the draft was drawn
+        if not (accept_all or uniforms[position] < p[position, draft] / q[position, draft]):
+            break
         accepted += 1
     if accepted == k:
         last = p[k]
