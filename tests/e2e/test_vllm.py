@@ -131,6 +131,9 @@ def test_a_curve_completes_and_reads_vllms_counters(vllm_url, tmp_path):
     code, reader = run(
         tmp_path, "default", *served_tokens(vllm_url), "load.levels=[1, 4]",
         "load.max_requests=16", "workload.output_tokens.mean=32", "load.warmup_s=0",
+        # Gauges every 0.25 s, not every 2 s: a level lasts 3-5 s, and with 2 s scrapes
+        # only its idle edges were read once (KV usage 0 in both; seen in CI).
+        "export.scrape_interval_s=0.25",
     )  # fmt: skip
     assert code == 0 and reader.manifest.status == "complete", reader.manifest.status_reason
     frame = reader.requests()
