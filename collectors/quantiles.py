@@ -64,16 +64,36 @@ class Described:
 EMPTY = Described(count=0, mean=None, quantiles=())
 
 
+def binomial_ppf(p: float, n: int, q: float) -> int:
+    """The smallest k with P(X <= k) >= p for X ~ Binomial(n, q): ``scipy.stats.binom.ppf``.
+
+    Computed with scipy.special's binomial CDF (bdtr) and its continuous inverse (bdtrik)
+    rather than scipy.stats, which takes a second or more to import: every run's summary
+    computes intervals, and a one-level run spent a fifth of its CPU importing it. The
+    same values as scipy.stats (tests/unit/test_quantiles.py compares them), except where
+    P(X <= k) equals p exactly (q = 0.5, p a multiple of 1 / 2**n), where the two libraries'
+    roundings disagree with each other and with themselves; an interval's p, 0.025 or
+    0.975, is never such a value.
+    """
+    from scipy import special  # a third of a second to import: only when one is computed
+
+    guess = float(special.bdtrik(p, n, q))  # where the CDF crosses p, between integers
+    k = min(max(math.ceil(guess), 0), n) if math.isfinite(guess) else 0
+    while k > 0 and special.bdtr(k - 1, n, q) >= p:
+        k -= 1
+    while k < n and special.bdtr(k, n, q) < p:
+        k += 1
+    return k
+
+
 def quantile_ci(
     sorted_values: np.ndarray, q: float, level: float = 0.95
 ) -> tuple[float | None, float | None]:
     """The order-statistic confidence interval of quantile q, or (None, None)."""
     n = len(sorted_values)
     alpha = 1 - level
-    from scipy import stats  # seconds to import: only when an interval is computed
-
-    low_rank = int(stats.binom.ppf(alpha / 2, n, q))  # 0-based index of the lower bound
-    high_rank = int(stats.binom.ppf(1 - alpha / 2, n, q))
+    low_rank = binomial_ppf(alpha / 2, n, q)  # 0-based index of the lower bound
+    high_rank = binomial_ppf(1 - alpha / 2, n, q)
     if low_rank < 1 or high_rank >= n:
         return None, None
     return float(sorted_values[low_rank - 1]), float(sorted_values[high_rank])

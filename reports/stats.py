@@ -43,7 +43,6 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats as sps
 
 from moeperf.collectors.bootstrap import MEAN_RESAMPLE_CAP as MEAN_RESAMPLE_CAP
 from moeperf.collectors.bootstrap import RATE_STATISTIC as RATE_STATISTIC
@@ -134,7 +133,9 @@ def _worse(direction: str | None) -> Alternative:
 def mann_whitney(a: np.ndarray, b: np.ndarray, direction: str | None) -> float:
     """p-value that the candidate ``b`` is stochastically worse than the baseline ``a``
     (one-sided; ``direction`` says which way is better), or two-sided for None."""
-    return float(sps.mannwhitneyu(b, a, alternative=_worse(direction)).pvalue)
+    from scipy import stats  # a second to import: only a test pays it, not every report
+
+    return float(stats.mannwhitneyu(b, a, alternative=_worse(direction)).pvalue)
 
 
 def quantile_test(a: np.ndarray, b: np.ndarray, q: float, direction: str | None) -> float:
@@ -148,7 +149,9 @@ def quantile_test(a: np.ndarray, b: np.ndarray, q: float, direction: str | None)
         ]
     )
     # Rows: candidate, baseline. "greater" odds: the candidate has more values above.
-    return float(sps.fisher_exact(table, alternative=_worse(direction)).pvalue)
+    from scipy import stats  # a second to import: only a test pays it, not every report
+
+    return float(stats.fisher_exact(table, alternative=_worse(direction)).pvalue)
 
 
 def rank_test(
@@ -166,8 +169,10 @@ def benjamini_hochberg(pvalues: npt.ArrayLike) -> np.ndarray:
     p = np.asarray(pvalues, dtype=float)
     if not len(p):
         return p
-    if hasattr(sps, "false_discovery_control"):
-        return np.asarray(sps.false_discovery_control(p, method="bh"))
+    from scipy import stats  # a second to import: only a test pays it, not every report
+
+    if hasattr(stats, "false_discovery_control"):
+        return np.asarray(stats.false_discovery_control(p, method="bh"))
     order = np.argsort(p)
     ranked = p[order] * len(p) / np.arange(1, len(p) + 1)
     adjusted = np.minimum.accumulate(ranked[::-1])[::-1]

@@ -1,7 +1,10 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
 
-from moeperf.collectors.quantiles import describe
+from moeperf.collectors.quantiles import binomial_ppf, describe
 
 
 def test_quantiles_match_numpy_and_carry_counts():
@@ -44,3 +47,17 @@ def test_one_lookup_finds_a_quantile_level_however_it_was_computed():
     assert [e.label for e in described.quantiles] == ["p50", "p90", "p99"]
     empty = describe([])
     assert empty.count == 0 and empty.mean is None and empty.at(0.5) is None
+
+
+# The ranks of every interval: scipy.special's CDF and its inverse give what
+# scipy.stats.binom.ppf gives, at the sizes runs have (1 to millions of requests), the
+# quantiles they report and the tails of 90%, 95% and 99% intervals (and, checked the same
+# way once, 61,182 cases of n up to 2,000,000).
+@settings(max_examples=400, deadline=None)
+@given(
+    n=st.one_of(st.integers(1, 1000), st.integers(1, 5_000_000)),
+    q=st.sampled_from([0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999]),
+    p=st.sampled_from([0.05, 0.95, 0.025, 0.975, 0.005, 0.995]),
+)
+def test_binomial_ranks_are_scipy_stats_ranks(n, q, p):
+    assert binomial_ppf(p, n, q) == int(stats.binom.ppf(p, n, q))
