@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from moeperf.targets.model import MoEConfig, MoETransformer
+from moeperf.targets.model import MoEConfig, MoETransformer, corpus_cache
 from moeperf.targets.model.corpus import load_corpus, parse_corpus, stdlib_files
 from moeperf.targets.model.moe import MoE
 from moeperf.targets.model.tokenizer import SPECIAL_TOKENS, ChatTokenizer, train_tokenizer
@@ -220,12 +220,17 @@ def test_stdlib_files_skip_tests_and_third_party():
     assert files == sorted(files, key=lambda f: f.as_posix())
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the whole stdlib parsed when no process has cached it yet
 def test_corpus_is_english_prose_and_deterministic():
-    # Loaded (from the disk cache when another process parsed it first) and parsed again.
+    # Loaded (from the disk cache when another process parsed it first); its first 200
+    # files parsed again give its first documents (help topics, then a document per file,
+    # in the files' order), and its hash is its documents'. (Issue 48: the whole stdlib
+    # parsed again took 24 s of a busy worker; each file is parsed by the same code.)
     corpus = load_corpus()
-    again = parse_corpus(stdlib_files())
-    assert again.sha256 == corpus.sha256 and again.documents == corpus.documents
+    head = parse_corpus(stdlib_files()[:200])
+    assert len(head.documents) > 200
+    assert corpus.documents[: len(head.documents)] == head.documents
+    assert corpus_cache.documents_sha256(corpus.documents) == corpus.sha256
     assert corpus.num_chars > 1_000_000
     text = "\n".join(corpus.documents)
     assert "JSON (JavaScript Object Notation)" in text  # json/__init__.py's docstring
