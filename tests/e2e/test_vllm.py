@@ -294,12 +294,14 @@ def test_vllm_serves_the_hybrid_model_and_drafts_with_its_mtp(tmp_path):
     )  # fmt: skip
     with running(drafting) as url:
         code, reader = run(
+            # 6 requests of 32 tokens (12 until issue 48): the acceptance ratio below is
+            # over some 190 tokens' drafts, and every request must still come back ok.
             tmp_path, "default", *served_tokens(url, "completions"), "load.levels=[2]",
-            "load.max_requests=12", "workload.output_tokens.mean=32", "load.warmup_s=0",
+            "load.max_requests=6", "workload.output_tokens.mean=32", "load.warmup_s=0",
         )  # fmt: skip
     assert code == 0 and reader.manifest.status == "complete", reader.manifest.status_reason
     frame = reader.requests()
-    assert len(frame) == 12 and (frame["status"] == "ok").all(), frame["error_message"]
+    assert len(frame) == 6 and (frame["status"] == "ok").all(), frame["error_message"]
     counters = serving_summary(reader).scenarios["c=2"].target_counters
     assert counters is not None and counters.dialect == "vllm"
     assert counters.spec_draft_tokens is not None and counters.spec_draft_tokens > 0

@@ -102,9 +102,11 @@ def test_random_prompts_are_deterministic_per_seed(hf: HFTokenizer):
 
 @pytest.mark.slow
 def test_many_long_prompts_have_exact_lengths(hf: HFTokenizer):
-    # Speed is measured by the bench env, not asserted here.
-    ps = prompts(hf, 2000, LengthDist("normal", 1000, 100), LengthDist.fixed(128), 100, seed=0)
-    assert len(ps) == 2000
+    # Speed is measured by the bench env, not asserted here. 600 prompts of ~1,000 tokens
+    # (2,000 until issue 48: 13.6 s of a busy worker): each is built to its length by the
+    # same code, and 600 are still some 600,000 tokens of random joins.
+    ps = prompts(hf, 600, LengthDist("normal", 1000, 100), LengthDist.fixed(128), 100, seed=0)
+    assert len(ps) == 600
     assert all(hf.count(p.text) == p.prompt_tokens for p in ps)
 
 
