@@ -305,8 +305,11 @@ def test_open_loop_poisson_keeps_its_schedule(tmp_path):
     assert intended[-1] - intended[0] < 3.0e9
     queue_delay_s = (requests["send_ns"] - requests["intended_send_ns"]) / 1e9
     assert (queue_delay_s >= 0).all()
-    entry = reader.summary().scenarios["rate=40"]
-    assert entry.harness[0].offered == len(requests)
+    harness = reader.summary().scenarios["rate=40"].harness[0]
+    # Every request sent is recorded. An arrival the worker fell behind on past the window
+    # is offered and never sent, and counted so (the achieved-rate check reads it): in a
+    # CI run beside the other worker a 317 ms loop stall left 7 of 117 unsent.
+    assert harness.sent == len(requests) and harness.offered >= harness.sent
 
 
 def test_tokens_per_chunk_from_the_tokenizer_when_the_server_does_not_say(tmp_path):
