@@ -10,6 +10,10 @@ Times are seconds from the drill level's start. What each figure is:
   again.
 - ``failed``: requests that ended failed or cancelled between the injection and the
   recovery (or the next fault), by error type.
+- ``requests_hit``: for a window fault (``http_error``, ``reset``, ``malformed``), the
+  requests the target itself says the window caught: the ground truth for ``failed``. 0
+  means the fault was not tested (nothing reached the target while the window was open);
+  None for the other faults, or a target that did not say.
 - Latencies (``before``, ``during``, ``after``): the median TTFT and E2E (from the
   intended send) of the successful requests sent in the ``compare_window_s`` before the
   injection, between the injection and the recovery, and in the window after the
@@ -34,6 +38,7 @@ class FaultEvent:
     cleared_ns: int  # when the fault itself ended (see ``fault_s``)
     injected: bool  # False: the injection failed (``detail`` says why); the run went on
     detail: str
+    requests_hit: int | None = None  # a window fault's, as the target counted them
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +62,7 @@ class FaultOutcome:
     before: LatencyWindow
     during: LatencyWindow
     after: LatencyWindow
+    requests_hit: int | None = None  # summaries written before it was counted: None
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,6 +98,7 @@ def _outcome(
         before=latencies(event.injected_ns - window_ns, event.injected_ns),
         during=latencies(event.injected_ns, recovered_ns if recovered_ns is not None else next_ns),
         after=after,
+        requests_hit=event.requests_hit,
     )
 
 

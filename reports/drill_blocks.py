@@ -16,10 +16,10 @@ def drill_blocks(drill: DrillSummary, requests: pd.DataFrame) -> list[Chart | Ta
     faults = pd.DataFrame(
         [
             {
-                "fault": f.kind,
-                "injected": "yes" if f.injected else "NO",
+                "fault": f.kind if f.injected else f"{f.kind} (NOT INJECTED)",
                 "at s": f.at_s,
                 "fault s": f.fault_s,
+                "caught": f.requests_hit,
                 "failed": f.failed,
                 "why": ", ".join(f"{k}={v}" for k, v in sorted(f.failed_by_type.items())) or "-",
                 "recovery s": f.recovery_s,
@@ -52,7 +52,9 @@ def drill_blocks(drill: DrillSummary, requests: pd.DataFrame) -> list[Chart | Ta
             faults,
             "Fault drill: per fault, from the level's start. fault s: the fault itself; "
             "recovery s: its injection to the end of the first successful request sent "
-            "after it (blank: none before the level ended); failed: requests that ended "
+            "after it (blank: none before the level ended); caught: the requests the "
+            "target says a window fault caught (0: that fault was not tested; blank: not "
+            "a window); failed: requests that ended "
             "failed between the injection and the recovery; latencies: p50 of the ok "
             f"requests sent in the {drill.compare_window_s:g} s before the injection, "
             "between injection and recovery, and in the same window after the recovery.",

@@ -17,18 +17,25 @@ def _ms(window: LatencyWindow) -> str:
     return f"{window.ttft_p50_s * 1e3:.0f} ({window.requests})"
 
 
+def _caught(requests_hit: int | None) -> str:
+    if requests_hit is None:
+        return "-"
+    return "0 (NOT TESTED)" if requests_hit == 0 else str(requests_hit)
+
+
 def drill_table(drill: DrillSummary) -> Table:
     table = Table(
         title=f"fault drill ({drill.scenario}): per fault",
         caption=(
             "at / fault / recovery: s from the level's start / the fault's own length / its "
             "injection to the first success of a request sent after it that ended after "
-            "the fault; TTFT p50 ms (ok "
+            "the fault; caught: requests the target says a window caught (0: not "
+            "tested); TTFT p50 ms (ok "
             f"requests) sent in the {drill.compare_window_s:g} s before, between injection "
             "and recovery, and in the same window after"
         ),
     )
-    for column in ("fault", "at s", "fault s", "failed", "why", "recovery s"):
+    for column in ("fault", "at s", "fault s", "caught", "failed", "why", "recovery s"):
         table.add_column(column, justify="left" if column in ("fault", "why") else "right")
     for column in ("TTFT before", "TTFT during", "TTFT after"):
         table.add_column(column, justify="right")
@@ -39,6 +46,7 @@ def drill_table(drill: DrillSummary) -> Table:
             name,
             f"{fault.at_s:.2f}",
             _s(fault.fault_s),
+            _caught(fault.requests_hit),
             str(fault.failed),
             why,
             _s(fault.recovery_s) if fault.recovery_s is not None else "not recovered",

@@ -356,7 +356,10 @@ def _drill(spec: ServingSpec, started: RunningTarget, run: RunWriter) -> Drill |
 
     def note(event: FaultEvent) -> None:  # stored as it happens: a drill cut short keeps it
         at_s = event.planned_at_s
-        run.add_note(f"Drill fault {event.index} ({event.kind} at {at_s:g} s): {event.detail}")
+        caught = "" if event.requests_hit is None else f"; caught {event.requests_hit} requests"
+        run.add_note(
+            f"Drill fault {event.index} ({event.kind} at {at_s:g} s): {event.detail}{caught}"
+        )
 
     return Drill(spec.drill, started.url, started.process, run.manifest.anchor_monotonic_ns, note)
 

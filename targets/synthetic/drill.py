@@ -12,6 +12,11 @@ exists only on a server started with ``drill_control`` (moeperf sets it for a ru
   client sees ``ECONNRESET``, not a response.
 - ``malformed``: a stream gets an SSE event that is not JSON halfway (a non-streamed
   answer, a body that is not JSON), as the per-request ``malformed_rate`` fault does.
+
+``GET /drill/fault`` says what the last window did: its kind, whether it is still open,
+and ``requests_hit``, how many requests it caught. That is the target's own count, the
+ground truth the harness checks its failures against; and a window that caught nothing
+(a client that sent nothing while it was open) did not test the fault.
 """
 
 from __future__ import annotations
@@ -56,21 +61,44 @@ def parse_window(body: dict[str, object], now_ns: int) -> FaultWindow:
     return FaultWindow(kind, now_ns + round(for_s * 1e9), status)
 
 
+@dataclass(frozen=True, slots=True)
+class WindowReport:
+    """``GET /drill/fault``'s body."""
+
+    kind: str | None  # None: no window was opened yet
+    open: bool
+    requests_hit: int
+
+
 class DrillWindows:
-    """The open window, if any; a new one replaces it (the harness opens them in turn)."""
+    """The open window, if any; a new one replaces it (the harness opens them in turn).
+    Counts the requests the last window caught (``hit``, from the request handlers)."""
 
     def __init__(self, clock_ns: Callable[[], int]):
         self._clock_ns = clock_ns
         self._window: FaultWindow | None = None
+        self._last: FaultWindow | None = None
+        self._requests_hit = 0
 
     def open(self, window: FaultWindow) -> None:
-        self._window = window
+        self._window = self._last = window
+        self._requests_hit = 0
 
     def active(self) -> FaultWindow | None:
         window = self._window
         if window is not None and self._clock_ns() >= window.until_ns:
             self._window = window = None
         return window
+
+    def hit(self) -> None:
+        """A request was given the open window's fault."""
+        self._requests_hit += 1
+
+    def last(self) -> WindowReport:
+        """The last window's kind, whether it is open, and the requests it caught."""
+        if self._last is None:
+            return WindowReport(None, False, 0)
+        return WindowReport(self._last.kind, self.active() is not None, self._requests_hit)
 
 
 def reset_connection(sock: socket.socket | None) -> None:

@@ -7,6 +7,8 @@ at once from the app's state.
 
 from __future__ import annotations
 
+import dataclasses
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -86,3 +88,7 @@ async def drill_fault(request: web.Request) -> web.Response:
         return refusal(exc)
     state.drill.open(window)
     return web.json_response({"kind": window.kind, "until_ns": window.until_ns})
+
+
+async def drill_window(request: web.Request) -> web.Response:
+    return web.json_response(dataclasses.asdict(request.app[STATE].drill.last()))

@@ -52,6 +52,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
             return refusal(exc)
         window = state.drill.active()
         if window is not None and window.kind != "malformed":
+            state.drill.hit()
             return _drill_answer(request, window)
         # Drawn on acceptance, before any queue wait: the n-th request accepted keeps the
         # n-th plan whatever the stream limit.
@@ -59,6 +60,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         plan = plan_request(state.config, index, gen.output_tokens)
         if window is not None and plan.fault is None:
             plan = malformed(plan)
+            state.drill.hit()
         record = GroundTruthRecord(
             id=f"{'chatcmpl' if chat else 'cmpl'}-{index}",
             stream=gen.stream,

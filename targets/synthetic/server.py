@@ -68,4 +68,5 @@ def build_app(
     app.router.add_post("/ground_truth/query", endpoints.ground_truth_query)
     if config.drill_control:
         app.router.add_post("/drill/fault", endpoints.drill_fault)
+        app.router.add_get("/drill/fault", endpoints.drill_window)
     return app

@@ -35,6 +35,20 @@ def _post(url: str, path: str, body: dict, timeout_s: float = 5.0):
         conn.close()
 
 
+def _window(url: str) -> dict:
+    """``GET /drill/fault``: the last window's kind, open or not, and requests caught."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=5.0)
+    try:
+        conn.request("GET", "/drill/fault")
+        reply = conn.getresponse()
+        assert reply.status == 200
+        return json.loads(reply.read())
+    finally:
+        conn.close()
+
+
 def _is_json(event: bytes) -> bool:
     try:
         json.loads(event)
@@ -58,6 +72,7 @@ def test_without_drill_control_there_is_no_fault_route():
 def test_windows_fail_every_request_while_open_and_none_after():
     with embedded_target("moeperf.targets.synthetic", {**FAST, "drill_control": True}) as target:
         url = target.url
+        assert _window(url) == {"kind": None, "open": False, "requests_hit": 0}
         assert (
             _post(url, "/drill/fault", {"kind": "http_error", "for_s": 0.5, "status": 429})[0]
             == 200
@@ -65,15 +80,22 @@ def test_windows_fail_every_request_while_open_and_none_after():
         status, headers, body = _post(url, "/v1/chat/completions", CHAT)
         assert status == 429 and headers.get("Retry-After") == "1"
         assert json.loads(body)["error"]["code"] == 429
+        assert _window(url)["requests_hit"] == 1
         time.sleep(0.6)
         assert _post(url, "/v1/chat/completions", CHAT)[0] == 200
+        # The request after the window is not counted: only those it caught.
+        assert _window(url) == {"kind": "http_error", "open": False, "requests_hit": 1}
 
         _post(url, "/drill/fault", {"kind": "reset", "for_s": 0.5})
         with pytest.raises(ConnectionResetError) as reset:
             _post(url, "/v1/chat/completions", CHAT)
         assert reset.value.errno == errno.ECONNRESET
+        with pytest.raises(ConnectionResetError):
+            _post(url, "/v1/chat/completions", CHAT)
         time.sleep(0.6)
         assert _post(url, "/v1/chat/completions", CHAT)[0] == 200
+        # A new window counts from 0.
+        assert _window(url) == {"kind": "reset", "open": False, "requests_hit": 2}
 
         _post(url, "/drill/fault", {"kind": "malformed", "for_s": 0.5})
         status, _, body = _post(url, "/v1/chat/completions", CHAT)
@@ -82,6 +104,7 @@ def test_windows_fail_every_request_while_open_and_none_after():
         time.sleep(0.6)
         status, _, body = _post(url, "/v1/chat/completions", CHAT)
         assert all(e == b"[DONE]" or _is_json(e) for e in _events(body))
+        assert _window(url) == {"kind": "malformed", "open": False, "requests_hit": 1}
 
 
 @pytest.mark.parametrize(

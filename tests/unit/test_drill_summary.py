@@ -123,8 +123,9 @@ def test_a_request_that_slipped_in_before_a_window_opened_is_no_recovery():
     records = [_request(0, 0, 1.0, 0.2), _request(0, 1, 2.001, 0.2)]
     records += [_request(0, n, 2.0 + 0.1 * n, 0.01, "error", "http_5xx") for n in range(2, 10)]
     records += [_request(0, 10, 3.1, 0.2)]
-    event = FaultEvent(0, "http_error", 2.0, int(2.0 * S), int(3.0 * S), True, "HTTP 503")
+    event = FaultEvent(0, "http_error", 2.0, int(2.0 * S), int(3.0 * S), True, "HTTP 503", 8)
     drill = summarize_drill(records_frame(records), "rate=10", 0, [event], {0: 11}, 1.0)
     (fault,) = drill.faults
     assert fault.recovery_s == pytest.approx(1.3)  # sent 3.1 s, done 3.3 s
     assert fault.failed == 8  # every failure of the window, none after a false recovery
+    assert fault.requests_hit == 8  # the target's own count, carried as it said it

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from moeperf.collectors.drill_records import FaultEvent
 from moeperf.suites.errors import SuiteError
 from moeperf.suites.serving.embedded.process import EmbeddedTarget
-from moeperf.suites.serving.faults.spec import DrillSpec, FaultSpec
+from moeperf.suites.serving.faults.spec import WINDOW_FAULTS, DrillSpec, FaultSpec
 
 _HEALTH_POLL_S = 0.05
 _CONTROL_TIMEOUT_S = 5.0
@@ -78,8 +78,12 @@ class Drill:
             if self._stop.wait(max(0.0, (due_ns - time.monotonic_ns()) / 1e9)):
                 return
             injected_ns = time.monotonic_ns()
+            requests_hit = None
             try:
-                detail = self._inject(fault)
+                if fault.kind in WINDOW_FAULTS:
+                    detail, requests_hit = self._window(fault)
+                else:
+                    detail = self._inject(fault)
                 ok = True
             except (InjectionFailed, OSError) as exc:
                 detail, ok = f"injection failed: {exc}", False
@@ -91,24 +95,24 @@ class Drill:
                 cleared_ns=time.monotonic_ns() - self.anchor_ns,
                 injected=ok,
                 detail=detail,
+                requests_hit=requests_hit,
             )
             self.events.append(event)
             self.on_event(event)
 
     def _inject(self, fault: FaultSpec) -> str:
-        """Do the fault and wait for its end; what was done, in words."""
+        """Do a fault that is not a window and wait for its end; what was done, in words."""
         if fault.kind == "kill":
             return self._kill(fault)
         if fault.kind == "stall":
             return self._stall(fault)
         if fault.kind == "hook":
             return self._hook(fault)
-        if fault.kind == "drop_pool":
-            if self.drop_pools is None:
-                raise InjectionFailed("no load workers to drop the pools of")
-            self.drop_pools()
-            return "every load worker told to close its connection pool"
-        return self._window(fault)
+        assert fault.kind == "drop_pool", fault.kind  # the spec admits no other kind
+        if self.drop_pools is None:
+            raise InjectionFailed("no load workers to drop the pools of")
+        self.drop_pools()
+        return "every load worker told to close its connection pool"
 
     def _embedded(self) -> EmbeddedTarget:
         if self.process is None:  # the spec's validation refuses this; kept honest here
@@ -140,26 +144,42 @@ class Drill:
             process.resume()
         return f"SIGSTOP pid {process.pid} for {fault.for_s:g} s, then SIGCONT"
 
-    def _window(self, fault: FaultSpec) -> str:
+    def _window(self, fault: FaultSpec) -> tuple[str, int | None]:
+        """Open the window, wait it out, and ask the target how many requests it caught:
+        what was done, in words, and that count (None: the target did not say)."""
         assert fault.for_s is not None
         body = {"kind": fault.kind, "for_s": fault.for_s, "status": fault.status}
+        self._control("POST", json.dumps(body).encode())
+        self._stop.wait(fault.for_s)
+        what = f"HTTP {fault.status}" if fault.kind == "http_error" else fault.kind
+        detail = f"{what} to every generation request for {fault.for_s:g} s"
+        try:
+            report = json.loads(self._control("GET", None))
+            requests_hit = report["requests_hit"]
+            if report["kind"] != fault.kind or not isinstance(requests_hit, int):
+                raise ValueError(f"not this window's report: {report!r}")
+        except (InjectionFailed, ValueError, KeyError, TypeError) as exc:
+            # The window was opened: the fault stands, only its count is unknown.
+            return f"{detail}; the target did not say how many requests it caught ({exc})", None
+        return detail, requests_hit
+
+    def _control(self, method: str, data: bytes | None) -> bytes:
+        """``method`` /drill/fault on the target; the answer's body."""
         request = urllib.request.Request(
             f"{self.base_url}/drill/fault",
-            data=json.dumps(body).encode(),
+            data=data,
             headers={"Content-Type": "application/json"},
-            method="POST",
+            method=method,
         )
         try:
             with urllib.request.urlopen(request, timeout=_CONTROL_TIMEOUT_S) as answer:
-                answer.read()
+                body: bytes = answer.read()
+                return body
         except urllib.error.HTTPError as exc:
             text = exc.read().decode(errors="replace")[:_OUTPUT_TAIL_CHARS]
-            raise InjectionFailed(f"POST /drill/fault answered {exc.code}: {text}") from None
+            raise InjectionFailed(f"{method} /drill/fault answered {exc.code}: {text}") from None
         except urllib.error.URLError as exc:
-            raise InjectionFailed(f"POST /drill/fault failed: {exc.reason}") from None
-        self._stop.wait(fault.for_s)
-        what = f"HTTP {fault.status}" if fault.kind == "http_error" else fault.kind
-        return f"{what} to every generation request for {fault.for_s:g} s"
+            raise InjectionFailed(f"{method} /drill/fault failed: {exc.reason}") from None
 
     def _hook(self, fault: FaultSpec) -> str:
         started = time.monotonic()
