@@ -1,8 +1,10 @@
 """Fixtures shared across the test packages, and the rules of the two tiers.
 
-The suite runs in two parts (tox.ini's test and fast envs, docs/development/tests.md): every
-test not marked ``timing`` across both cores with pytest-xdist, then the ``timing`` tests
-alone, one after another, so that what they measure is the machine's, not a neighbour's.
+The suite runs in three parts (tox.ini's test and fast envs, docs/development/tests.md):
+every test not marked ``timing`` across both cores with pytest-xdist; then the ``timing``
+tests two at a time, each on a core of its own; then those also marked ``alone`` (they
+keep more than one core busy themselves) by themselves. What a timing test measures is
+then the machine's, not a busy neighbour's.
 """
 
 import asyncio
@@ -45,6 +47,18 @@ def _one_torch_thread_after_each_test() -> Iterator[None]:
 
 
 _deselected_total = 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # ``alone`` is a kind of ``timing`` test: one marked alone only would run in the
+    # parallel part beside a neighbour, the opposite of what it asks.
+    stray = [
+        i.nodeid
+        for i in items
+        if i.get_closest_marker("alone") and not i.get_closest_marker("timing")
+    ]
+    if stray:
+        raise pytest.UsageError(f"marked alone but not timing: {', '.join(stray)}")
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
