@@ -120,13 +120,31 @@ class WorkerSummary:
 
 @dataclass(frozen=True, slots=True)
 class MeasurementErrors:
-    """The harness's own error (seconds) against the synthetic target's write times."""
+    """The harness's own error (seconds) against the synthetic target's own stamps, split
+    by side (docs/concepts/calibration.md). Per matched request:
+
+    - ``send``: server received (its handler started) - the client's intended send: the
+      client's queue, encoding, upload and the server's pickup of the request.
+    - ``ttft`` (the receive side): first chunk read - its write.
+    - ``ttft_total``: the client's TTFT - the server's received-to-first-write, what a
+      user's TTFT holds beyond the server's own time; ``send`` + ``ttft`` exactly.
+    - ``e2e_receive``: the client's end of the response - the server's; ``e2e_total``:
+      the client's E2E - the server's received-to-done.
+    - ``itl``: the measured per-token gap - the server's; ``chunk``: every chunk's read -
+      its write.
+
+    Summaries written before the send side was counted hold EMPTY for its figures.
+    """
 
     matched_requests: int
     unmatched_requests: int
     ttft: Described
     itl: Described
     chunk: Described
+    send: Described = EMPTY
+    ttft_total: Described = EMPTY
+    e2e_receive: Described = EMPTY
+    e2e_total: Described = EMPTY
 
 
 # How a level ended (suites/serving/load/validity.py judges it): "ok"; "failed", most of

@@ -27,6 +27,10 @@ def _calibration_options(args: argparse.Namespace) -> CalibrationOptions:
             workers = int(args.workers)
         except ValueError:
             raise UsageError(f"--workers {args.workers!r}: expected a number or auto") from None
+    if not 0 <= args.plant_send_delay_ms <= 1000:
+        raise UsageError(
+            f"--plant-send-delay-ms {args.plant_send_delay_ms:g}: expected 0 to 1000 ms"
+        )
     return CalibrationOptions(
         levels=levels,
         duration_s=args.duration_s,
@@ -34,6 +38,7 @@ def _calibration_options(args: argparse.Namespace) -> CalibrationOptions:
         itl_s=args.itl_s,
         output_tokens=args.output_tokens,
         workers=workers,
+        planted_send_delay_s=args.plant_send_delay_ms / 1e3,
     )
 
 
@@ -48,8 +53,9 @@ def add_calibrate_command(commands: Any) -> None:
     calibrate = commands.add_parser(
         "calibrate",
         help="measure the harness's own error against the synthetic target",
-        description="Drive the embedded synthetic target (known latencies, its own write "
-        "times read back) and print the harness's TTFT and ITL error per level. Exit 0 "
+        description="Drive the embedded synthetic target (known latencies, its own receive "
+        "and write times read back) and print the harness's TTFT error per level (total, "
+        "and its send and receive sides), its E2E and ITL error. Exit 0 "
         "when the run completes, 1 when it ends invalid (a level was client-bound), failed "
         "or aborted, 2 for bad flags.",
     )
@@ -93,5 +99,13 @@ def add_calibrate_command(commands: Any) -> None:
         metavar="N|auto",
         help="load worker processes; auto: one per 128 streams, up to the cores "
         "(default: %(default)s)",
+    )
+    calibrate.add_argument(
+        "--plant-send-delay-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="self-check: wait MS before every send, a delay of the client's own that the "
+        "send side must show and the receive side must not (default: %(default)s)",
     )
     calibrate.set_defaults(handler=_calibrate)

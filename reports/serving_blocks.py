@@ -90,7 +90,13 @@ def _harness_error_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | No
         if errors is None:
             continue
         row: dict[str, Any] = {"scenario": name, "matched": errors.matched_requests}
-        for described, label in ((errors.ttft, "TTFT error"), (errors.chunk, "chunk error")):
+        for described, label in (
+            (errors.ttft_total, "TTFT total error"),
+            (errors.send, "send side"),
+            (errors.ttft, "receive side"),
+            (errors.e2e_total, "E2E total error"),
+            (errors.chunk, "chunk error"),
+        ):
             for q in (0.5, 0.99):
                 estimate = described.at(q)
                 if estimate is not None:
@@ -100,7 +106,10 @@ def _harness_error_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | No
         return None
     return Table(
         pd.DataFrame(rows),
-        "The harness's own measurement error against the synthetic target's write times.",
+        "The harness's own measurement error against the synthetic target's own stamps: "
+        "TTFT total is the client's TTFT minus the server's received-to-first-write, the "
+        "send side (intended send to received) plus the receive side (first write to "
+        "first chunk read); E2E total likewise to the response's end.",
     )
 
 

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class ErrorBudget:
-    """How far the harness's median TTFT and ITL error may be from the server's times."""
+    """How far the harness's median total TTFT error and its ITL error may be from the
+    server's own times."""
 
     ttft_p50_s: float
     itl_p50_s: float
@@ -82,13 +83,24 @@ def announce_run(run: RunWriter, console: Console) -> None:
 
 
 def harness_error_table(summary: ServingSummary, budget: ErrorBudget) -> Table:
-    """The harness's own TTFT and ITL error against the synthetic server's write times."""
-    table = Table(title="harness measurement error vs the server's write times (ms)")
+    """The harness's own TTFT, E2E and ITL error against the synthetic server's own stamps:
+    the total, and its send and receive sides (MeasurementErrors)."""
+    table = Table(
+        title="harness measurement error vs the server's own stamps (ms)",
+        caption=(
+            "TTFT total: the client's TTFT - the server's received-to-first-write = send "
+            "(intended send -> received) + receive (first write -> first chunk read); E2E "
+            "total likewise to the response's end"
+        ),
+    )
     columns = (
         "load",
         "matched",
-        "TTFT p50",
-        "TTFT p99",
+        "TTFT total p50",
+        "TTFT total p99",
+        "send p50",
+        "receive p50",
+        "E2E total p50",
         "ITL p50",
         "ITL p99",
         "loop lag p99",
@@ -107,8 +119,11 @@ def harness_error_table(summary: ServingSummary, budget: ErrorBudget) -> Table:
         table.add_row(
             scenario,
             str(errors.matched_requests),
+            ms_text(errors.ttft_total.value_at(0.5), 3),
+            ms_text(errors.ttft_total.value_at(0.99), 3),
+            ms_text(errors.send.value_at(0.5), 3),
             ms_text(errors.ttft.value_at(0.5), 3),
-            ms_text(errors.ttft.value_at(0.99), 3),
+            ms_text(errors.e2e_total.value_at(0.5), 3),
             ms_text(errors.itl.value_at(0.5), 3),
             ms_text(errors.itl.value_at(0.99), 3),
             ms_text(lag, 3),
@@ -123,9 +138,9 @@ def calibration_verdict(entry: ScenarioSummary, budget: ErrorBudget) -> str:
     if entry.client_bottleneck:
         return "invalid (client-bound)"
     errors = entry.harness_error_s
-    if errors is None or not errors.ttft.count:
+    if errors is None or not errors.ttft_total.count:
         return "no samples"
-    ttft_p50 = errors.ttft.value_at(0.5) or 0.0
+    ttft_p50 = errors.ttft_total.value_at(0.5) or 0.0
     itl_p50 = errors.itl.value_at(0.5) or 0.0  # no ITL samples: no error to speak of
     if abs(ttft_p50) <= budget.ttft_p50_s and abs(itl_p50) <= budget.itl_p50_s:
         return "within budget"

@@ -18,6 +18,7 @@ from moeperf.collectors.store import RunReader
 from moeperf.collectors.target_counters import NOT_AVAILABLE, metrics_unavailable
 from moeperf.reports.target_text import kv_cache_line
 from moeperf.reports.terminal.curve_table import curve_table
+from moeperf.reports.terminal.harness_error import harness_error_line
 from moeperf.reports.terminal.levels import (
     absent_counters,
     latency_table,
@@ -39,6 +40,9 @@ def serving_lines(summary: ServingSummary, reader: RunReader) -> Presentation:
     detail: list[Item] = []
     for scenario, entry in scenarios.items():
         detail += [latency_table(scenario, entry), throughput_line(scenario, entry)]
+        harness = harness_error_line(scenario, entry)
+        if harness is not None:
+            detail.append(harness)
         if unavailable is None:
             detail.append(target_counters_line(scenario, entry))
             server = server_latency_table(scenario, entry)  # the target's histograms (vLLM)

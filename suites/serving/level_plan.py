@@ -195,4 +195,5 @@ def worker_config(
         headers=headers,
         conversation_turns=conversation.turns if conversation else 0,
         think_time_s=conversation.think_time_s if conversation else 0.0,
+        planted_send_delay_s=spec.harness.planted_send_delay_s,
     )

@@ -173,6 +173,18 @@ class ServingSpec(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _planted_delay_on_calibration_only(self) -> ServingSpec:
+        if self.harness.planted_send_delay_s and (
+            self.target.kind != "synthetic" or self.load.engine != "asyncio"
+        ):
+            raise ValueError(
+                "harness.planted_send_delay_s is calibration's self-check: it needs the "
+                "synthetic target and load.engine = 'asyncio' (it would add a delay of the "
+                "harness's own to any other run's latencies)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _goodput_needs_slo(self) -> ServingSpec:
         wants_goodput = self.capacity is not None and self.capacity.min_goodput_ratio is not None
         no_slo = self.slo.ttft_s is None and self.slo.tpot_s is None and self.slo.e2e_s is None

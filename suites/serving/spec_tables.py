@@ -161,6 +161,11 @@ class HarnessSpec(_Strict):
     # Open loop without max_concurrency: sending fewer than this fraction of the scheduled
     # requests within the window makes the level client-bound.
     min_achieved_rate_ratio: Annotated[float, Field(gt=0, le=1)] = 0.95
+    # Calibration's self-check only (moeperf calibrate --plant-send-delay-ms): every
+    # request waits this long after its intended send before it is sent, a delay the
+    # calibration must find on its send side. The synthetic target and the asyncio
+    # engine only; 0 (off) for anything measured.
+    planted_send_delay_s: NonNegative = 0.0
 
 
 class ExportSpec(_Strict):

@@ -40,7 +40,9 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
     record: GroundTruthRecord | None = None
     try:
         try:
-            body = parse_json_object(await read_body(request))
+            raw = await read_body(request)
+            body_read_ns = state.clock_ns()  # the upload done, before any parsing
+            body = parse_json_object(raw)
             state.wire.check_fields(body, chat=chat)
             gen = parse_generation(
                 body,
@@ -65,6 +67,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
             id=f"{'chatcmpl' if chat else 'cmpl'}-{index}",
             stream=gen.stream,
             received_ns=received_ns,
+            body_read_ns=body_read_ns,
             prompt_tokens=gen.prompt_tokens,
             fault=plan.fault,
             fault_chunk=plan.fault_chunk,

@@ -24,6 +24,9 @@ class GroundTruthRecord:
     read it earlier) (role-only, usage-only, malformed and [DONE] events are not
     listed), ``chunk_tokens[i]`` is how many tokens it carried. ``max_lag_ns`` is the
     largest (write start - deadline) over those chunks: the server's own scheduling lag.
+    ``received_ns`` is when its handler started, the request's headers parsed (the
+    server's pickup of the bytes is before it, in the client's send side);
+    ``body_read_ns`` when its body had been read whole (the upload done).
     ``dequeued_ns`` is when the request left the stream queue (``max_concurrent_streams``)
     and its delays began: ``received_ns`` plus the queue wait, None while it still waits.
     ``status`` is waiting (for a stream slot), running, ok, error, truncated or cancelled
@@ -37,6 +40,7 @@ class GroundTruthRecord:
     fault: str | None
     fault_chunk: int | None
     status: str = "waiting"
+    body_read_ns: int | None = None
     dequeued_ns: int | None = None
     done_ns: int | None = None
     max_lag_ns: int = 0
@@ -56,6 +60,7 @@ class GroundTruthRecord:
             "stream": self.stream,
             "status": self.status,
             "received_ns": self.received_ns,
+            "body_read_ns": self.body_read_ns,
             "dequeued_ns": self.dequeued_ns,
             "queue_wait_ns": self.queue_wait_ns,
             "chunk_write_ns": self.chunk_write_ns.tolist(),

@@ -103,6 +103,13 @@ def test_embedded_target_reports_harness_error(tmp_path):
     assert errors.ttft.count == entry.ok
     # every chunk arrives after it was written
     assert errors.chunk.value_at(0.5) >= 0
+    # The send side: every request was received after its intended send; the total is
+    # the two sides request by request, so its mean is theirs, added (E2E likewise).
+    for side in (errors.send, errors.ttft_total, errors.e2e_receive, errors.e2e_total):
+        assert side.count == entry.ok
+    assert (errors.send.value_at(0.5) or 0.0) > 0
+    assert errors.ttft_total.mean == pytest.approx(errors.send.mean + errors.ttft.mean)
+    assert errors.e2e_total.mean == pytest.approx(errors.send.mean + errors.e2e_receive.mean)
     assert reader.manifest.target["simulated"] is True
     assert any("synthetic" in note for note in reader.manifest.notes)
 

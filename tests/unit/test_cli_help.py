@@ -71,7 +71,7 @@ def subparser(name: str) -> argparse.ArgumentParser:
 
 def test_every_calibrate_flag_has_help_with_its_default(capsys):
     flags = [a for a in subparser("calibrate")._actions if a.option_strings and a.dest != "help"]
-    assert len(flags) == 6
+    assert len(flags) == 7
     for action in flags:
         assert action.help and "(default: %(default)s)" in action.help, action.dest
     text = help_of(capsys, "calibrate")

@@ -282,6 +282,10 @@ class LevelRunner:
         record: RequestRecord,
         on_answer: Callable[[], None] = lambda: None,
     ) -> StreamResult:
+        if self.config.planted_send_delay_s:
+            # Calibration's self-check: a delay of the client's own before the send,
+            # which calibrate must attribute to the send side.
+            await asyncio.sleep(self.config.planted_send_delay_s)
         return await stream_request(
             self.session,
             self.url,

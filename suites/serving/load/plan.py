@@ -45,6 +45,8 @@ class WorkerConfig:
     # this many turns (0: single requests), waiting think_time_s between reply and turn.
     conversation_turns: int = 0
     think_time_s: float = 0.0
+    # harness.planted_send_delay_s: calibration's self-check, a wait before every send.
+    planted_send_delay_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,12 @@
-"""The harness's own measurement error, against the synthetic target's write times.
+"""The harness's own measurement error, against the synthetic target's own stamps.
 
-The synthetic server records when it wrote each token chunk, with the same system-wide
-monotonic clock the harness uses for arrivals, so on one host the per-chunk error is
-exact: arrival - write. It includes the kernel's loopback delivery, which any client
-pays, and whatever the client's event loop adds before it takes the timestamp.
+The synthetic server records when it received each request and when it wrote each token
+chunk, with the same system-wide monotonic clock the harness uses, so on one host each
+error is exact. The receive side (arrival - write) holds the kernel's loopback delivery,
+which any client pays, and whatever the client's event loop adds before it takes the
+timestamp; the send side (received - intended send) holds the client's queue, the
+request's encoding and upload, and the server's pickup. Their sum is the total: the
+client's TTFT against the server's received-to-first-write (MeasurementErrors).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ async def fetch_ground_truth(base_url: str, ids: list[str]) -> dict[str, dict[st
 def measurement_errors(
     requests: pd.DataFrame, truth: dict[str, dict[str, Any]], anchor_ns: int
 ) -> pd.DataFrame:
-    """Per-sample errors in seconds: kind in {"ttft", "itl", "chunk"}, with scenario."""
+    """Per-sample errors in seconds, with scenario: kind in {"send", "ttft", "ttft_total",
+    "e2e_receive", "e2e_total", "itl", "chunk"} (MeasurementErrors defines each)."""
     rows: list[tuple[str, str, float]] = []
     for _, row in requests[requests["status"] == "ok"].iterrows():
         server = truth.get(row["server_request_id"])
@@ -49,7 +53,18 @@ def measurement_errors(
             continue  # not comparable chunk by chunk; counted as unmatched
         scenario = row["scenario"]
         delays_s = (arrivals - writes) / 1e9
+        received_ns = int(server["received_ns"]) - anchor_ns
+        intended_ns = int(row["intended_send_ns"])
+        send_s = (received_ns - intended_ns) / 1e9
+        rows.append((scenario, "send", send_s))
         rows.append((scenario, "ttft", float(delays_s[0])))
+        # (arrival - intended) - (write - received) = send + receive, term for term.
+        rows.append((scenario, "ttft_total", send_s + float(delays_s[0])))
+        if server.get("done_ns") is not None:
+            server_done_ns = int(server["done_ns"]) - anchor_ns
+            e2e_receive_s = (int(row["done_ns"]) - server_done_ns) / 1e9
+            rows.append((scenario, "e2e_receive", e2e_receive_s))
+            rows.append((scenario, "e2e_total", send_s + e2e_receive_s))
         rows.extend((scenario, "chunk", float(d)) for d in delays_s)
         # ITL error: measured per-token gap minus the server's per-token gap.
         per_token_s = np.diff(delays_s) / tokens[1:]
@@ -70,4 +85,8 @@ def summarize_errors(errors: pd.DataFrame, requests_ok: int) -> MeasurementError
         ttft=of("ttft"),
         itl=of("itl"),
         chunk=of("chunk"),
+        send=of("send"),
+        ttft_total=of("ttft_total"),
+        e2e_receive=of("e2e_receive"),
+        e2e_total=of("e2e_total"),
     )

@@ -1,0 +1,27 @@
+"""A level's harness error, for the terminal: against the synthetic target only, the
+total TTFT error and its two sides (collectors.serving_records.MeasurementErrors)."""
+
+from __future__ import annotations
+
+from moeperf.collectors.quantiles import Described
+from moeperf.collectors.serving_records import ScenarioSummary
+
+
+def _signed_ms(described: Described, q: float) -> str:
+    value = described.value_at(q)
+    return "-" if value is None else f"{value * 1e3:+.2f} ms"
+
+
+def harness_error_line(scenario: str, entry: ScenarioSummary) -> str | None:
+    """One line, or None where the target gave no stamps to check against."""
+    errors = entry.harness_error_s
+    if errors is None or not errors.ttft_total.count:
+        return None
+    return (
+        f"{scenario} harness error vs the synthetic target's own stamps "
+        f"({errors.matched_requests} requests): TTFT total p50 "
+        f"{_signed_ms(errors.ttft_total, 0.5)} (send side {_signed_ms(errors.send, 0.5)}, "
+        f"receive side {_signed_ms(errors.ttft, 0.5)}), p99 "
+        f"{_signed_ms(errors.ttft_total, 0.99)}; E2E total p50 "
+        f"{_signed_ms(errors.e2e_total, 0.5)}"
+    )
