@@ -13,6 +13,7 @@ from aiohttp import web
 
 from moeperf.targets.openai_wire import ApiError
 from moeperf.targets.synthetic.drill import FaultWindow, reset_connection
+from moeperf.targets.synthetic.first_bytes import FIRST_READ_NS
 from moeperf.targets.synthetic.ground_truth import GroundTruthRecord
 from moeperf.targets.synthetic.http_edge import error_response, read_body, refusal
 from moeperf.targets.synthetic.openai_request import (
@@ -35,7 +36,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
     state = request.app[STATE]
-    received_ns = state.clock_ns()
+    handler_ns = state.clock_ns()
+    # Its first bytes' read (first_bytes.py); the handler's start where that is unknown.
+    first_read_ns = request.get(FIRST_READ_NS)
+    received_ns = handler_ns if first_read_ns is None else first_read_ns
     metrics = state.metrics
     record: GroundTruthRecord | None = None
     try:

@@ -24,9 +24,9 @@ class GroundTruthRecord:
     read it earlier) (role-only, usage-only, malformed and [DONE] events are not
     listed), ``chunk_tokens[i]`` is how many tokens it carried. ``max_lag_ns`` is the
     largest (write start - deadline) over those chunks: the server's own scheduling lag.
-    ``received_ns`` is when its handler started, the request's headers parsed (the
-    server's pickup of the bytes is before it, in the client's send side);
-    ``body_read_ns`` when its body had been read whole (the upload done).
+    ``received_ns`` is when its first bytes were read (first_bytes.py; the handler's
+    start where that is unknown): the server's parsing and dispatch after it are the
+    server's own time. ``body_read_ns`` is when its body had been read whole.
     ``dequeued_ns`` is when the request left the stream queue (``max_concurrent_streams``)
     and its delays began: ``received_ns`` plus the queue wait, None while it still waits.
     ``status`` is waiting (for a stream slot), running, ok, error, truncated or cancelled

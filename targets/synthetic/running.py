@@ -17,8 +17,9 @@ from prometheus_client import CollectorRegistry
 
 from moeperf.targets.ready_line import base_url
 from moeperf.targets.synthetic.config import SyntheticConfig
+from moeperf.targets.synthetic.first_bytes import stamping
 from moeperf.targets.synthetic.server import build_app
-from moeperf.targets.synthetic.state import ClockNs
+from moeperf.targets.synthetic.state import STATE, ClockNs
 
 _LINGERING_S = 1.0
 
@@ -28,6 +29,7 @@ class RunningServer:
     """A synthetic server listening on ``host:port``; ``close()`` stops it."""
 
     runner: web.AppRunner
+    listener: asyncio.Server
     host: str
     port: int
 
@@ -38,6 +40,7 @@ class RunningServer:
 
     async def close(self) -> None:
         """Stop listening and end the requests still running (after at most 1 s)."""
+        self.listener.close()
         await self.runner.cleanup()
 
 
@@ -67,13 +70,17 @@ async def start(
         lingering_time=_LINGERING_S,
     )
     await runner.setup()
+    assert runner.server is not None  # set by setup()
+    # aiohttp's server is a protocol factory (its low-level server API); each connection's
+    # protocol is wrapped to note when a request's first bytes are read (first_bytes.py),
+    # so listening goes through the loop here rather than a web.TCPSite.
+    factory = stamping(runner.server, runner.app[STATE].first_bytes)
     try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
+        listener = await asyncio.get_running_loop().create_server(factory, host, port)
     except BaseException:
         await runner.cleanup()
         raise
-    return RunningServer(runner, host, runner.addresses[0][1])
+    return RunningServer(runner, listener, host, listener.sockets[0].getsockname()[1])
 
 
 async def serve(

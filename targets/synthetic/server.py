@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry
 from moeperf.targets.synthetic import endpoints, generation
 from moeperf.targets.synthetic.config import SyntheticConfig
 from moeperf.targets.synthetic.drill import DrillWindows
+from moeperf.targets.synthetic.first_bytes import FirstBytes, first_read_middleware
 from moeperf.targets.synthetic.ground_truth import GroundTruthStore
 from moeperf.targets.synthetic.metrics import SyntheticMetrics
 from moeperf.targets.synthetic.slots import StreamSlots
@@ -47,7 +48,10 @@ def build_app(
     request whose client goes away while it waits for a stream slot keeps its place in the
     queue until its first write fails.
     """
-    app = web.Application(client_max_size=config.max_body_bytes)
+    first_bytes = FirstBytes(clock_ns)
+    app = web.Application(
+        client_max_size=config.max_body_bytes, middlewares=[first_read_middleware(first_bytes)]
+    )
     slots = StreamSlots(config.max_concurrent_streams)
     app[STATE] = ServerState(
         config=config,
@@ -57,6 +61,7 @@ def build_app(
         slots=slots,
         metrics=SyntheticMetrics(registry if registry is not None else CollectorRegistry(), slots),
         drill=DrillWindows(clock_ns),
+        first_bytes=first_bytes,
     )
     app.router.add_post("/v1/chat/completions", generation.chat_completions)
     app.router.add_post("/v1/completions", generation.completions)

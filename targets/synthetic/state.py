@@ -15,6 +15,7 @@ from aiohttp import web
 from moeperf.targets.openai_wire import WireVariant
 from moeperf.targets.synthetic.config import SyntheticConfig
 from moeperf.targets.synthetic.drill import DrillWindows
+from moeperf.targets.synthetic.first_bytes import FirstBytes
 from moeperf.targets.synthetic.ground_truth import GroundTruthStore
 from moeperf.targets.synthetic.metrics import SyntheticMetrics
 from moeperf.targets.synthetic.slots import StreamSlots
@@ -33,6 +34,8 @@ class ServerState:
     slots: StreamSlots
     metrics: SyntheticMetrics
     drill: DrillWindows
+    # When each connection's request was first read (first_bytes.py): its received_ns.
+    first_bytes: FirstBytes
     # Request index: part of the response id and of the seed of the request's draws.
     indices: itertools.count = field(default_factory=lambda: itertools.count(1))
     # The soak's planted leak (config.leak_bytes_per_request, a test switch): never freed.
