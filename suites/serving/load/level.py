@@ -165,17 +165,25 @@ class LevelRunner:
         budget = itertools.count() if plan.max_requests is None else iter(range(plan.max_requests))
 
         async def stream_slot() -> None:
-            # Each slot sends its next request the moment the previous one ends.
+            # Each slot sends its next request the moment the previous one ends, from its
+            # own task: a new task per request would start only on the loop's next pass,
+            # behind every other stream's ready chunks, and that wait would be the send
+            # side's (docs/concepts/calibration.md). In flight while it is in a request.
+            slot = asyncio.current_task()
+            assert slot is not None
             while time.monotonic_ns() < end_ns and next(budget, None) is not None:
-                task = asyncio.create_task(self._one(plan, time.monotonic_ns()))
-                in_flight.add(task)
-                task.add_done_callback(in_flight.discard)
-                await task
+                in_flight.add(slot)
+                try:
+                    await self._one(plan, time.monotonic_ns())
+                finally:
+                    in_flight.discard(slot)
 
         async def conversation_slot() -> None:
             # One conversation after another: each turn sends the history so far, the
             # moment the think time after the previous reply has passed.
             turns, think_s = self.config.conversation_turns, self.config.think_time_s
+            slot = asyncio.current_task()  # in flight while in a turn, as stream_slot
+            assert slot is not None
             while time.monotonic_ns() < end_ns:
                 conversation = f"{self.config.request_id_prefix}w{self.index}-c{next(self._talks)}"
                 history: list[dict[str, str]] = []
@@ -183,10 +191,11 @@ class LevelRunner:
                     if time.monotonic_ns() >= end_ns or next(budget, None) is None:
                         return
                     turn_of = _Turn(conversation, turn, history)
-                    task = asyncio.create_task(self._one(plan, time.monotonic_ns(), turn_of))
-                    in_flight.add(task)
-                    task.add_done_callback(in_flight.discard)
-                    reply = await task
+                    in_flight.add(slot)
+                    try:
+                        reply = await self._one(plan, time.monotonic_ns(), turn_of)
+                    finally:
+                        in_flight.discard(slot)
                     if reply is None:  # the turn failed: the conversation cannot go on
                         break
                     if turn < turns and think_s > 0:
