@@ -23,6 +23,7 @@ from typing import Any
 
 import aiohttp
 
+from moeperf.suites.serving.load import eager_write
 from moeperf.suites.serving.load.amend import finish_deferred
 from moeperf.suites.serving.load.level import LevelRunner
 from moeperf.suites.serving.load.messages import Failed, LevelDone, Ready
@@ -64,6 +65,7 @@ async def _serve(
     index: int, config: WorkerConfig, commands: Any, results: Any, stop: Any, drops: Any
 ) -> None:
     loop = asyncio.get_running_loop()
+    eager_write.install(loop)  # each request's bytes leave in its own loop pass (3.11)
     timeout = aiohttp.ClientTimeout(
         total=config.request_timeout_s, sock_read=config.stall_timeout_s
     )
