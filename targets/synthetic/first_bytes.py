@@ -5,21 +5,25 @@ bytes were read; on a busy server (a calibration's 64 streams of chunks) that wa
 the server's, not the client's, and a stamp at the handler's start would count it on the
 client's send side. So each connection's protocol is wrapped (``StampingProtocol``):
 it notes the time of the first read after the last request on the connection, and a
-middleware (``first_read``) takes it for every request, any route, into
-``request[FIRST_READ_NS]``, and forgets what was read during the request (its body)
-once it is answered. A client sends a connection's next request only after the whole
-answer, so the next read is the next request's first.
+middleware (``first_read``) takes it for every request, any route, into the context
+variable ``FIRST_READ_NS`` that its handler runs under, and forgets what was read
+during the request (its body) once it is answered. A client sends a connection's next
+request only after the whole answer, so the next read is the next request's first.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 from aiohttp import web
 
-FIRST_READ_NS = "moeperf_first_read_ns"  # the request's key: the clock at its first read
+# The handled request's first read (the clock's ns); None where unknown. A context
+# variable rather than the request's own storage: the middleware's handler runs in its
+# task, and aiohttp's typed request keys are newer than the aiohttp this supports.
+FIRST_READ_NS: ContextVar[int | None] = ContextVar("moeperf_first_read_ns", default=None)
 
 
 class FirstBytes:
@@ -79,7 +83,7 @@ def stamping(factory: Callable[[], Any], first_bytes: FirstBytes) -> Callable[[]
 
 
 def first_read_middleware(first_bytes: FirstBytes) -> Any:
-    """The middleware that gives every request its first read (``FIRST_READ_NS``; absent
+    """The middleware that gives every request its first read (``FIRST_READ_NS``; None
     where unknown) and forgets the reads of its own body once it is answered."""
 
     @web.middleware
@@ -87,12 +91,11 @@ def first_read_middleware(first_bytes: FirstBytes) -> Any:
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         connection = id(request.transport)
-        first_ns = first_bytes.take(connection)
-        if first_ns is not None:
-            request[FIRST_READ_NS] = first_ns
+        token = FIRST_READ_NS.set(first_bytes.take(connection))
         try:
             return await handler(request)
         finally:
+            FIRST_READ_NS.reset(token)
             # A non-streamed answer is written after this returns, and a stream ended
             # with its last write: nothing of a next request can have been read yet.
             first_bytes.take(connection)

@@ -38,7 +38,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
     state = request.app[STATE]
     handler_ns = state.clock_ns()
     # Its first bytes' read (first_bytes.py); the handler's start where that is unknown.
-    first_read_ns = request.get(FIRST_READ_NS)
+    first_read_ns = FIRST_READ_NS.get()
     received_ns = handler_ns if first_read_ns is None else first_read_ns
     metrics = state.metrics
     record: GroundTruthRecord | None = None
