@@ -123,8 +123,8 @@ class MeasurementErrors:
     """The harness's own error (seconds) against the synthetic target's own stamps, split
     by side (docs/concepts/calibration.md). Per matched request:
 
-    - ``send``: server received (its handler started) - the client's intended send: the
-      client's queue, encoding, upload and the server's pickup of the request.
+    - ``send``: server received (its first read of the request's bytes) - the client's
+      intended send: the client's queue, encoding, upload and the server's pickup.
     - ``ttft`` (the receive side): first chunk read - its write.
     - ``ttft_total``: the client's TTFT - the server's received-to-first-write, what a
       user's TTFT holds beyond the server's own time; ``send`` + ``ttft`` exactly.
