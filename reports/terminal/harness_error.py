@@ -18,10 +18,8 @@ def harness_error_line(scenario: str, entry: ScenarioSummary) -> str | None:
     if errors is None or not errors.ttft_total.count:
         return None
     return (
-        f"{scenario} harness error vs the synthetic target's own stamps "
-        f"({errors.matched_requests} requests): TTFT total p50 "
-        f"{_signed_ms(errors.ttft_total, 0.5)} (send side {_signed_ms(errors.send, 0.5)}, "
-        f"receive side {_signed_ms(errors.ttft, 0.5)}), p99 "
-        f"{_signed_ms(errors.ttft_total, 0.99)}; E2E total p50 "
-        f"{_signed_ms(errors.e2e_total, 0.5)}"
+        f"{scenario} harness error ({errors.matched_requests} requests): TTFT total p50 "
+        f"{_signed_ms(errors.ttft_total, 0.5)} (send p50 {_signed_ms(errors.send, 0.5)}, "
+        f"receive p50 {_signed_ms(errors.ttft, 0.5)}), p99 {_signed_ms(errors.ttft_total, 0.99)}; "
+        f"E2E total p50 {_signed_ms(errors.e2e_total, 0.5)}"
     )

@@ -15,6 +15,7 @@ import pytest
 from moeperf.collectors.errors import MoeperfUsageError
 from moeperf.collectors.latency import itl_samples_s, per_request
 from moeperf.collectors.store import RunStore
+from moeperf.reports.terminal.harness_error import harness_error_line
 from moeperf.suites.serving.embedded.process import running_target
 from moeperf.suites.serving.preflight import TargetUnreachable
 from moeperf.suites.serving.runner import run_serving
@@ -92,6 +93,7 @@ def test_sweep_measures_what_the_server_wrote(tmp_path):
     assert (per_request(measured)["ttft_s"] >= 0.05).all()
     # The runner's own ground-truth summary is only for the embedded target.
     assert reader.summary().scenarios["c=8"].harness_error_s is None
+    assert harness_error_line("c=8", reader.summary().scenarios["c=8"]) is None
 
 
 def test_embedded_target_reports_harness_error(tmp_path):
@@ -110,6 +112,11 @@ def test_embedded_target_reports_harness_error(tmp_path):
     assert (errors.send.value_at(0.5) or 0.0) > 0
     assert errors.ttft_total.mean == pytest.approx(errors.send.mean + errors.ttft.mean)
     assert errors.e2e_total.mean == pytest.approx(errors.send.mean + errors.e2e_receive.mean)
+    # runs show --verbose says the same figures.
+    line = harness_error_line("c=4", entry)
+    assert line is not None
+    assert f"TTFT total p50 {(errors.ttft_total.value_at(0.5) or 0) * 1e3:+.2f} ms" in line
+    assert f"send p50 {(errors.send.value_at(0.5) or 0) * 1e3:+.2f} ms" in line
     assert reader.manifest.target["simulated"] is True
     assert any("synthetic" in note for note in reader.manifest.notes)
 
