@@ -40,7 +40,7 @@ from moeperf.collectors.sources.nvml_source import open_nvml
 from moeperf.collectors.sources.process_source import ProcessSource
 
 PAGE = (
-    Path(__file__).resolve().parents[2] / "tests" / "data" / "accel" / "dcgm_exporter_h200x2.prom"
+    Path(__file__).resolve().parents[1] / "tests" / "data" / "accel" / "dcgm_exporter_h200x2.prom"
 )
 PERIODS_S = (0.1, 1.0)
 

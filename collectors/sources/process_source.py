@@ -9,6 +9,13 @@ read: 1.0 is one core busy the whole time, so it exceeds 1 on several cores. Per
 counts the CPU time added since that process's last read; a process that started since then
 counts all its CPU time, and one that ended since then loses its last interval (psutil cannot
 read a process that is gone). The first read has no interval: None.
+
+Finding the descendants is the read's dear part: psutil lists them by reading every process's
+/proc/<pid>/stat on the host. So the tree is listed again only every ``TREE_REFRESH_S`` (and
+whenever the target's pid changes); in between, the known processes are read. A child that
+started since the last listing is missed until the next one (at most ``TREE_REFRESH_S``):
+its RSS is absent for those reads, and its CPU is not lost, since a process's first read
+counts all of it. Measured by ``tox -e bench-telemetry``.
 """
 
 from __future__ import annotations
@@ -23,6 +30,9 @@ import psutil
 from moeperf.collectors.accel_records import DeviceSample
 
 ClockNs = Callable[[], int]
+
+# How often the tree's descendants are listed again (module docstring).
+TREE_REFRESH_S = 1.0
 
 
 def _tree(pid: int) -> list[psutil.Process] | None:
@@ -86,6 +96,20 @@ class ProcessSource:
         self._clock_ns = clock_ns
         self._last_cpu_s: dict[tuple[int, float], float] = {}
         self._last_ns: int | None = None
+        self._tree: list[psutil.Process] | None = None  # the last listing, root first
+        self._tree_ns: int | None = None  # when it was listed
+
+    def _processes(self, pid: int, now_ns: int) -> list[psutil.Process] | None:
+        """The root and its descendants: the last listing while it is fresh and of ``pid``."""
+        fresh = (
+            self._tree is not None
+            and self._tree_ns is not None
+            and self._tree[0].pid == pid
+            and now_ns - self._tree_ns < TREE_REFRESH_S * 1e9
+        )
+        if not fresh:
+            self._tree, self._tree_ns = _tree(pid), now_ns
+        return self._tree
 
     @property
     def name(self) -> str:
@@ -93,9 +117,10 @@ class ProcessSource:
 
     def read(self, t_ns: int, scenario: str) -> list[DeviceSample]:
         pid = self._pid()
-        processes = _tree(pid)
+        processes = self._processes(pid, self._clock_ns())
         reads = [r for r in map(_read_process, processes or []) if r is not None]
         if not processes or not reads or reads[0].key[0] != pid:
+            self._tree = None  # listed again at the next read
             raise ProcessLookupError(f"process {pid} is gone")
         now_ns = self._clock_ns()
         cpu_ratio = None

@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from moeperf.collectors.sources.process_source import ProcessSource, tree_rss
+from moeperf.collectors.sources.process_source import TREE_REFRESH_S, ProcessSource, tree_rss
 
 # A child that holds 200 MB resident (written to, so the pages are really there).
 HOLD = (
@@ -55,3 +55,28 @@ def test_a_gone_process_raises_for_the_sampler_to_count() -> None:
 def test_tree_rss_counts_the_processes() -> None:
     read = tree_rss(os.getpid())
     assert read is not None and read[0] > 0 and read[1] >= 1
+
+
+def test_the_tree_is_listed_again_only_every_refresh_period() -> None:
+    # Listing descendants reads every process on the host, so a child started after a
+    # listing is read from the next one on (TREE_REFRESH_S later at most), not before.
+    now_ns = [0]
+    source = ProcessSource(os.getpid, host="here", clock_ns=lambda: now_ns[0])
+    (alone,) = source.read(0, "c=1")
+    child = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        now_ns[0] = int(0.5 * TREE_REFRESH_S * 1e9)
+        (before,) = source.read(1, "c=1")
+        assert before.rss_bytes is not None and alone.rss_bytes is not None
+        assert before.rss_bytes < alone.rss_bytes + (100 << 20)  # not listed yet
+        now_ns[0] = int(1.5 * TREE_REFRESH_S * 1e9)
+        (after,) = source.read(2, "c=1")
+        assert after.rss_bytes is not None and after.rss_bytes >= alone.rss_bytes + (190 << 20)
+    finally:
+        child.kill()
+        child.wait()
+    # A gone child is skipped until the next listing; the root's own reads go on.
+    now_ns[0] = int(1.7 * TREE_REFRESH_S * 1e9)
+    (gone,) = source.read(3, "c=1")
+    assert gone.rss_bytes is not None and gone.rss_bytes < alone.rss_bytes + (100 << 20)
