@@ -14,11 +14,11 @@ HEALTH_INTERVAL_S is); this module is the process around it.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing as mp
+import os
 import signal
 import threading
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import aiohttp
@@ -35,18 +35,26 @@ from moeperf.suites.serving.workload.tokenizer import (
 
 
 def worker_main(
-    index: int, config: WorkerConfig, commands: Any, results: Any, stop: Any, drops: Any = None
+    index: int,
+    config: WorkerConfig,
+    commands: Any,
+    results: Any,
+    stop: Any,
+    drops: Any = None,
+    environ: Mapping[str, str] | None = None,
 ) -> None:
     """Process entry point. ``drops``: a shared counter; each time the parent raises it the
-    worker drops its connection pool (a drill's ``drop_pool`` fault)."""
+    worker drops its connection pool (a drill's ``drop_pool`` fault). ``environ``: the
+    parent's environment when it started the worker (pool.py)."""
+    if environ is not None:
+        # A forkserver's child starts with the server's environment, taken when the server
+        # started; the libraries here read the one the harness has now, as under spawn.
+        os.environ.clear()
+        os.environ.update(environ)
     # Ctrl-C reaches the whole process group; the parent decides how a run ends and tells
     # workers through ``stop``, so that requests in flight are recorded as cancelled.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = mp.parent_process()
-    if parent is not None and parent.pid is not None:
-        threading.Thread(
-            target=exit_when_orphaned, args=(parent.pid,), name="orphan-watch", daemon=True
-        ).start()
+    threading.Thread(target=exit_when_orphaned, name="orphan-watch", daemon=True).start()
     runner: Callable[[Coroutine[Any, Any, None]], None]
     try:
         import uvloop
