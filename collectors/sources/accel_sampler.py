@@ -88,11 +88,15 @@ class DeviceSampler:
         self._thread.start()
 
     def finish(self) -> SamplerCost:
-        """Stop after the read in progress (if any) and return what the sampling cost."""
+        """Stop after the read in progress (if any), read once more, and return what the
+        sampling cost. The last read is after everything measured: a window that ended
+        less than a period before the finish has a reading after its end, so its edge is
+        interpolated (accel_figures) rather than cut at the last tick inside it."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+            self.read_once()
             self._finished_ns = self._clock_ns()
         return self.cost()
 

@@ -109,9 +109,9 @@ def test_a_running_sampler_reads_every_period_and_measures_itself() -> None:
     cost = sampler.finish()
     assert sampler.cost() == cost  # stopped: the cost no longer moves
     assert cost.period_s == 0.02 and cost.run_s >= 0.3
-    # A tick every 20 ms of the run (16 in 0.3 s): a loaded machine may skip some, and no
-    # tick is read twice or made up.
-    assert cost.reads >= 3 and cost.reads + cost.ticks_missed <= cost.run_s / 0.02 + 1
+    # A tick every 20 ms of the run (16 in 0.3 s), and the read at the finish: a loaded
+    # machine may skip some, and no tick is read twice or made up.
+    assert cost.reads >= 3 and cost.reads + cost.ticks_missed <= cost.run_s / 0.02 + 2
     assert len(stored) == 2 * cost.reads
     assert {s.scenario for s in stored} == {"", "c=1"}
     assert cost.read_mean_s is not None and cost.read_max_s is not None
@@ -142,3 +142,19 @@ def test_a_sampler_that_never_ran_costs_nothing() -> None:
 def test_period_must_be_positive() -> None:
     with pytest.raises(ValueError, match="period_s"):
         DeviceSampler([], anchor_ns=0, store=lambda s: None, period_s=0)
+
+
+def test_the_finish_reads_once_more_after_the_last_tick() -> None:
+    # A window that ends between two ticks needs a reading after it (accel_figures
+    # interpolates its edge there): the finish reads once more, whatever the period.
+    stored: list[DeviceSample] = []
+    anchor_ns = time.monotonic_ns()
+    sampler = DeviceSampler([FakeSource()], anchor_ns=anchor_ns, store=stored.append, period_s=60)
+    sampler.start()
+    while not stored:  # the tick at the start
+        time.sleep(0.01)
+    sampler.set_scenario("c=1")
+    ended_ns = time.monotonic_ns() - anchor_ns
+    cost = sampler.finish()
+    assert cost.reads == 2 and [s.scenario for s in stored] == ["", "", "c=1", "c=1"]
+    assert stored[-1].t_ns >= ended_ns
