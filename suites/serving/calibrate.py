@@ -47,7 +47,14 @@ class CalibrationOptions:
 
 
 def calibration_spec(options: CalibrationOptions) -> dict[str, Any]:
-    """The spec data of a calibration run, validated as any serving spec is."""
+    """The spec data of a calibration run, validated as any serving spec is.
+
+    The streams start over a ramp of one request's length (within the warm-up): every
+    request takes exactly as long on this target, so streams started at once would send,
+    and read their chunks, in step for the whole level, 64 sends at one instant every
+    0.69 s at 64 streams; that burst, not the steady load, set the loop's lag p99."""
+    warmup_s = min(1.0, options.duration_s / 4)
+    request_s = options.ttft_s + options.output_tokens * options.itl_s
     return {
         "name": "calibrate",
         "description": "harness measurement error against the synthetic target",
@@ -65,7 +72,8 @@ def calibration_spec(options: CalibrationOptions) -> dict[str, Any]:
             "mode": "concurrency",
             "levels": list(options.levels),
             "duration_s": options.duration_s,
-            "warmup_s": min(1.0, options.duration_s / 4),
+            "warmup_s": warmup_s,
+            "ramp_s": min(warmup_s, request_s),
             "cooldown_s": 0.0,
             "workers": options.workers,
         },

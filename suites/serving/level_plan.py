@@ -114,12 +114,14 @@ def plan_level(
         shares = split_evenly(streams, active)
         budgets = split_evenly(load.max_requests, active) if load.max_requests else None
         starts = _prompt_starts(active, budgets, prompts, cursor)
+        firsts = _first_sends_s(shares, load.ramp_s)
         return {
             i: dataclasses.replace(
                 common,
                 concurrency=shares[i],
                 max_requests=budgets[i] if budgets else None,
                 prompt_offset=starts[i],
+                first_sends_s=firsts[i],
             )
             for i in range(active)
         }
@@ -151,6 +153,23 @@ def plan_level(
         )
         for i, share in enumerate(arrivals)
     }
+
+
+def _first_sends_s(shares: Sequence[int], ramp_s: float) -> list[tuple[float, ...]]:
+    """Each worker's streams' first sends over a ramp of ``ramp_s``: the level's streams
+    at even steps of ramp_s / streams, dealt round robin so that every worker's streams
+    span the whole ramp (none at all without one)."""
+    if ramp_s <= 0:
+        return [() for _ in shares]
+    streams, active = sum(shares), len(shares)
+    dealt: list[list[float]] = [[] for _ in shares]
+    worker = 0
+    for k in range(streams):
+        while len(dealt[worker]) >= shares[worker]:  # a full share takes no more
+            worker = (worker + 1) % active
+        dealt[worker].append(k * ramp_s / streams)
+        worker = (worker + 1) % active
+    return [tuple(offsets) for offsets in dealt]
 
 
 def _prompt_starts(

@@ -99,6 +99,8 @@ class ServingSpec(_Strict):
         unsupported = [name for name in ("interference", "mtp_ab") if getattr(self, name)]
         if self.workload.conversation is not None:
             unsupported.append("workload.conversation")
+        if self.load.ramp_s > 0:  # Locust spawns its users at its own rate
+            unsupported.append("load.ramp_s")
         if unsupported:
             raise ValueError(
                 "load.engine = 'locust' does not run "

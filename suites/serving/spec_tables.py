@@ -54,6 +54,13 @@ class LoadSpec(_Strict):
     # Cool-down: requests meant to be sent in a level's last cooldown_s, likewise (default
     # 0 for a trace, and must be 0 when max_requests alone bounds the level).
     cooldown_s: NonNegative = 0.5
+    # Closed loop: the streams' first requests are spread evenly over this many seconds
+    # from the level's start (0: all at once). Streams that start together stay in step on
+    # a target whose requests all take as long (fixed output lengths, one batch), and each
+    # round of sends then lands on the client and the target at one instant; the ramp
+    # spreads their phases for the whole level. Within load.warmup_s, so that the measured
+    # window holds every stream.
+    ramp_s: NonNegative = 0.0
     # After a level stops sending, how long its requests in flight may go on before they
     # are cancelled.
     drain_timeout_s: NonNegative = 10.0
@@ -108,6 +115,17 @@ class LoadSpec(_Strict):
             )
         if self.count_bound:
             self._check_count_bound(self.max_requests or 0)
+        if self.ramp_s > 0 and self.mode != "concurrency":
+            raise ValueError(
+                f"load.ramp_s spreads the streams of mode = 'concurrency' (this is "
+                f"{self.mode!r}); remove it, or spread open-loop arrivals with load.burstiness"
+            )
+        if self.ramp_s > self.warmup_s:
+            raise ValueError(
+                f"load.ramp_s ({self.ramp_s:g}) must be at most load.warmup_s "
+                f"({self.warmup_s:g}): the measured window must hold every stream; "
+                "lengthen the warm-up or shorten the ramp"
+            )
         if self.mode == "concurrency" and any(level != int(level) for level in self.levels):
             raise ValueError(
                 "load.levels must be whole numbers of streams when mode = 'concurrency'"

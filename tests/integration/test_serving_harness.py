@@ -279,6 +279,26 @@ def test_max_requests_alone_bounds_a_level(tmp_path):
     assert (entry.requests, entry.ok, entry.status) == (7, 7, "ok")
 
 
+def test_a_ramp_spreads_the_streams_first_sends_over_two_workers(tmp_path):
+    # 8 streams over a 0.4 s ramp on 2 workers: the k-th stream's first send is k x 50 ms
+    # after the level's start, whichever worker it is on (never before). Each request
+    # takes over 0.5 s, so the level's first 8 sends are the 8 streams' first.
+    s = spec(
+        load={"levels": [8], "duration_s": 1.5, "warmup_s": 0.5, "ramp_s": 0.4, "workers": 2},
+        target={"synthetic": {"ttft_s": 0.5, "itl_s": 0.005}},
+    )
+    requests = run(tmp_path, s).requests().sort_values("intended_send_ns")
+    firsts = requests.head(8)
+    firsts_s = (firsts["intended_send_ns"].to_numpy() - firsts["intended_send_ns"].min()) / 1e9
+    steps_s = np.diff(firsts_s)
+    assert len(firsts_s) == 8 and set(firsts["worker"]) == {0, 1}
+    # Each step 50 ms; a late start (a busy host) only lengthens one step and shortens the
+    # next, so the first and last are 350 ms apart to within the host's scheduling.
+    assert 0.34 <= firsts_s[-1] <= 0.40, firsts_s
+    assert (steps_s > 0.02).all(), steps_s
+    assert (requests["send_ns"] >= requests["intended_send_ns"]).all()
+
+
 def test_a_level_goes_on_through_the_prompts_where_the_last_one_stopped(tmp_path):
     # A level that replayed the prompts its predecessor had just sent would be served from
     # a prefix cache. Prompts of random lengths: the server's prompt_tokens tell them apart.

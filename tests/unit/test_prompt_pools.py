@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from rich.console import Console
 
 from moeperf.collectors.serving_records import (
@@ -142,3 +143,16 @@ def test_the_reuse_tables_show_a_levels_repeats_beside_its_hit_rate():
     console = Console(width=250, record=True)
     console.print(terminal_reuse_table(scenarios))
     assert "(48 of 176 prompts repeated)" in console.export_text()
+
+
+def test_a_ramp_deals_the_streams_first_sends_round_robin_over_the_workers():
+    # 5 streams over 1 s on 2 workers (3 and 2): first sends at 0, 0.2, ..., 0.8 s, the
+    # even steps to the first worker, so each worker's streams span the whole ramp.
+    spec = _spec({"levels": [5], "ramp_s": 1.0, "warmup_s": 1.0, "duration_s": 4.0})
+    plans = plan_level(spec, 5, 0, 2, 0, 8)
+    assert [plan.concurrency for plan in plans.values()] == [3, 2]
+    assert plans[0].first_sends_s == pytest.approx((0.0, 0.4, 0.8))
+    assert plans[1].first_sends_s == pytest.approx((0.2, 0.6))
+    # Without a ramp every stream starts at once.
+    plain = plan_level(_spec({"levels": [5]}), 5, 0, 2, 0, 8)
+    assert all(plan.first_sends_s == () for plan in plain.values())

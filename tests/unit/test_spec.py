@@ -50,6 +50,12 @@ def test_cross_field_rules(tmp_path):
         load_spec(write(tmp_path, '[target]\nkind = "url"\n'))
     with pytest.raises(SpecError, match="whole numbers"):
         load_spec(write(tmp_path, "[load]\nlevels = [1.5]\n"))
+    with pytest.raises(SpecError, match=r"load\.ramp_s \(2\) must be at most load\.warmup_s \(1\)"):
+        load_spec(write(tmp_path, "[load]\nramp_s = 2\n"))
+    with pytest.raises(SpecError, match=r"load\.ramp_s spreads the streams of mode"):
+        load_spec(write(tmp_path, "[load]\nmode = 'poisson'\nlevels = [4]\nramp_s = 0.5\n"))
+    with pytest.raises(SpecError, match=r"does not run .*\[load\.ramp_s\]"):
+        load_spec(write(tmp_path, "[load]\nengine = 'locust'\nramp_s = 0.5\n"))
 
 
 def test_max_requests_alone_bounds_a_level_with_no_cool_down(tmp_path):

@@ -15,7 +15,7 @@ import itertools
 import random
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,7 +202,11 @@ class LevelRunner:
                         await asyncio.sleep(think_s)
 
         slot = conversation_slot if self.config.conversation_turns else stream_slot
-        self._slots = [asyncio.create_task(slot()) for _ in range(plan.concurrency)]
+        firsts_ns = [plan.start_ns + int(s * 1e9) for s in plan.first_sends_s]
+        self._slots = [
+            asyncio.create_task(_after(firsts_ns[k], slot()) if firsts_ns else slot())
+            for k in range(plan.concurrency)
+        ]
         # Returns at the end of the window, or earlier when the request budget is spent;
         # requests still in flight are left to the drain in run().
         await asyncio.wait(self._slots, timeout=max(0.0, (end_ns - time.monotonic_ns()) / 1e9))
@@ -316,6 +320,13 @@ class _Turn:
     conversation: str
     turn: int
     history: list[dict[str, str]]
+
+
+async def _after(start_ns: int, slot: Coroutine[Any, Any, None]) -> None:
+    """A stream that starts at ``start_ns`` (a ramp, load.ramp_s)."""
+    if start_ns > time.monotonic_ns():
+        await _sleep_until(start_ns)
+    await slot
 
 
 async def _sleep_until(deadline_ns: int) -> None:

@@ -64,6 +64,9 @@ class LevelPlan:
     concurrency: int
     # Open loop: this worker's share of the send schedule, seconds from start_ns.
     arrivals_s: tuple[float, ...] = ()
+    # Closed loop: when each of this worker's streams sends its first request, seconds
+    # from start_ns (empty: all at once; load.ramp_s).
+    first_sends_s: tuple[float, ...] = ()
     # Closed loop: this worker's share of the level's request budget (None: time-bound).
     max_requests: int | None = None
     # Index (in the level's prompts) of the first prompt this worker uses, so workers do
