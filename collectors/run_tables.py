@@ -32,6 +32,7 @@ RECORD_FILES = {
     "samples": "samples",
     "memory": "memory",  # a soak's MemorySamples of the target
     "accelerator": "accelerator",  # DeviceSamples (collectors.sources.accel_sampler)
+    "harness_errors": "harness_errors",  # HarnessErrors (against the synthetic target)
 }
 # Tables whose rows may be amended by appending a newer row with the same key.
 _AMENDABLE_KEYS = {"requests": "request_id"}

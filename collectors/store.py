@@ -1,9 +1,10 @@
 """RunStore: one directory per run, records appended and flushed as they happen.
 
 Layout of ``<root>/<run_id>/``: manifest.json, requests.jsonl / requests.parquet,
-steps.jsonl / steps.parquet, accelerator.jsonl / accelerator.parquet, server_metrics.jsonl,
-summary.json. A run that dies keeps everything already appended: JSONL lines are flushed one
-by one, and readers fall back to them when the parquet files of a finished run are not there.
+steps.jsonl / steps.parquet, accelerator.jsonl / accelerator.parquet, harness_errors.jsonl /
+harness_errors.parquet, server_metrics.jsonl, summary.json. A run that dies keeps everything
+already appended: JSONL lines are flushed one by one, and readers fall back to them when the
+parquet files of a finished run are not there.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from moeperf.collectors.errors import (
     RunsDirError,
     SchemaVersionError,
 )
+from moeperf.collectors.harness_errors import HarnessError
 from moeperf.collectors.manifest import RunManifest, RunStatus
 from moeperf.collectors.records import RequestRecord, SampleRecord, StepRecord
 from moeperf.collectors.request_settings import RequestSettings
@@ -152,6 +154,9 @@ class RunWriter:
         """Called from the accelerator sampler's thread; it alone writes accelerator.jsonl."""
         self._append("accelerator", sample.to_dict())
 
+    def append_harness_error(self, error: HarnessError) -> None:
+        self._append("harness_errors", error.to_dict())
+
     def append_server_metrics(self, sample: dict[str, Any]) -> None:
         self._append("server_metrics", {"schema_version": SCHEMA_VERSION, **sample})
 
@@ -266,6 +271,11 @@ class RunReader:
 
     def requests(self) -> pd.DataFrame:
         return self._frame("requests")
+
+    def harness_errors(self) -> pd.DataFrame:
+        """The harness's error per matched request (HarnessError's columns); empty for a
+        run against a target that does not stamp its own times."""
+        return self._frame("harness_errors")
 
     def steps(self) -> pd.DataFrame:
         return self._frame("steps")

@@ -118,6 +118,20 @@ MEMORY_SCHEMA = _schema(
     ]
 )
 
+# The harness's error per request against the synthetic target's own stamps
+# (collectors.harness_errors.HarnessError).
+HARNESS_ERROR_SCHEMA = _schema(
+    [
+        ("request_id", _STR),
+        ("scenario", _STR),
+        ("send_s", pa.float64()),
+        ("receive_s", pa.float64()),
+        ("ttft_total_s", pa.float64()),
+        ("e2e_total_s", pa.float64()),
+        ("schema_version", _INT),
+    ]
+)
+
 # Accelerator telemetry (collectors.accel_records.DeviceSample); nullable wherever a source
 # cannot read a field.
 ACCELERATOR_SCHEMA = _schema(
@@ -163,6 +177,7 @@ SCHEMAS = {
     "samples": SAMPLE_SCHEMA,
     "memory": MEMORY_SCHEMA,
     "accelerator": ACCELERATOR_SCHEMA,
+    "harness_errors": HARNESS_ERROR_SCHEMA,
 }
 
 

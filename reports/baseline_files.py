@@ -22,10 +22,17 @@ RECORD_FILES = (
     "steps.parquet",
     "samples.parquet",
     "accelerator.parquet",
+    "harness_errors.parquet",
 )
 
 
-RECORD_JSONL = ("requests.jsonl", "steps.jsonl", "samples.jsonl", "accelerator.jsonl")
+RECORD_JSONL = (
+    "requests.jsonl",
+    "steps.jsonl",
+    "samples.jsonl",
+    "accelerator.jsonl",
+    "harness_errors.jsonl",
+)
 
 
 REQUIRED_FIELDS = (

@@ -389,6 +389,7 @@ def _run_data(baseline: BaselineVersion) -> RunData:
         reader = RunReader(baseline.path)
         requests, steps, samples = reader.requests(), reader.steps(), reader.samples()
         accelerator = tuple(reader.accelerator_samples())
+        harness_errors = reader.harness_errors()
         summary = reader.summary()
     except (CollectorError, OSError, ValueError) as exc:
         raise ReportUsageError(f"baseline {baseline.ref}: {exc}") from None
@@ -400,6 +401,7 @@ def _run_data(baseline: BaselineVersion) -> RunData:
         server_metrics=[],
         samples=samples,
         accelerator=accelerator,
+        harness_errors=harness_errors,
     )
 
 

@@ -49,13 +49,15 @@ COMPARED: Mapping[str, tuple[str, ...]] = {
         "load.mode",
         "load.levels",
         "load.repeats",
+        "load.ramp_s",
         "slo",
     ),
     "training": ("suite", "kind", "trainer.model", "matrix"),
 }
 _ABSENT = object()
 # Fields added after runs were first stored: what an older run's absence means. Prefixes,
-# conversations, traces and repeats did not exist, so it ran without them. Its prompts were
+# conversations, traces, repeats and ramps did not exist, so it ran without them (its
+# streams all started at once). Its prompts were
 # drawn on from one pool, not per level, and nothing was reset: neither of today's
 # workload.cache modes, so that field is compared only between runs that both record it.
 _ABSENT_MEANS: Mapping[str, Any] = {
@@ -63,6 +65,7 @@ _ABSENT_MEANS: Mapping[str, Any] = {
     "workload.conversation": None,
     "workload.trace": None,
     "load.repeats": 1,
+    "load.ramp_s": 0.0,
 }
 _COMPARED_WHEN_RECORDED = frozenset({"workload.cache"})
 # The field names of request-setting differences start with this.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -28,6 +28,9 @@ class RunData:
     samples: pd.DataFrame
     # The device sampler's readings ([telemetry]), in the order taken.
     accelerator: tuple[DeviceSample, ...] = ()
+    # The harness's error per request against the synthetic target's own stamps (empty
+    # for any other target): collectors.harness_errors.HarnessError's columns.
+    harness_errors: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def run_id(self) -> str:
@@ -56,6 +59,7 @@ def load_run(store: RunStore, run: str) -> RunData:
             server_metrics=reader.server_metrics(),
             samples=reader.samples(),
             accelerator=tuple(reader.accelerator_samples()),
+            harness_errors=reader.harness_errors(),
         )
     except CollectorError as exc:
         raise ReportUsageError(str(exc)) from None

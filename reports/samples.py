@@ -146,7 +146,31 @@ def serving_run_samples(run: RunData) -> list[MetricSamples]:
         # An interference level's two scenarios share every second: a second's energy
         # cannot be split between them (its figures are per level, in the summary).
         return serving_samples(run.requests)
-    return serving_samples(run.requests) + energy_samples(run.requests, run.accelerator)
+    return (
+        serving_samples(run.requests)
+        + energy_samples(run.requests, run.accelerator)
+        + harness_error_samples(run.harness_errors)
+    )
+
+
+def harness_error_samples(errors: pd.DataFrame) -> list[MetricSamples]:
+    """The harness's own total TTFT error of each level, where the target stamped its own
+    times (the synthetic target): optional, as a run against any other lacks it."""
+    if not len(errors):
+        return []
+    return [
+        MetricSamples(
+            f"{scenario}/harness_ttft_error_s",
+            "p50",
+            level["ttft_total_s"].to_numpy(dtype=float),
+            "lower",
+            "harness",
+            "s",
+            kind="optional",
+            level=str(scenario),
+        )
+        for scenario, level in errors.groupby("scenario", sort=False)
+    ]
 
 
 def energy_samples(

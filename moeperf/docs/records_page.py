@@ -11,6 +11,7 @@ import typing
 from typing import Any
 
 from moeperf.collectors.accel_records import DeviceSample
+from moeperf.collectors.harness_errors import HarnessError
 from moeperf.collectors.records import RequestRecord, SampleRecord, StepRecord
 from moeperf.collectors.soak_records import MemorySample
 from moeperf.collectors.tables import SCHEMAS
@@ -28,6 +29,7 @@ WRITERS: dict[str, type] = {
     "samples": SampleRecord,
     "memory": MemorySample,
     "accelerator": DeviceSample,
+    "harness_errors": HarnessError,
 }
 
 
@@ -37,7 +39,8 @@ def page() -> str:
     parts = [
         "# Records and summaries\n\n", GENERATED,
         "\nA run is a directory (`runs/<run_id>/`): `manifest.json` (what ran, on what), "
-        "record tables (`requests`, `steps`, `samples`, `memory`, `accelerator`; JSONL "
+        "record tables (`requests`, `steps`, `samples`, `memory`, `accelerator`, "
+        "`harness_errors`; JSONL "
         "while the run goes, parquet after) and `summary.json` (the suite's summary record). "
         "Read a table with `moeperf.collectors.store.RunStore(\"runs\").open(RUN)` "
         "(`.requests()`, `.steps()`, ...: pandas DataFrames) or with pandas directly.\n",

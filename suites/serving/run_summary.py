@@ -26,6 +26,7 @@ from moeperf.suites.serving.load.validity import (
 from moeperf.suites.serving.observe.ground_truth import (
     fetch_ground_truth,
     measurement_errors,
+    request_errors,
     summarize_errors,
 )
 from moeperf.suites.serving.observe.level_counters import with_target_counters
@@ -70,6 +71,8 @@ def write_summary(
             errors = measurement_errors(measured, truth, run.manifest.anchor_monotonic_ns)
             ok = int((measured["status"] == "ok").sum())
             harness_error_s = summarize_errors(errors, ok)
+            for error in request_errors(errors) if len(errors) else ():
+                run.append_harness_error(error)  # the gate's samples (reports/samples.py)
         scenarios[outcome.scenario] = dataclasses.replace(
             scenarios.get(outcome.scenario) or empty_scenario(slo),
             level=outcome.level,

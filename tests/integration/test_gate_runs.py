@@ -64,11 +64,13 @@ def test_paired_blocks_detect_a_20_percent_itl_regression(tmp_path):
 
 
 # The nightly spec, shortened: one level of 8 streams, 2.5 s measured, 64 tokens per request
-# at 10 ms, and almost no TTFT, so that 10% slower tokens are about 10% less throughput.
+# at 10 ms, and almost no TTFT, so that 10% slower tokens are about 10% less throughput;
+# the streams ramp over the shorter warm-up.
 NIGHTLY_SHORT = [
     "load.levels=[8]",
     "load.duration_s=3.0",
     "load.warmup_s=0.5",
+    "load.ramp_s=0.5",
     "load.cooldown_s=0.0",
     "target.synthetic.ttft_s=0.001",
     "export.live_metrics=false",
@@ -106,6 +108,31 @@ def test_a_10_percent_throughput_drop_fails_the_gate(tmp_path, capsys):
         summary = json.loads((runs / run_id / "summary.json").read_text())
         tok_s = summary["scenarios"]["c=8"]["output_throughput_tok_s"]
         assert headline[side] == pytest.approx(tok_s, rel=1e-9)
+
+
+@pytest.mark.timing
+def test_a_harness_that_sends_late_fails_the_gate_on_its_own_error(tmp_path, capsys):
+    # The candidate's client waits 3 ms before every send (calibrate's planted delay): the
+    # target is the same, so only the harness's own error (~0.5-1 ms p50 here) grows, to
+    # some 4x, past the "harness" class's 100% minimum effect.
+    runs, baselines = tmp_path / "runs", tmp_path / "baselines"
+    common = ["--runs-dir", str(runs)]
+    assert main([*common, "run", "nightly", *_sets(NIGHTLY_SHORT)]) == 0
+    (baseline_id,) = (r.run_id for r in RunStore(runs).list())
+    late = [*NIGHTLY_SHORT, "harness.planted_send_delay_s=0.003"]
+    assert main([*common, "run", "nightly", *_sets(late)]) == 0
+    (candidate_id,) = (r.run_id for r in RunStore(runs).list() if r.run_id != baseline_id)
+    promote = ["baseline", "promote", baseline_id, "--name", "t", "--baselines-dir"]
+    assert main([*common, *promote, str(baselines)]) == 0
+    capsys.readouterr()
+    gate = ["gate", candidate_id, "--baseline", "t", "--baselines-dir", str(baselines)]
+    assert main([*common, *gate]) == 1
+    body = json.loads((runs / candidate_id / "gate.json").read_text())
+    verdicts = {v["key"]: v for v in body["verdicts"]}
+    error = verdicts["c=8/harness_ttft_error_s p50"]
+    assert error["outcome"] == "regression", error
+    # 3 ms more of the harness's own: the candidate's error is the baseline's plus ~3 ms.
+    assert error["candidate"] - error["baseline"] == pytest.approx(0.003, abs=0.001)
 
 
 @pytest.mark.timing

@@ -49,7 +49,7 @@ def test_a_run_of_another_spec_is_refused_naming_each_field(tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())  # the terminal wraps long lines
     assert code == 2
     assert "ran different specs and are not comparable" in err
-    assert "load.levels: baseline [1.0, 8.0, 32.0], candidate [1.0, 4.0, 16.0, 64.0]" in err
+    assert "load.levels: baseline [1.0, 8.0, 32.0, 64.0], candidate [1.0, 4.0, 16.0, 64.0]" in err
     assert "workload.output_tokens: baseline" in err and '"dist": "fixed"' in err
     assert "slo: baseline" in err
     # The advice names a baseline of the candidate's own spec: following it cannot make the
@@ -83,12 +83,14 @@ def test_force_gates_anyway_and_says_what_it_overrode(tmp_path):
     out_dir = tmp_path / "gate"
     code = gate_command(candidate_id, base, tmp_path, out_dir, force=True, out=lines.append)
     text = lines[0]
-    assert "forced: spec load.levels: baseline [1.0, 8.0, 32.0], candidate [1.0, 8.0]" in text
+    assert "forced: spec load.levels: baseline [1.0, 8.0, 32.0, 64.0], candidate [1.0, 8.0]" in text
     assert "(FORCED: see 'forced' above)" in text.splitlines()[-1]
     body = json.loads((out_dir / "gate.json").read_text())
     assert body["spec_check"]["forced"] is True
     assert [d["field"] for d in body["spec_check"]["differences"]] == ["load.levels"]
-    assert body["forced"] == ["spec load.levels: baseline [1.0, 8.0, 32.0], candidate [1.0, 8.0]"]
+    assert body["forced"] == [
+        "spec load.levels: baseline [1.0, 8.0, 32.0, 64.0], candidate [1.0, 8.0]"
+    ]
     assert code == 0  # same samples otherwise: a pass, labelled forced
 
 

@@ -24,7 +24,9 @@ from moeperf.specs import load_spec
 
 S = 1_000_000_000
 BASELINE_V2 = Path(__file__).resolve().parents[2] / "reports/baselines/nightly/v2"
-NIGHTLY = load_spec("nightly").spec.model_dump(mode="json")
+# The nightly spec as the committed baseline v2 ran it: three levels, no ramp.
+AS_V2 = ["load.levels=[1, 8, 32]", "load.ramp_s=0"]
+NIGHTLY = load_spec("nightly", AS_V2).spec.model_dump(mode="json")
 GREEDY_NIGHTLY = legacy_request_settings(NIGHTLY)
 
 

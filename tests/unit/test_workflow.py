@@ -140,6 +140,6 @@ def test_nightly_spec_is_short_and_has_slos():
     spec = load_spec("nightly").serving
     assert spec.name == "nightly"
     assert spec.target.kind == "synthetic"
-    assert spec.load.levels == [1, 8, 32]
+    assert spec.load.levels == [1, 8, 32, 64]
     assert spec.load.level_limit_s * len(spec.load.levels) <= 60
     assert None not in (spec.slo.ttft_s, spec.slo.tpot_s, spec.slo.e2e_s)

@@ -11,12 +11,14 @@ client's TTFT against the server's received-to-first-write (MeasurementErrors).
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 import aiohttp
 import numpy as np
 import pandas as pd
 
+from moeperf.collectors.harness_errors import HarnessError
 from moeperf.collectors.quantiles import Described, describe
 from moeperf.collectors.serving_records import MeasurementErrors
 
@@ -38,9 +40,10 @@ async def fetch_ground_truth(base_url: str, ids: list[str]) -> dict[str, dict[st
 def measurement_errors(
     requests: pd.DataFrame, truth: dict[str, dict[str, Any]], anchor_ns: int
 ) -> pd.DataFrame:
-    """Per-sample errors in seconds, with scenario: kind in {"send", "ttft", "ttft_total",
-    "e2e_receive", "e2e_total", "itl", "chunk"} (MeasurementErrors defines each)."""
-    rows: list[tuple[str, str, float]] = []
+    """Per-sample errors in seconds, with scenario and request_id: kind in {"send", "ttft",
+    "ttft_total", "e2e_receive", "e2e_total", "itl", "chunk"} (MeasurementErrors defines
+    each)."""
+    rows: list[tuple[str, str, float, str]] = []
     for _, row in requests[requests["status"] == "ok"].iterrows():
         server = truth.get(row["server_request_id"])
         if server is None:
@@ -51,25 +54,49 @@ def measurement_errors(
         writes = np.asarray(server["chunk_write_ns"], dtype=np.int64) - anchor_ns
         if len(writes) != len(arrivals) or list(server["chunk_tokens"]) != list(tokens):
             continue  # not comparable chunk by chunk; counted as unmatched
-        scenario = row["scenario"]
+        scenario, rid = row["scenario"], row["request_id"]
         delays_s = (arrivals - writes) / 1e9
         received_ns = int(server["received_ns"]) - anchor_ns
         intended_ns = int(row["intended_send_ns"])
         send_s = (received_ns - intended_ns) / 1e9
-        rows.append((scenario, "send", send_s))
-        rows.append((scenario, "ttft", float(delays_s[0])))
+        rows.append((scenario, "send", send_s, rid))
+        rows.append((scenario, "ttft", float(delays_s[0]), rid))
         # (arrival - intended) - (write - received) = send + receive, term for term.
-        rows.append((scenario, "ttft_total", send_s + float(delays_s[0])))
+        rows.append((scenario, "ttft_total", send_s + float(delays_s[0]), rid))
         if server.get("done_ns") is not None:
             server_done_ns = int(server["done_ns"]) - anchor_ns
             e2e_receive_s = (int(row["done_ns"]) - server_done_ns) / 1e9
-            rows.append((scenario, "e2e_receive", e2e_receive_s))
-            rows.append((scenario, "e2e_total", send_s + e2e_receive_s))
-        rows.extend((scenario, "chunk", float(d)) for d in delays_s)
+            rows.append((scenario, "e2e_receive", e2e_receive_s, rid))
+            rows.append((scenario, "e2e_total", send_s + e2e_receive_s, rid))
+        rows.extend((scenario, "chunk", float(d), rid) for d in delays_s)
         # ITL error: measured per-token gap minus the server's per-token gap.
         per_token_s = np.diff(delays_s) / tokens[1:]
-        rows.extend((scenario, "itl", float(e)) for e in np.repeat(per_token_s, tokens[1:]))
-    return pd.DataFrame(rows, columns=["scenario", "kind", "error_s"])
+        per_token = np.repeat(per_token_s, tokens[1:])
+        rows.extend((scenario, "itl", float(e), rid) for e in per_token)
+    return pd.DataFrame(rows, columns=["scenario", "kind", "error_s", "request_id"])
+
+
+def request_errors(errors: pd.DataFrame) -> list[HarnessError]:
+    """Each matched request's errors (``measurement_errors``'s rows, one record each)."""
+    kinds = ("send", "ttft", "ttft_total", "e2e_total")
+    per_request = errors[errors["kind"].isin(kinds)].pivot_table(
+        index=["request_id", "scenario"], columns="kind", values="error_s", aggfunc="first"
+    )
+    out: list[HarnessError] = []
+    for key, row in per_request.iterrows():
+        request_id, scenario = typing.cast(tuple[str, str], key)
+        e2e = row.get("e2e_total")
+        out.append(
+            HarnessError(
+                request_id=str(request_id),
+                scenario=str(scenario),
+                send_s=float(row["send"]),
+                receive_s=float(row["ttft"]),
+                ttft_total_s=float(row["ttft_total"]),
+                e2e_total_s=None if e2e is None or pd.isna(e2e) else float(e2e),
+            )
+        )
+    return out
 
 
 def summarize_errors(errors: pd.DataFrame, requests_ok: int) -> MeasurementErrors:
