@@ -119,6 +119,16 @@ def test_embedded_target_reports_harness_error(tmp_path):
     assert f"send p50 {(errors.send.value_at(0.5) or 0) * 1e3:+.2f} ms" in line
     assert reader.manifest.target["simulated"] is True
     assert any("synthetic" in note for note in reader.manifest.notes)
+    # Each request's errors are stored beside it (the gate's samples): the same figures.
+    stored = reader.harness_errors()
+    measured = reader.requests()
+    measured = measured[(measured["phase"] == "measure") & (measured["status"] == "ok")]
+    assert sorted(stored["request_id"]) == sorted(measured["request_id"])
+    assert set(stored["scenario"]) == {"c=4"}
+    assert stored["ttft_total_s"].mean() == pytest.approx(errors.ttft_total.mean)
+    assert stored["send_s"].mean() == pytest.approx(errors.send.mean)
+    total = stored["send_s"] + stored["receive_s"]
+    assert stored["ttft_total_s"].to_numpy() == pytest.approx(total.to_numpy())
 
 
 def test_faults_become_failed_requests_and_the_run_goes_on(tmp_path):
