@@ -116,9 +116,10 @@ def _settle_heap() -> None:
     ``WorkerPool.start_delay_s`` (0.3 s) before its level starts, and a full collection
     takes some 30-40 ms here. The level's own collections then never walk the worker's
     imports, sessions and earlier levels: one that did stalled the loop 29-44 ms in the
-    middle of a 64-stream level, and the level's loop-lag p99 with it (calibrate at 64
-    streams: 3 of 3 runs valid, lag p99 1.3-1.8 ms, against 1 of 3, 1.7-2.7 ms). Unfrozen
-    first, so that what the last level left in cycles is collected here."""
+    middle of a 64-stream level, and every chunk in flight waited as long. (A stall that
+    rare leaves the loop-lag p99 as it was: 1.4-2.0 ms in 5 calibrations with the freeze and
+    5 without, interleaved.) Unfrozen first, so that what the last level left in cycles is
+    collected here."""
     gc.unfreeze()
     gc.collect()
     gc.freeze()
