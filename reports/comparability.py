@@ -57,9 +57,9 @@ COMPARED: Mapping[str, tuple[str, ...]] = {
 _ABSENT = object()
 # Fields added after runs were first stored: what an older run's absence means. Prefixes,
 # conversations, traces, repeats and ramps did not exist, so it ran without them (its
-# streams all started at once). Its prompts were
-# drawn on from one pool, not per level, and nothing was reset: neither of today's
-# workload.cache modes, so that field is compared only between runs that both record it.
+# streams all started at once). Its prompts were drawn on from one pool, not per level, and
+# nothing was reset: neither of today's workload.cache modes, so that field is compared
+# only between runs that both record it.
 _ABSENT_MEANS: Mapping[str, Any] = {
     "workload.prefix": None,
     "workload.conversation": None,
