@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
 
 import gate_power
 import pytest
@@ -78,61 +80,71 @@ NIGHTLY_SHORT = [
 ]
 
 
-@pytest.mark.timing
-def test_a_10_percent_throughput_drop_fails_the_gate(tmp_path, capsys):
-    # The issue: throughput could never fail the gate (4-5 one-second bins per nightly level,
-    # 8 needed); a real 15% drop stayed inconclusive. Same spec on both sides but the
-    # synthetic target's token pace (not a compared spec field): itl_s 10% higher.
-    runs, baselines = tmp_path / "runs", tmp_path / "baselines"
+@dataclass(frozen=True)
+class GatedPair:
+    """A baseline run of the short nightly and a candidate run, gated against it."""
+
+    runs: Path
+    baseline_id: str
+    candidate_id: str
+    code: int
+    text: str  # the gate's output (gate.txt)
+    verdicts: dict[str, dict]
+
+
+@pytest.fixture(scope="module")
+def slower_and_late(tmp_path_factory) -> GatedPair:
+    # One candidate, two changes the gate must each find on its own metric:
+    # - the synthetic target's token pace 10% slower (itl_s, not a compared spec field);
+    # - the client waiting 3 ms before every send (calibrate's planted delay). It comes
+    #   before the send's stamp, so the per-request output rate (output tokens / (done -
+    #   send)) does not see it, and the slower pace leaves the first token's error alone.
+    tmp = tmp_path_factory.mktemp("gated")
+    runs, baselines = tmp / "runs", tmp / "baselines"
     common = ["--runs-dir", str(runs)]
     assert main([*common, "run", "nightly", *_sets(NIGHTLY_SHORT)]) == 0
     (baseline_id,) = (r.run_id for r in RunStore(runs).list())
-    slower = [*NIGHTLY_SHORT, "target.synthetic.itl_s=0.011"]
-    assert main([*common, "run", "nightly", *_sets(slower)]) == 0
+    changed = [*NIGHTLY_SHORT, "target.synthetic.itl_s=0.011", "harness.planted_send_delay_s=0.003"]
+    assert main([*common, "run", "nightly", *_sets(changed)]) == 0
     (candidate_id,) = (r.run_id for r in RunStore(runs).list() if r.run_id != baseline_id)
     promote = ["baseline", "promote", baseline_id, "--name", "t", "--baselines-dir"]
     assert main([*common, *promote, str(baselines)]) == 0
-    capsys.readouterr()
     gate = ["gate", candidate_id, "--baseline", "t", "--baselines-dir", str(baselines)]
-    assert main([*common, *gate]) == 1
-    assert "FAIL:" in capsys.readouterr().out
+    code = main([*common, *gate])
     body = json.loads((runs / candidate_id / "gate.json").read_text())
     verdicts = {v["key"]: v for v in body["verdicts"]}
-    rate = verdicts["c=8/request_output_tok_s mean"]
+    text = (runs / candidate_id / "gate.txt").read_text()
+    return GatedPair(runs, baseline_id, candidate_id, code, text, verdicts)
+
+
+@pytest.mark.timing
+def test_a_10_percent_throughput_drop_fails_the_gate(slower_and_late):
+    # The issue: throughput could never fail the gate (4-5 one-second bins per nightly level,
+    # 8 needed); a real 15% drop stayed inconclusive.
+    pair = slower_and_late
+    assert pair.code == 1
+    assert "FAIL:" in pair.text
+    rate = pair.verdicts["c=8/request_output_tok_s mean"]
     assert rate["outcome"] == "regression"
     assert rate["ratio"] == pytest.approx(0.91, abs=0.03)
     # The headline is the run summary's number on both sides, shown and not tested.
-    headline = verdicts["c=8/output_tok_s tokens/window"]
+    headline = pair.verdicts["c=8/output_tok_s tokens/window"]
     assert headline["outcome"] == "reported"
-    for run_id, side in ((baseline_id, "baseline"), (candidate_id, "candidate")):
-        summary = json.loads((runs / run_id / "summary.json").read_text())
+    for run_id, side in ((pair.baseline_id, "baseline"), (pair.candidate_id, "candidate")):
+        summary = json.loads((pair.runs / run_id / "summary.json").read_text())
         tok_s = summary["scenarios"]["c=8"]["output_throughput_tok_s"]
         assert headline[side] == pytest.approx(tok_s, rel=1e-9)
 
 
 @pytest.mark.timing
-def test_a_harness_that_sends_late_fails_the_gate_on_its_own_error(tmp_path, capsys):
-    # The candidate's client waits 3 ms before every send (calibrate's planted delay): the
-    # target is the same, so only the harness's own error (~0.5-1 ms p50 here) grows, to
-    # some 4x, past the "harness" class's 100% minimum effect.
-    runs, baselines = tmp_path / "runs", tmp_path / "baselines"
-    common = ["--runs-dir", str(runs)]
-    assert main([*common, "run", "nightly", *_sets(NIGHTLY_SHORT)]) == 0
-    (baseline_id,) = (r.run_id for r in RunStore(runs).list())
-    late = [*NIGHTLY_SHORT, "harness.planted_send_delay_s=0.003"]
-    assert main([*common, "run", "nightly", *_sets(late)]) == 0
-    (candidate_id,) = (r.run_id for r in RunStore(runs).list() if r.run_id != baseline_id)
-    promote = ["baseline", "promote", baseline_id, "--name", "t", "--baselines-dir"]
-    assert main([*common, *promote, str(baselines)]) == 0
-    capsys.readouterr()
-    gate = ["gate", candidate_id, "--baseline", "t", "--baselines-dir", str(baselines)]
-    assert main([*common, *gate]) == 1
-    body = json.loads((runs / candidate_id / "gate.json").read_text())
-    verdicts = {v["key"]: v for v in body["verdicts"]}
-    error = verdicts["c=8/harness_ttft_error_s p50"]
+def test_a_harness_that_sends_late_fails_the_gate_on_its_own_error(slower_and_late):
+    # The target is as fast to its first token on both sides, so only the harness's own
+    # error (~0.5-1 ms p50 here) grows, some 4x, past the "harness" class's 100% minimum
+    # effect: 3 ms more of the harness's own, the baseline's plus ~3 ms.
+    error = slower_and_late.verdicts["c=8/harness_ttft_error_s p50"]
     assert error["outcome"] == "regression", error
-    # 3 ms more of the harness's own: the candidate's error is the baseline's plus ~3 ms.
     assert error["candidate"] - error["baseline"] == pytest.approx(0.003, abs=0.001)
+    assert "REGRESSION c=8/harness_ttft_error_s p50" in slower_and_late.text
 
 
 @pytest.mark.timing
