@@ -291,21 +291,23 @@ def test_max_requests_alone_bounds_a_level(tmp_path):
 
 def test_a_ramp_spreads_the_streams_first_sends_over_two_workers(tmp_path):
     # 8 streams over a 0.4 s ramp on 2 workers: the k-th stream's first send is k x 50 ms
-    # after the level's start, whichever worker it is on (never before). Each request
-    # takes over 0.5 s, so the level's first 8 sends are the 8 streams' first.
+    # after the level's start, whichever worker it is on, and never before. Each request
+    # takes over 0.5 s, so the level's first 8 sends are the 8 streams' first. Only lower
+    # bounds are read (a busy host makes a send later, never earlier), so the test is safe
+    # beside a neighbour; the exact offsets are the plan's (test_prompt_pools.py).
     s = spec(
         load={"levels": [8], "duration_s": 1.5, "warmup_s": 0.5, "ramp_s": 0.4, "workers": 2},
         target={"synthetic": {"ttft_s": 0.5, "itl_s": 0.005}},
     )
     requests = run(tmp_path, s).requests().sort_values("intended_send_ns")
     firsts = requests.head(8)
+    assert set(firsts["worker"]) == {0, 1}
+    # The first stream starts at the level's start (late only if the loop stalled right
+    # then; 50 ms allowed); stream k no earlier than k x 50 ms after it, less that
+    # lateness. Without the ramp all eight start within milliseconds of each other.
     firsts_s = (firsts["intended_send_ns"].to_numpy() - firsts["intended_send_ns"].min()) / 1e9
-    steps_s = np.diff(firsts_s)
-    assert len(firsts_s) == 8 and set(firsts["worker"]) == {0, 1}
-    # Each step 50 ms; a late start (a busy host) only lengthens one step and shortens the
-    # next, so the first and last are 350 ms apart to within the host's scheduling.
-    assert 0.34 <= firsts_s[-1] <= 0.40, firsts_s
-    assert (steps_s > 0.02).all(), steps_s
+    late_s = 0.05
+    assert all(firsts_s[k] >= k * 0.05 - late_s for k in range(8)), firsts_s
     assert (requests["send_ns"] >= requests["intended_send_ns"]).all()
 
 
