@@ -204,7 +204,7 @@ class LevelRunner:
         slot = conversation_slot if self.config.conversation_turns else stream_slot
         firsts_ns = [plan.start_ns + int(s * 1e9) for s in plan.first_sends_s]
         self._slots = [
-            asyncio.create_task(_after(firsts_ns[k], slot()) if firsts_ns else slot())
+            asyncio.create_task(_after(firsts_ns[k], slot) if firsts_ns else slot())
             for k in range(plan.concurrency)
         ]
         # Returns at the end of the window, or earlier when the request budget is spent;
@@ -322,11 +322,12 @@ class _Turn:
     history: list[dict[str, str]]
 
 
-async def _after(start_ns: int, slot: Coroutine[Any, Any, None]) -> None:
-    """A stream that starts at ``start_ns`` (a ramp, load.ramp_s)."""
+async def _after(start_ns: int, slot: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """A stream that starts at ``start_ns`` (a ramp, load.ramp_s). Its coroutine is made
+    only then: a level stopped during the ramp leaves none never awaited."""
     if start_ns > time.monotonic_ns():
         await _sleep_until(start_ns)
-    await slot
+    await slot()
 
 
 async def _sleep_until(deadline_ns: int) -> None:
