@@ -69,6 +69,7 @@ def test_a_level_gets_process_and_dcgm_figures_over_its_measured_window(tmp_path
         assert got.energy_j == pytest.approx(expected, rel=1e-9)
         # ... which is the rate the exporter was given, over the window (give or take the
         # time between the sampler's stamp and the exporter's answer, at either edge).
+        assert got.energy_j is not None
         assert abs(got.energy_j - RISE_W * entry.window_s) <= RISE_W * lag_s + 1e-2
         assert got.power_mean_w == pytest.approx({"gpu-node-7:gpu0": 612.345}.get(device, 487.12))
         assert got.utilization_max_ratio == {"gpu-node-7:gpu0": 0.97}.get(device, 0.84)

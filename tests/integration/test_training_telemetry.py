@@ -76,6 +76,7 @@ def test_each_scenario_gets_its_energy_per_step_and_per_token(tmp_path, capsys):
         span_s = (end_ns - start_ns) / 1e9
         rate_w = len(DEVICES) * RISE_W
         lag_s = stamp_lag_s(samples, served_ns, reader.manifest.anchor_monotonic_ns)
+        assert figures.energy_j is not None
         assert abs(figures.energy_j - rate_w * span_s) <= rate_w * lag_s + 1e-2
         assert figures.energy_per_step_j == pytest.approx(expected / entry.steps)
         assert figures.energy_per_token_j == pytest.approx(expected / entry.tokens)
