@@ -158,18 +158,12 @@ def plan_level(
 def _first_sends_s(shares: Sequence[int], ramp_s: float) -> list[tuple[float, ...]]:
     """Each worker's streams' first sends over a ramp of ``ramp_s``: the level's streams
     at even steps of ramp_s / streams, dealt round robin so that every worker's streams
-    span the whole ramp (none at all without one)."""
+    span the whole ramp (none at all without one). ``shares`` are split_evenly's: the
+    first workers hold the extra streams, as round robin deals them."""
     if ramp_s <= 0:
         return [() for _ in shares]
     streams, active = sum(shares), len(shares)
-    dealt: list[list[float]] = [[] for _ in shares]
-    worker = 0
-    for k in range(streams):
-        while len(dealt[worker]) >= shares[worker]:  # a full share takes no more
-            worker = (worker + 1) % active
-        dealt[worker].append(k * ramp_s / streams)
-        worker = (worker + 1) % active
-    return [tuple(offsets) for offsets in dealt]
+    return [tuple(k * ramp_s / streams for k in range(i, streams, active)) for i in range(active)]
 
 
 def _prompt_starts(
