@@ -53,6 +53,17 @@ class VllmServer:
     # host's CPU; the tests take it, benchmarks/versus.py does not (users compile).
     eager: bool = True
     dtype: str = "bfloat16"
+    # The model's worker inside the engine-core process (VLLM_ENABLE_V1_MULTIPROCESSING=0,
+    # which keeps vLLM's single-process "uni" executor) instead of a worker process of its
+    # own. Its default, the "mp" executor, hands each step to the worker through a shared-
+    # memory queue whose readers spin (sched_yield) for 1 s after every read: measured here
+    # with the default model in float32, one thread, 32 requests of 32 tokens 4 at a time,
+    # the server's processes used 8.0 CPU-s against 4.4-4.8, 58-60 CPU-s to start against
+    # 40-42 (ready in 60 against 42-44 s), and 1.0 CPU-s in the 3 s after the load against
+    # 0.4. The tests take it (the engine, scheduler and answers are the same code); vLLM
+    # keeps the mp executor on CPU because only there can it bind several OpenMP threads,
+    # so benchmarks/versus.py, which compares serving speed, does not.
+    worker_in_engine: bool = False
 
 
 def python() -> Path:
@@ -104,6 +115,7 @@ def environment(server: VllmServer) -> dict[str, str]:
         # Nothing leaves the host: no usage report, no hub lookups for a local directory.
         "VLLM_NO_USAGE_STATS": "1",
         "HF_HUB_OFFLINE": "1",
+        **({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if server.worker_in_engine else {}),
     }
 
 
