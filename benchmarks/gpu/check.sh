@@ -13,8 +13,10 @@
 #   env       the card, the driver, torch and what Python packages are installed
 #   mfu       the trainer's MFU per activation policy, bf16, with torch.profiler's breakdown
 #             of one step (targets/training/gpu_check.py, size gpu-large)
-#   oom       training-oom on the GPU: real CUDA OOMs per policy x skew under a budget just
-#             above keep-all's calm peak, each scenario's peak beside the simulator's
+#   oom       training-oom on the GPU: the real CUDA OOMs each policy x skew meets under a
+#             cap at 1.01x keep-all's calm peak, each scenario's peak beside the simulator's
+#             (one process holds every expert here: skew moves no total, unlike on CPU,
+#             where memory is the hottest of 4 expert-parallel ranks)
 #   nvml      what an NVML read costs (benchmarks/telemetry_cost.py)
 #   dist      training-dist over NCCL, one rank; and the two-rank layout's refusal
 #   serving   not run: the reference engine has no CUDA path (targets/serving/engine
