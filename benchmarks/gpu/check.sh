@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks, in one prepared script for a lent machine with one CUDA GPU (H100/H200,
-# no network there): about 15 minutes of device time in all, so this is sized for under 9.
+# no network there): about 15 minutes of device time in all, so its steps' limits add up
+# to 525 s (under 9 minutes), leaving time to run it twice.
 #
 #     bash benchmarks/gpu/check.sh [OUT_DIR]        (default: $OUT, else ./gpu-check)
 #
@@ -59,16 +60,16 @@ step() {
     tail -n 8 "$out/$name.txt"
 }
 
-step env 60 bash -c "nvidia-smi; nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv; \
+step env 30 bash -c "nvidia-smi; nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv; \
     $python -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())'; \
     $python -m pip list 2>/dev/null"
-step mfu 240 "$python" -m moeperf.targets.training.gpu_check --size gpu-large --steps 6 \
+step mfu 210 "$python" -m moeperf.targets.training.gpu_check --size gpu-large --steps 6 \
     --out "$out/mfu.json"
 step oom 150 "$python" -m moeperf --runs-dir "$out/runs" run benchmarks/gpu/training-oom-gpu.toml
-step nvml 40 "$python" benchmarks/telemetry_cost.py --seconds 3
-step dist 90 "$python" -m moeperf --runs-dir "$out/runs" run benchmarks/gpu/training-dist-gpu.toml
+step nvml 30 "$python" benchmarks/telemetry_cost.py --seconds 3
+step dist 75 "$python" -m moeperf --runs-dir "$out/runs" run benchmarks/gpu/training-dist-gpu.toml
 # Two ranks on the one GPU: the spec refuses it before starting (exit 2, the reason).
-step dist-two-ranks 60 "$python" -m moeperf --runs-dir "$out/runs" run \
+step dist-two-ranks 30 "$python" -m moeperf --runs-dir "$out/runs" run \
     benchmarks/gpu/training-dist-gpu.toml --set 'matrix.layouts=[{name="ep2", ep=2}]'
 printf 'serving\t-\t0\tnot run: the reference engine has no CUDA path (it computes on the CPU)\n' \
     >>"$out/steps.tsv"
