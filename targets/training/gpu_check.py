@@ -6,8 +6,8 @@ scenarios are training-oom's, run on the GPU by benchmarks/gpu/check.sh.
 
 Prints one line per scenario and writes them as JSON (after each scenario, so a run cut
 short keeps what it measured). Needs a CUDA device; ``--device cpu --size tiny`` runs the
-same code on the CPU in seconds (the tests do), where the budget is the trainer's
-accounted one. benchmarks/gpu/check.sh runs it with the rest of the GPU checks.
+same code on the CPU in seconds (the tests do). benchmarks/gpu/check.sh runs it with the
+rest of the GPU checks.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from moeperf.targets.training.trainer import StepResult, Trainer, TrainingAborte
 # "gpu": ~0.4B parameters, 16 experts (top-2) of 1024 x 1024 SwiGLU per layer, the shipped
 # tokenizer's vocabulary; big enough to keep an H200 busy, small enough to build in
 # seconds (0.98% MFU on an H200, 2026-11-30). "gpu-large": the same architecture with
-# 2048-wide blocks and 4096-wide experts (~1.8B parameters, ~0.5B active), whose GEMMs are
-# large enough for the tensor cores to matter; the issue's bar (30% of the bf16 peak) is
-# for it. "tiny": the CPU smoke size.
+# 2048-wide blocks and 4096-wide experts (~1.9B parameters with its MTP layer, ~0.55B
+# active), whose GEMMs are large enough for the tensor cores to matter; the MFU target
+# (30% of the bf16 peak) is for it. "tiny": the CPU smoke size.
 SIZES: dict[str, tuple[MoEConfig, int, int]] = {  # model, seq_len, micro_batch_size
     "gpu": (MoEConfig(
         vocab_size=4096, hidden_size=1024, expert_hidden_size=1024, num_layers=8,
