@@ -16,6 +16,7 @@ from moeperf.collectors.interference_records import InterferenceSummary
 from moeperf.collectors.mtp_ab_records import MtpAbSummary
 from moeperf.collectors.quantiles import CI_METHOD, EMPTY, ESTIMATOR, Described
 from moeperf.collectors.request_audit import RequestAudit
+from moeperf.collectors.saturation_records import Saturation
 from moeperf.collectors.soak_records import SoakSummary
 from moeperf.collectors.sweep_records import SweepSummary
 from moeperf.collectors.target_counters import TargetCounters
@@ -210,6 +211,9 @@ class ScenarioSummary:
     # None: not counted (a trace level, whose requests bring their own prompts, or a
     # summary written before levels counted them).
     repeated_prompts_total: int | None = None
+    # An open-loop level's signs of over-saturating its target (collectors.saturation);
+    # None: a closed-loop level, too few measured arrivals, or a summary from before.
+    saturation: Saturation | None = None
 
 
 def empty_scenario(slo: Slo = NO_SLO) -> ScenarioSummary:

@@ -6,7 +6,8 @@ throughput, goodput and the percentiles mean (``collectors.prefill``: a sweep's 
 rates; ``collectors.workload_summary``: TTFT by turn, a trace's send lag, the spread
 between repeats; ``collectors.target_counters``: the target's own counters, the
 prefix-cache hit rate; ``collectors.server_latency``: its own latency histograms beside the
-client's); the docstrings of the figure modules say how each chart is drawn
+client's; ``collectors.saturation``: an open-loop level's signs of over-saturation); the
+docstrings of the figure modules say how each chart is drawn
 from them. Quoting them here means the report and the code cannot disagree, and the docs'
 metric definitions page (moeperf/docs/definitions_page.py) quotes the same modules. Only
 the chart kinds a page contains are explained (each ``Chart`` names its figure modules in
@@ -27,6 +28,7 @@ from moeperf.collectors import (
     latency,
     mtp_ab_records,
     quantiles,
+    saturation,
     server_latency,
     simulation_summary,
     soak_records,
@@ -74,6 +76,7 @@ DEFINITIONS: tuple[ModuleType, ...] = (
     workload_summary,
     target_counters,
     server_latency,
+    saturation,
     mtp_ab_records,
     simulation_summary,
     drill_records,
@@ -131,6 +134,7 @@ DEFINED_FOR: dict[ModuleType, tuple[str, ...]] = {
     workload_summary: _SERVING_KINDS,
     target_counters: _SERVING_KINDS,
     server_latency: _SERVING_KINDS,
+    saturation: _SERVING_KINDS,
     mtp_ab_records: ("forest",),
     simulation_summary: ("cluster_sim", "simulator_check"),
     drill_records: ("drill",),

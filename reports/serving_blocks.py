@@ -83,6 +83,30 @@ def _levels_table(scenarios: Mapping[str, ScenarioSummary], *, answers: bool) ->
     )
 
 
+def _saturation_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
+    """Each open-loop level's three signs of over-saturation and the verdict."""
+    rows = [
+        {
+            "scenario": name,
+            "over-saturated": "yes" if s.over_saturated else "no",
+            "arrivals/s": s.arrivals_per_s,
+            "completions/s": s.completions_per_s,
+            "in flight, per s": f"{s.in_flight.per_s:+.2f} ± {s.in_flight.margin:.2f}",
+            "TTFT, ms per s": f"{s.ttft.per_s * 1e3:+.1f} ± {s.ttft.margin * 1e3:.1f}",
+        }
+        for name, entry in scenarios.items()
+        if (s := entry.saturation) is not None
+    ]
+    if not rows:
+        return None
+    return Table(
+        pd.DataFrame(rows),
+        "Open-loop levels: an over-saturated level shows all three signs, completions "
+        "short of arrivals, requests in flight growing and TTFT rising (slopes with their "
+        "99% margins; see Metric definitions). Its latencies measure a growing queue.",
+    )
+
+
 def _harness_error_table(scenarios: Mapping[str, ScenarioSummary]) -> Table | None:
     rows = []
     for name, entry in scenarios.items():
@@ -206,6 +230,9 @@ def serving_blocks(run: RunData) -> list[Chart | Table]:
                 drawn_by=("interactivity",),
             )
         )
+    saturation = _saturation_table(scenarios)  # after the curve: its levels' caveat
+    if saturation is not None:
+        blocks.append(saturation)
     latency = [
         (name, label, described)
         for name, entry in scenarios.items()

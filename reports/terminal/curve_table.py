@@ -41,7 +41,12 @@ def curve_table(scenarios: Mapping[str, ScenarioSummary]) -> Table:
             ms_text(latency.tpot_s.value_at(0.5)),
             ms_text(latency.tpot_s.value_at(0.99)),
             ms_text(latency.itl_s.value_at(0.5)),
-            # The word only: the reason is the run's status reason, printed at the end.
-            entry.status,
+            # The word only: the reason is the run's status reason, printed at the end; an
+            # over-saturated level's evidence is a line of the answer (serving_lines.py).
+            entry.status + (", over-saturated" if _over_saturated(entry) else ""),
         )
     return table
+
+
+def _over_saturated(entry: ScenarioSummary) -> bool:
+    return entry.saturation is not None and entry.saturation.over_saturated

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from moeperf.collectors.request_audit import audit_text
+from moeperf.collectors.saturation_records import Saturation
 from moeperf.collectors.serving_records import ScenarioSummary, ServingSummary
 from moeperf.collectors.store import RunReader
 from moeperf.collectors.target_counters import NOT_AVAILABLE, metrics_unavailable
@@ -54,7 +55,7 @@ def serving_lines(summary: ServingSummary, reader: RunReader) -> Presentation:
     apart = far_apart_line(scenarios)
     missing = [f"target counters: not available ({unavailable})"] if unavailable else []
     levels = Presentation(
-        answer=[apart] if apart is not None else [],
+        answer=([apart] if apart is not None else []) + saturation_lines(scenarios),
         detail=detail,
         unavailable=missing + _absent_everywhere(scenarios),
     )
@@ -70,6 +71,25 @@ def serving_lines(summary: ServingSummary, reader: RunReader) -> Presentation:
         mode += telemetry_lines(summary.telemetry, summary.accelerator_levels())
     estimator = percentiles_line(summary.percentile_estimator, summary.confidence_interval)
     return curve + mode + workload + levels + Presentation(detail=[estimator])
+
+
+def saturation_lines(scenarios: Mapping[str, ScenarioSummary]) -> list[str]:
+    """One line per over-saturated open-loop level, with its evidence (collectors/saturation.py)."""
+    return [
+        f"{name}: over-saturated, its latencies measure a growing queue "
+        f"({saturation_evidence(entry.saturation)})"
+        for name, entry in scenarios.items()
+        if entry.saturation is not None and entry.saturation.over_saturated
+    ]
+
+
+def saturation_evidence(s: Saturation) -> str:
+    """The three signs in words."""
+    return (
+        f"completed {s.completions_per_s:.2f} of {s.arrivals_per_s:.2f} arrivals/s; "
+        f"in flight {s.in_flight.per_s:+.2f} ± {s.in_flight.margin:.2f} /s; "
+        f"TTFT {s.ttft.per_s * 1e3:+.1f} ± {s.ttft.margin * 1e3:.1f} ms/s"
+    )
 
 
 def _absent_everywhere(scenarios: Mapping[str, ScenarioSummary]) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from moeperf.collectors.saturation import level_saturation
 from moeperf.collectors.serving_records import (
     ServingSummary,
     Slo,
@@ -35,6 +36,10 @@ from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.telemetry import with_figures as with_device_figures
 from moeperf.suites.serving.workload.trace import Trace
 from moeperf.suites.telemetry import Telemetry
+
+# Open-loop modes whose levels are checked for over-saturation (collectors/saturation.py): a
+# closed-loop stream waits for its answer, and a trace's arrivals keep its own bursts.
+OPEN_LOOP_RATES = ("poisson", "gamma")
 
 
 def ground_truth(
@@ -87,6 +92,11 @@ def write_summary(
             repeat=outcome.repeat,
             unique=outcome.unique,
             repeated_prompts_total=outcome.repeated_prompts,
+            saturation=(
+                level_saturation(level_frame)
+                if spec.load.mode in OPEN_LOOP_RATES and len(frame)
+                else None
+            ),
             turns=turn_summaries(level_frame) if len(frame) else (),
             trace_replay=(
                 trace_replay(level_frame, trace.count, outcome.level)
