@@ -39,10 +39,14 @@ import numpy as np
 import pandas as pd
 from scipy.special import stdtrit
 
-from moeperf.collectors.latency import per_request
-from moeperf.collectors.saturation_records import CONFIDENCE, Saturation, Slope
+from moeperf.collectors.latency import NS_PER_S, per_request
+from moeperf.collectors.saturation_records import (
+    COMPLETION_SHORTFALL,
+    CONFIDENCE,
+    Saturation,
+    Slope,
+)
 
-NS_PER_S = 1e9
 MIN_SAMPLES = 10  # fewer measured arrivals: no verdict
 
 
@@ -83,9 +87,11 @@ def saturation_of(level: pd.DataFrame, ttft_s: pd.Series) -> Saturation | None:
     timed = ttft_s.dropna()
     sent_s = level.loc[timed.index, "intended_send_ns"].to_numpy() / NS_PER_S
     ttft = slope(sent_s, timed.to_numpy(dtype=float))
-    result = Saturation((len(arrivals) - 1) / window_s, completions, in_flight, ttft, False)
-    verdict = result.completions_short and in_flight.rising and ttft.rising
-    return Saturation(result.arrivals_per_s, completions, in_flight, ttft, verdict)
+    arrivals_per_s = (len(arrivals) - 1) / window_s
+    short = completions < (1 - COMPLETION_SHORTFALL) * arrivals_per_s
+    verdict = short and in_flight.rising and ttft.rising
+    # Plain floats and bools: the summary is JSON.
+    return Saturation(float(arrivals_per_s), float(completions), in_flight, ttft, bool(verdict))
 
 
 def level_saturation(level: pd.DataFrame) -> Saturation | None:

@@ -32,7 +32,3 @@ class Saturation:
     in_flight: Slope  # requests in flight against time: requests per second
     ttft: Slope  # TTFT against arrival time: seconds of TTFT per second
     over_saturated: bool
-
-    @property
-    def completions_short(self) -> bool:
-        return self.completions_per_s < (1 - COMPLETION_SHORTFALL) * self.arrivals_per_s
