@@ -38,10 +38,8 @@ def test_gpu_check_runs_its_scenarios_and_profiles_a_step_on_the_cpu(tmp_path, c
         parts = profile["parts_s"]
         # The tiny model's step has every part: matmuls, attention, routing, AdamW.
         assert all(parts[p] > 0 for p in ("gemm", "attention", "moe_dispatch", "optimizer"))
-        # One thread: the parts and the idle time make up the step's wall time.
-        assert sum(parts.values()) + profile["idle_s"] == pytest.approx(
-            max(profile["wall_s"], sum(parts.values()))
-        )
+        # One thread: its ops' own time fits in the step's wall time.
+        assert 0 < sum(parts.values()) <= profile["wall_s"] * 1.05
         assert len(profile["top"]) == 5
     # Full recompute keeps less and runs the forward twice.
     assert recompute["peak_memory_bytes"] < keep["peak_memory_bytes"]
