@@ -23,6 +23,11 @@ from moeperf.suites.errors import SpecError, UsageError
 
 pytestmark = pytest.mark.slow
 
+# The gate, not the client's validity, is the subject here: beside another timing test on
+# 2 cores with CPU steal, a worker's event-loop lag p99 reached 4-6 ms (> 2 ms) and the
+# runs were client-bound, so the runs and the gate never got to the comparison.
+CLIENT_LIMITS_OFF = ["harness.max_loop_lag_p99_s=1.0", "harness.max_cpu_fraction=1.0"]
+
 # Short blocks: one level of 8 streams, 12 tokens per request, 2.5 s measured per block.
 SHORT = [
     "load.levels=[8]",
@@ -36,6 +41,7 @@ SHORT = [
     "workload.num_prompts=32",
     "export.live_metrics=false",
     "export.scrape_target=false",
+    *CLIENT_LIMITS_OFF,
 ]
 
 
@@ -77,6 +83,7 @@ NIGHTLY_SHORT = [
     "target.synthetic.ttft_s=0.001",
     "export.live_metrics=false",
     "export.scrape_target=false",
+    *CLIENT_LIMITS_OFF,
 ]
 
 
