@@ -151,6 +151,16 @@ def per_request(requests: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def request_output_rates(ok: pd.DataFrame) -> np.ndarray:
+    """Each request's output rate, output tokens / (done - send) in tokens/s (NaN where it
+    was in flight no time). ``ok``: ok requests; the gate's throughput metric (its mean,
+    reports.samples) and a deployment sweep's comparison of arms read it."""
+    tokens = per_request(ok)["output_tokens"].to_numpy(dtype=float)
+    in_flight_s = (ok["done_ns"] - ok["send_ns"]).to_numpy(dtype=float) / NS_PER_S
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(in_flight_s > 0, tokens / in_flight_s, np.nan)
+
+
 def itl_samples_s(requests: pd.DataFrame) -> pd.DataFrame:
     """Per-token inter-token latencies (columns: scenario, request_id, itl_s)."""
     return _gap_samples(requests, per_token=True, column="itl_s")

@@ -11,6 +11,7 @@ from typing import ClassVar, Literal
 
 from moeperf.collectors.accel_records import AcceleratorFigures
 from moeperf.collectors.capacity_records import CapacitySummary
+from moeperf.collectors.deploy_sweep_records import DeploySweepSummary
 from moeperf.collectors.drill_records import DrillSummary
 from moeperf.collectors.interference_records import InterferenceSummary
 from moeperf.collectors.mtp_ab_records import MtpAbSummary
@@ -257,6 +258,8 @@ class ServingSummary:
     repeats: tuple[RepeatLevel, ...] = ()
     # An MTP A/B run ([mtp_ab]): its blocks, arms' figures, effects and output equality.
     mtp_ab: MtpAbSummary | None = None
+    # A deployment sweep ([deploy_sweep]): its arms, Pareto front and recommendation.
+    deploy_sweep: DeploySweepSummary | None = None
     # A fault drill ([drill]): each fault's failures and recovery, and the request audit.
     drill: DrillSummary | None = None
     # Locust engine runs: every request the workers sent is in the records exactly once.

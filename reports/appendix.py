@@ -24,6 +24,7 @@ from types import ModuleType
 
 from moeperf.collectors import (
     accel_figures,
+    deploy_sweep_summary,
     drill_records,
     latency,
     mtp_ab_records,
@@ -45,6 +46,7 @@ from moeperf.reports.figures import (
     cdf,
     cluster_sim,
     concurrency,
+    deploy_sweep,
     dist_training,
     drill,
     errors,
@@ -78,6 +80,7 @@ DEFINITIONS: tuple[ModuleType, ...] = (
     server_latency,
     saturation,
     mtp_ab_records,
+    deploy_sweep_summary,
     simulation_summary,
     drill_records,
     soak_records,
@@ -94,6 +97,7 @@ CHARTS: tuple[ModuleType, ...] = (
     prefill,
     sweep,
     interference,
+    deploy_sweep,
     turns,
     trace_replay,
     errors,
@@ -123,7 +127,7 @@ CHART_KINDS: dict[str, ModuleType] = {m.__name__.rsplit(".", 1)[-1]: m for m in 
 # serving chart; a page with no chart at all quotes them all.
 _SERVING_KINDS = (
     "concurrency", "interactivity", "capacity", "percentiles", "cdf", "timeline", "prefill",
-    "sweep", "interference", "turns", "trace_replay", "errors", "drill", "soak",
+    "sweep", "interference", "deploy_sweep", "turns", "trace_replay", "errors", "drill", "soak",
     "accelerators", "forest", "baseline_trend",
 )  # fmt: skip
 DEFINED_FOR: dict[ModuleType, tuple[str, ...]] = {
@@ -136,6 +140,7 @@ DEFINED_FOR: dict[ModuleType, tuple[str, ...]] = {
     server_latency: _SERVING_KINDS,
     saturation: _SERVING_KINDS,
     mtp_ab_records: ("forest",),
+    deploy_sweep_summary: ("deploy_sweep",),
     simulation_summary: ("cluster_sim", "simulator_check"),
     drill_records: ("drill",),
     soak_records: ("soak",),

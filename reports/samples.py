@@ -55,7 +55,12 @@ import numpy as np
 import pandas as pd
 
 from moeperf.collectors.accel_records import DeviceSample
-from moeperf.collectors.latency import NS_PER_S, itl_samples_s, per_request
+from moeperf.collectors.latency import (
+    NS_PER_S,
+    itl_samples_s,
+    per_request,
+    request_output_rates,
+)
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.registry import find_suite
 from moeperf.reports.energy_samples import energy_per_token_slices
@@ -264,13 +269,9 @@ def _workload_samples(
 
 def request_output_rate(scenario: str, ok: pd.DataFrame) -> MetricSamples:
     """Output tokens / (done - send) of each ok request (the module docstring)."""
-    tokens = per_request(ok)["output_tokens"].to_numpy(dtype=float)
-    in_flight_s = (ok["done_ns"] - ok["send_ns"]).to_numpy(dtype=float) / NS_PER_S
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rate = np.where(in_flight_s > 0, tokens / in_flight_s, np.nan)
     return MetricSamples(
-        f"{scenario}/request_output_tok_s", "mean", rate, "higher", "throughput", "tok/s",
-        level=scenario,
+        f"{scenario}/request_output_tok_s", "mean", request_output_rates(ok), "higher",
+        "throughput", "tok/s", level=scenario,
     )  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from moeperf.collectors.serving_records import NO_SLO, ScenarioSummary, ServingS
 from moeperf.collectors.summary import summarize_requests
 from moeperf.collectors.target_counters import metrics_unavailable
 from moeperf.reports.accel_blocks import accelerator_blocks
+from moeperf.reports.deploy_sweep_blocks import deploy_sweep_blocks
 from moeperf.reports.drill_blocks import drill_blocks
 from moeperf.reports.figures.cdf import CURVE_COLUMNS, cdf_curves, curve_frame, latency_cdf
 from moeperf.reports.figures.concurrency import concurrency_curve, levels_frame
@@ -183,6 +184,8 @@ def _mode_blocks(
         blocks += interference_blocks(summary.interference, scenarios)
     if summary.mtp_ab is not None:
         blocks += mtp_ab_blocks(summary.mtp_ab)
+    if summary.deploy_sweep is not None:
+        blocks += deploy_sweep_blocks(summary.deploy_sweep)
     if summary.drill is not None:
         blocks += drill_blocks(summary.drill, requests)
     if summary.soak is not None:
@@ -203,7 +206,9 @@ def serving_blocks(run: RunData) -> list[Chart | Table]:
     # An A/B's blocks are arms at one level, not a load curve; one level is a point, not
     # a trade-off: neither gets the curve (a plain run of one level is answered by its
     # levels' table).
-    curve = (summary is None or summary.mtp_ab is None) and len(scenarios) >= 2
+    # A sweep's levels are several arms' curves: its own chart draws them apart.
+    arms = summary is not None and (summary.mtp_ab or summary.deploy_sweep) is not None
+    curve = not arms and len(scenarios) >= 2
     curve_answers = not any(block.answers for block in mode)
     blocks: list[Chart | Table] = [_levels_table(scenarios, answers=curve_answers and not curve)]
     if curve:

@@ -176,6 +176,10 @@ def _mode(summary: ServingSummary) -> Presentation:
 
         detail.append(windows_table(summary.soak))
         answer.append(verdicts_table(summary.soak))
+    if summary.deploy_sweep is not None:
+        from moeperf.reports.terminal.deploy_sweep_tables import deploy_sweep_lines
+
+        return Presentation(answer, detail) + deploy_sweep_lines(summary.deploy_sweep)
     if summary.mtp_ab is not None:
         from moeperf.reports.terminal.mtp_ab_tables import mtp_ab_tables
 

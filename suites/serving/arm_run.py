@@ -43,7 +43,9 @@ from moeperf.suites.serving.verdict import Verdict, conclude, levels_verdict
 from moeperf.suites.serving.workload.sources import Prompt
 from moeperf.suites.telemetry import NOT_STARTED_BY_US, Telemetry
 
-ArmsSummary = InterferenceSummary | MtpAbSummary
+# A run of arms' own summary: interference's and MTP A/B's records, or a part ready-made (a
+# deployment sweep's, whose figures need the levels' summaries).
+ArmsSummary = InterferenceSummary | MtpAbSummary | RunPart
 
 
 @dataclass(frozen=True)
@@ -215,8 +217,10 @@ def arm_run(
         part: RunPart
         if isinstance(arms, InterferenceSummary):
             part, level_sampler = InterferencePart(arms, sampler), None
-        else:
+        elif isinstance(arms, MtpAbSummary):
             part, level_sampler = MtpAbPart(arms), sampler
+        else:
+            part, level_sampler = arms, sampler
         write_summary(run, spec, run.requests_frame(), session.outcomes, None, [part],
                       telemetry=level_sampler)  # fmt: skip
 

@@ -1,5 +1,5 @@
 """The tables that make a serving run a kind of its own: ``[capacity]``, ``[sweep]`` and
-``[sweep.fit]``, ``[interference]``, ``[mtp_ab]`` and ``[plan]``."""
+``[sweep.fit]``, ``[interference]``, ``[mtp_ab]``, ``[deploy_sweep]`` and ``[plan]``."""
 
 from __future__ import annotations
 
@@ -243,3 +243,89 @@ class PlanSpec(_Strict):
         if self.deploy is not None and self.deployment:
             raise ValueError("give plan.deploy (a file) or [plan.deployment], not both")
         return self
+
+
+# A server knob's value in a deployment sweep's grid.
+GridValue = bool | int | float | str
+
+
+class DeploySweepSpec(_Strict):
+    """``[deploy_sweep]``: one arm per server configuration, each started, probed, loaded with
+    ``load.levels`` (closed loop) and stopped, then compared under the SLO below
+    (suites/serving/deploy_sweep/, docs/tutorials/deploy-sweep.md). The arms are the points
+    of ``grid``: the Cartesian product of its lists (``zip``: their i-th entries together),
+    each a set of ``[target.reference]`` knobs over the spec's own (the reference target) or
+    the values of the ``command`` template's placeholders (a url target). ``repeats`` runs every arm
+    that many times, interleaved (A B C, C B A, ...) so drift over time hits every arm alike.
+    At least one criterion is needed: the SLO the capacity and the recommendation use."""
+
+    # Knob -> the values to try: [target.reference] fields (threads, max_running_requests,
+    # chunked_prefill_size, mtp_tokens, num_kv_blocks, ...).
+    grid: Annotated[dict[str, Annotated[list[GridValue], Field(min_length=1)]], Field(min_length=1)]
+    # The grid's lists taken together (all of one length) instead of their product.
+    zip: bool = False
+    # The accelerators each arm uses, for the per-accelerator figures: a number, or the
+    # name of a grid knob whose value it is.
+    accelerators: Annotated[int, Field(ge=1)] | str = 1
+    # A url target: the server command each arm starts, with placeholders {port} (a free
+    # port, picked per start), each grid knob by name, and {env:NAME} (read at launch, never
+    # stored); target.url is then the URL template, {port} in it ("http://127.0.0.1:{port}").
+    command: str = ""
+    # Every arm this many times, interleaved.
+    repeats: Annotated[int, Field(ge=1, le=10)] = 1
+    # How long an arm has to start and answer.
+    startup_timeout_s: Positive = 300.0
+    # Criterion: a level holds when its TTFT p99 is at most this.
+    ttft_p99_s: Positive | None = None
+    # Criterion: a level holds when its TPOT p99 is at most this.
+    tpot_p99_s: Positive | None = None
+    # Criterion: a level holds when its goodput ratio ([slo]) is at least this.
+    min_goodput_ratio: Annotated[float, Field(gt=0, le=1)] | None = None
+
+    @model_validator(mode="after")
+    def _arms(self) -> DeploySweepSpec:
+        if self.ttft_p99_s is None and self.tpot_p99_s is None and self.min_goodput_ratio is None:
+            raise ValueError(
+                "give at least one criterion: deploy_sweep.ttft_p99_s, deploy_sweep.tpot_p99_s "
+                "or deploy_sweep.min_goodput_ratio"
+            )
+        lengths = {len(values) for values in self.grid.values()}
+        if self.zip and len(lengths) > 1:
+            raise ValueError(
+                "deploy_sweep.zip takes the grid's lists together: give them one length "
+                f"(got {', '.join(f'{k} {len(v)}' for k, v in self.grid.items())})"
+            )
+        for knob, values in self.grid.items():
+            if len(set(map(repr, values))) != len(values):
+                raise ValueError(f"deploy_sweep.grid.{knob} lists a value twice")
+        if isinstance(self.accelerators, str):
+            named = self.grid.get(self.accelerators)
+            if named is None:
+                raise ValueError(
+                    f"deploy_sweep.accelerators = {self.accelerators!r} names no grid knob "
+                    f"(valid: a number, or one of {', '.join(self.grid)})"
+                )
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in named):
+                raise ValueError(
+                    f"deploy_sweep.accelerators = {self.accelerators!r}: that knob's values "
+                    "must be whole numbers >= 1"
+                )
+        if len(self.arm_knobs()) > 64:
+            raise ValueError(f"deploy_sweep.grid makes {len(self.arm_knobs())} arms; at most 64")
+        return self
+
+    def arm_knobs(self) -> list[dict[str, GridValue]]:
+        """Each arm's knobs, in the grid's order (the last knob varies fastest)."""
+        names = list(self.grid)
+        if self.zip:
+            count = len(next(iter(self.grid.values())))
+            return [{n: self.grid[n][i] for n in names} for i in range(count)]
+        arms: list[dict[str, GridValue]] = [{}]
+        for name in names:
+            arms = [{**arm, name: value} for arm in arms for value in self.grid[name]]
+        return arms
+
+    def accelerators_of(self, knobs: dict[str, GridValue]) -> int:
+        if isinstance(self.accelerators, int):
+            return self.accelerators
+        return int(knobs[self.accelerators])

@@ -116,9 +116,13 @@ def run_serving(
     """
     progress = progress or Progress()
     spec = with_reference_defaults(spec)
-    if spec.interference is not None or spec.mtp_ab is not None:
+    if spec.interference is not None or spec.mtp_ab is not None or spec.deploy_sweep is not None:
         # Runs of arms (suites/serving/arm_run.py): each kind imported only when run.
         options = RunOptions(on_started, say, pushgateway_url, progress, warn_only)
+        if spec.deploy_sweep is not None:
+            from moeperf.suites.serving.deploy_sweep.run import run_deploy_sweep
+
+            return run_deploy_sweep(spec, spec_given, store, options)
         if spec.interference is not None:
             from moeperf.suites.serving.interference import run_interference
 

@@ -18,6 +18,7 @@ from moeperf.suites.serving.faults.spec import DrillSpec
 from moeperf.suites.serving.locust_spec import LocustSpec
 from moeperf.suites.serving.mode_spec import (
     CapacitySpec,
+    DeploySweepSpec,
     InterferenceSpec,
     MtpAbSpec,
     PlanSpec,
@@ -74,6 +75,8 @@ class ServingSpec(_Strict):
     interference: InterferenceSpec | None = None
     # Set: MTP off against k draft tokens, interleaved A/B blocks.
     mtp_ab: MtpAbSpec | None = None
+    # Set: one arm per server configuration of a grid, compared under an SLO.
+    deploy_sweep: DeploySweepSpec | None = None
     # Set: the memory planner's KV prediction beside a sweep's measured KV usage.
     plan: PlanSpec | None = None
     # Set: faults injected into the one level, and the requests' recovery from each.
@@ -96,7 +99,9 @@ class ServingSpec(_Strict):
                 "Locust starts users, it does not send at set times; open-loop rates and "
                 "traces need load.engine = 'asyncio'"
             )
-        unsupported = [name for name in ("interference", "mtp_ab") if getattr(self, name)]
+        unsupported = [
+            name for name in ("interference", "mtp_ab", "deploy_sweep") if getattr(self, name)
+        ]
         if self.workload.conversation is not None:
             unsupported.append("workload.conversation")
         if self.load.ramp_s > 0:  # Locust spawns its users at its own rate
@@ -117,7 +122,8 @@ class ServingSpec(_Strict):
         if self.soak is None:
             return self
         others = [name for name in ("capacity", "sweep", "interference", "mtp_ab", "plan",
-                                    "drill") if getattr(self, name) is not None]  # fmt: skip
+                                    "drill", "deploy_sweep")
+                  if getattr(self, name) is not None]  # fmt: skip
         load = self.load
         if others or len(load.levels) != 1 or load.repeats != 1 or load.duration_s is None:
             raise ValueError(
@@ -135,7 +141,8 @@ class ServingSpec(_Strict):
         drill = self.drill
         if drill is None:
             return self
-        others = [name for name in ("capacity", "sweep", "interference", "mtp_ab", "plan")
+        others = [name for name in ("capacity", "sweep", "interference", "mtp_ab", "plan",
+                                    "deploy_sweep")
                   if getattr(self, name) is not None]  # fmt: skip
         if others or len(self.load.levels) != 1 or self.load.repeats != 1:
             raise ValueError(
@@ -291,6 +298,75 @@ class ServingSpec(_Strict):
                 "and repeats each arm by itself (mtp_ab.blocks): remove load.repeats"
             )
         return self
+
+    @model_validator(mode="after")
+    def _deploy_sweep_arms(self) -> ServingSpec:
+        sweep = self.deploy_sweep
+        if sweep is None:
+            return self
+        kind = self.target.kind
+        if kind == "synthetic":
+            raise ValueError(
+                "[deploy_sweep] restarts the target with each arm's knobs: it needs "
+                "target.kind = 'reference', or 'url' with deploy_sweep.command"
+            )
+        if kind == "reference" and sweep.command:
+            raise ValueError(
+                "[deploy_sweep] on the reference target starts it with each arm's knobs: "
+                "remove deploy_sweep.command (it is for target.kind = 'url')"
+            )
+        if kind == "url":
+            self._check_command(sweep)
+        others = [name for name in ("capacity", "sweep", "interference", "mtp_ab")
+                  if getattr(self, name) is not None]  # fmt: skip
+        if others:
+            raise ValueError(
+                "[deploy_sweep] runs load.levels on every arm: it cannot be combined with "
+                + ", ".join(f"[{o}]" for o in others)
+            )
+        if self.load.mode != "concurrency" or self.load.repeats != 1:
+            raise ValueError(
+                "[deploy_sweep] runs load.levels as concurrent streams (load.mode = "
+                "'concurrency') and repeats each arm by itself (deploy_sweep.repeats): "
+                "remove load.repeats"
+            )
+        if self.load.duration_s is None:
+            raise ValueError("[deploy_sweep] needs load.duration_s: every level is timed")
+        return self
+
+    def _check_command(self, sweep: DeploySweepSpec) -> None:
+        from moeperf.suites.serving.deploy_sweep.command import placeholders
+
+        if not sweep.command:
+            raise ValueError(
+                "[deploy_sweep] against a url target needs deploy_sweep.command: the server "
+                "command each arm starts, e.g. 'vllm serve MODEL --port {port} "
+                "--max-num-seqs {max_num_seqs}', with target.url = 'http://127.0.0.1:{port}'"
+            )
+        named = placeholders(sweep.command)
+        unused = [knob for knob in sweep.grid if knob not in named]
+        known = {"port", *sweep.grid}
+        unknown = sorted(n for n in named if n not in known and not n.startswith("env:"))
+        problems = []
+        if "port" not in named:
+            problems.append("it has no {port}: each start listens on a port moeperf picks")
+        if unused:
+            problems.append(
+                "the grid's " + ", ".join(unused) + " appear in it nowhere: every knob is "
+                "a placeholder ({" + unused[0] + "}), or the arms would not differ"
+            )
+        if unknown:
+            problems.append(
+                ", ".join("{" + n + "}" for n in unknown) + " is not a grid knob, {port} or "
+                "{env:NAME}"
+            )
+        if "{port}" not in self.target.url:
+            problems.append(
+                "target.url must hold {port} (the URL template of each start, "
+                "'http://127.0.0.1:{port}')"
+            )
+        if problems:
+            raise ValueError("deploy_sweep.command: " + "; ".join(problems))
 
     @model_validator(mode="after")
     def _sweep_sets_the_prompts(self) -> ServingSpec:

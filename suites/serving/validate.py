@@ -8,9 +8,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from moeperf.suites.serving.mode_spec import DeploySweepSpec
 from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.target_spec import reference_config
-from moeperf.suites.spec_errors import problems_of, spec_error
+from moeperf.suites.spec_errors import problems_of, spec_error, unknown_field
 
 
 def validate_serving(
@@ -24,8 +25,30 @@ def validate_serving(
         raise spec_error(source, problems_of(exc, ServingSpec), overrides) from None
     if spec.target.kind == "reference":
         reference_config(spec.target.reference, source, overrides)
+        if spec.deploy_sweep is not None:  # every arm's knobs, before any arm starts
+            _check_arms(spec.deploy_sweep, spec.target.reference, source, overrides)
     if spec.plan is not None:
         from moeperf.suites.serving.sweep_plan import resolve_plan  # needs the planner: only here
 
         resolve_plan(spec, source)  # a config or deployment it cannot use: exit 2 now
     return spec
+
+
+def _check_arms(
+    sweep: DeploySweepSpec, base: dict[str, Any], source: str, overrides: Sequence[str]
+) -> None:
+    """A grid knob the reference target does not have, or an arm's config it refuses: a
+    ``SpecError`` naming the knob under deploy_sweep.grid (the base config passed already,
+    so the target's config class imports)."""
+    from moeperf.targets.serving.config import ReferenceTargetConfig
+
+    valid = list(ReferenceTargetConfig.model_fields)
+    unknown = [
+        unknown_field(("deploy_sweep", "grid", knob), valid)
+        for knob in sweep.grid
+        if knob not in valid
+    ]
+    if unknown:
+        raise spec_error(source, unknown, overrides)
+    for knobs in sweep.arm_knobs():
+        reference_config({**base, **knobs}, source, overrides)

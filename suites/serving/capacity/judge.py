@@ -11,13 +11,25 @@ set its numbers), which stops the search.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from moeperf.collectors.quantiles import Described
 from moeperf.collectors.serving_records import ScenarioSummary
 from moeperf.suites.serving.capacity.search import Verdict
-from moeperf.suites.serving.mode_spec import CapacitySpec
 
 
-def criteria_text(capacity: CapacitySpec) -> str:
+class Criteria(Protocol):
+    """A level's SLO criteria: [capacity]'s, or [deploy_sweep]'s (None: not a criterion)."""
+
+    @property
+    def ttft_p99_s(self) -> float | None: ...
+    @property
+    def tpot_p99_s(self) -> float | None: ...
+    @property
+    def min_goodput_ratio(self) -> float | None: ...
+
+
+def criteria_text(capacity: Criteria) -> str:
     parts = []
     if capacity.ttft_p99_s is not None:
         parts.append(f"TTFT p99 <= {capacity.ttft_p99_s:g} s")
@@ -42,7 +54,7 @@ def _p99(name: str, described: Described, limit_s: float) -> tuple[bool, str]:
     return held, text
 
 
-def judge_probe(entry: ScenarioSummary, capacity: CapacitySpec) -> Verdict:
+def judge_probe(entry: ScenarioSummary, capacity: Criteria) -> Verdict:
     """The verdict of one level's summary (its status set by the runner)."""
     if entry.status == "invalid":
         return Verdict(None, f"not judged: {entry.status_reason or 'client-bound'}")

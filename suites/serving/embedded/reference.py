@@ -119,10 +119,12 @@ def describe(config: dict[str, Any], url: str, rule: str = "") -> dict[str, Any]
 
 
 @contextmanager
-def embedded_reference(spec: ServingSpec) -> Iterator[tuple[EmbeddedTarget, dict[str, Any]]]:
+def embedded_reference(
+    spec: ServingSpec, ready_timeout_s: float = READY_TIMEOUT_S
+) -> Iterator[tuple[EmbeddedTarget, dict[str, Any]]]:
     """Start the reference target of ``spec``; yield (its process, its description)."""
     config = target_config(spec)
-    with embedded_target(MODULE, config, ready_timeout_s=READY_TIMEOUT_S) as target:
+    with embedded_target(MODULE, config, ready_timeout_s=ready_timeout_s) as target:
         yield target, describe(config, target.url, threads_rule(spec))
 
 

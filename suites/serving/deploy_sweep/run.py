@@ -1,0 +1,294 @@
+"""A deployment sweep's run (``[deploy_sweep]``): every arm, in interleaved order, started,
+probed, loaded and stopped.
+
+For each visit of an arm (``arms.interleaved``: A B C, C B A, ...):
+
+1. start it: the reference target with the arm's knobs over the spec's, timed from launch
+   until it answers the pre-flight (its start-up time);
+2. probe it: the pre-flight's model list (``check_target``);
+3. run ``load.levels`` in order, each from the pool's first prompt (every arm and level
+   sends the same prompts in the same order), its prefix cache emptied before each where
+   the workload is fresh;
+4. stop it, and check it stopped: no process left, its port free.
+
+An arm that does not start, or whose target dies in a level, is recorded with its cause
+and the sweep goes on. Ctrl-C ends the run as aborted with the levels measured so far, and
+the running arm's target is stopped on the way out. The figures across arms are
+``collectors.deploy_sweep_summary``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import os
+import time
+from collections.abc import Callable, Generator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from moeperf.collectors.deploy_sweep_records import DeployArm, DeploySweepSummary
+from moeperf.collectors.deploy_sweep_summary import LevelRun
+from moeperf.collectors.store import RunStore
+from moeperf.suites.errors import TargetError
+from moeperf.suites.run_options import RunOptions
+from moeperf.suites.serving.arm_run import ArmRun, ArmTarget, ArmTelemetry, arm_run, start_ns
+from moeperf.suites.serving.capacity.judge import criteria_text
+from moeperf.suites.serving.deploy_sweep.arms import (
+    arm_label,
+    arm_spec,
+    interleaved,
+    scenario_of,
+    stop_check,
+)
+from moeperf.suites.serving.deploy_sweep.command import CommandTarget
+from moeperf.suites.serving.deploy_sweep.part import DeploySweepPart
+from moeperf.suites.serving.embedded.process import EmbeddedTarget
+from moeperf.suites.serving.embedded.reference import embedded_reference
+from moeperf.suites.serving.level_plan import plan_level
+from moeperf.suites.serving.load.auth import RequestHeaders, request_headers
+from moeperf.suites.serving.locust_pool import free_port
+from moeperf.suites.serving.mode_spec import DeploySweepSpec
+from moeperf.suites.serving.preflight import TargetUnreachable, check_target, http_get, served_model
+from moeperf.suites.serving.spec import ServingSpec
+from moeperf.suites.serving.worker_sizing import worker_count
+from moeperf.suites.serving.workload.cache_reset import CacheResetter
+from moeperf.suites.serving.workload.prompts import PoolKey, build_prompt_pools
+from moeperf.suites.serving.workload.sources import Prompt
+
+
+@dataclass
+class _Book:
+    """What each arm's starts and stops gave, as they happen."""
+
+    startup_s: dict[int, list[float]] = field(default_factory=dict)
+    failures: dict[int, list[str]] = field(default_factory=dict)
+    stops: dict[int, list[str]] = field(default_factory=dict)
+
+    def arms(self, arms: list[DeployArm]) -> tuple[DeployArm, ...]:
+        return tuple(
+            dataclasses.replace(
+                arm,
+                startup_s=tuple(self.startup_s.get(arm.index, ())),
+                failures=tuple(self.failures.get(arm.index, ())),
+                stops=tuple(self.stops.get(arm.index, ())),
+            )
+            for arm in arms
+        )
+
+
+@dataclass
+class _Visit:
+    """An arm's target, started and answering, for one repeat."""
+
+    arm: DeployArm
+    repeat: int
+    target: EmbeddedTarget | CommandTarget
+    described: dict[str, Any]
+    model: str
+    stack: ExitStack
+
+
+def _start(
+    spec: ServingSpec,
+    sweep: DeploySweepSpec,
+    arm: DeployArm,
+    repeat: int,
+    book: _Book,
+    get: Callable[[str, float], Any],
+) -> _Visit | None:
+    """The arm's target started and probed, or None with the failure in ``book``."""
+    stack = ExitStack()
+    began = time.monotonic()
+    target: EmbeddedTarget | CommandTarget
+    try:
+        if sweep.command:
+            target = CommandTarget(sweep.command, spec.target.url, arm.knobs, free_port(),
+                                   sweep.startup_timeout_s, get)  # fmt: skip
+            stack.callback(target.close)
+            check = target.check
+            # The template as written: a value it reads from the environment is not in it.
+            described = {"kind": "url", "url": spec.target.url, "command": sweep.command}
+        else:
+            target, described = stack.enter_context(
+                embedded_reference(arm_spec(spec, arm.knobs), sweep.startup_timeout_s)
+            )
+            check = check_target(target.url, get)
+        model = served_model(spec.target.model, check, target.url)
+    except (TargetError, TargetUnreachable) as exc:
+        stack.close()
+        book.failures.setdefault(arm.index, []).append(f"#{repeat}: did not start: {exc}")
+        return None
+    book.startup_s.setdefault(arm.index, []).append(time.monotonic() - began)
+    return _Visit(arm, repeat, target, described, model, stack)
+
+
+def _said(visit: _Visit | None, arm: DeployArm, arms: int, book: _Book) -> str:
+    """One line per visit for the terminal, as it starts (or fails to)."""
+    where = f"arm {arm.index + 1}/{arms} {arm.label}"
+    if visit is None:
+        return f"{where}: {book.failures[arm.index][-1]}"
+    return (
+        f"{where} (#{visit.repeat}): answering after {book.startup_s[arm.index][-1]:.1f} s; "
+        "running its levels"
+    )
+
+
+def _stop(visit: _Visit, book: _Book) -> None:
+    visit.stack.close()
+    checked = stop_check(visit.target)
+    book.stops.setdefault(visit.arm.index, []).append(f"#{visit.repeat}: {checked}")
+
+
+def _visits(
+    spec: ServingSpec,
+    sweep: DeploySweepSpec,
+    arms: list[DeployArm],
+    book: _Book,
+    get: Any,
+    say: Callable[[str], None],
+) -> Generator[_Visit, None, None]:
+    """Each visit whose target started, in interleaved order (failures go to ``book``)."""
+    for index, repeat in interleaved(len(arms), sweep.repeats):
+        visit = _start(spec, sweep, arms[index], repeat, book, get)
+        say(_said(visit, arms[index], len(arms), book))
+        if visit is not None:
+            yield visit
+
+
+def _prompts(spec: ServingSpec, headers: RequestHeaders, url: str) -> list[Prompt]:
+    """The prompts every arm sends: from the reference target's own tokenizer (a local
+    directory), or a url target's tokenizer, its /tokenize included (the first arm's)."""
+    base_url = "" if spec.target.kind == "reference" else url
+    (pool,) = asyncio.run(build_prompt_pools(spec, base_url, headers, (PoolKey(),)))
+    return pool
+
+
+def run_deploy_sweep(
+    spec: ServingSpec, spec_given: dict[str, Any], store: RunStore, options: RunOptions
+) -> str:
+    """Every visit of every arm of ``spec.deploy_sweep`` (the module docstring); the run id."""
+    sweep = spec.deploy_sweep
+    assert sweep is not None
+    began = time.monotonic()
+    headers = request_headers(spec.target, os.environ)
+    get = functools.partial(http_get, headers=headers)
+    arms = [
+        DeployArm(i, arm_label(knobs), knobs, sweep.accelerators_of(knobs))
+        for i, knobs in enumerate(sweep.arm_knobs())
+    ]
+    book = _Book()
+    runs: list[LevelRun] = []
+    order: list[int] = []
+    visits = _visits(spec, sweep, arms, book, get, options.say)
+    first = next(visits, None)
+    if first is None:
+        failed = "; ".join(f"{arms[i].label} {why}" for i, whys in book.failures.items()
+                           for why in whys)  # fmt: skip
+        raise TargetError(f"no arm of [deploy_sweep] started: {failed}")
+    current = first
+    try:
+        prompts = _prompts(spec, headers, first.target.url)
+    except BaseException:
+        _stop(first, book)
+        raise
+    described = {**first.described, "model": first.model, "api": spec.target.api}
+    described["arms"] = {"grid": sweep.grid, "zip": sweep.zip, "repeats": sweep.repeats}
+    shell = DeploySweepSummary(
+        target_kind=spec.target.kind, slo=criteria_text(sweep), repeats=sweep.repeats,
+        order=(), arms=(),
+    )  # fmt: skip
+
+    def part() -> DeploySweepPart:
+        summary = dataclasses.replace(
+            shell, order=tuple(order), arms=book.arms(arms), elapsed_s=time.monotonic() - began
+        )
+        return DeploySweepPart(summary, runs, sweep)
+
+    parts: list[DeploySweepPart] = []
+
+    def summary() -> DeploySweepPart:
+        parts.append(part())
+        return parts[-1]
+
+    try:
+        with arm_run(
+            spec, spec_given, store, options,
+            ArmTarget(described, first.target.url, first.model),
+            prompts=prompts, headers=headers, summary=summary,
+            note=_note(spec, sweep, len(arms)),
+            telemetry=ArmTelemetry(pid=lambda: current.target.pid),
+            verdict=lambda levels: parts[-1].judge(levels),
+        ) as session:  # fmt: skip
+            visit: _Visit | None = first
+            while visit is not None:
+                current = visit
+                order.append(visit.arm.index)
+                try:
+                    _run_visit(spec, sweep, visit, session, runs, book)
+                finally:
+                    _stop(visit, book)
+                visit = next(visits, None)
+        return session.run.run_id
+    finally:
+        visits.close()
+
+
+def _run_visit(
+    spec: ServingSpec,
+    sweep: DeploySweepSpec,
+    visit: _Visit,
+    session: ArmRun,
+    runs: list[LevelRun],
+    book: _Book,
+) -> None:
+    """``load.levels`` on one started arm, in order."""
+    arm, url = visit.arm, visit.target.url
+    workers = worker_count(spec)
+    pool = session.pool(url, f"arm{arm.index}-r{visit.repeat}-", workers)
+    resetter = CacheResetter(url, session.headers) if spec.workload.cache == "fresh" else None
+    try:
+        for level in spec.load.levels:
+            streams = int(level)
+            scenario = scenario_of(arm.label, streams, visit.repeat, sweep.repeats)
+            reset = resetter.reset() if resetter is not None else None
+            session.window(scenario)
+            try:
+                plans = plan_level(
+                    spec, streams, len(session.outcomes), workers, start_ns(),
+                    len(session.prompts), scenario=scenario, cursor=0,
+                )  # fmt: skip
+                (outcome,) = session.level(pool, plans)
+                session.outcomes[-1] = dataclasses.replace(outcome, cache_reset=reset)
+            finally:
+                session.window(None)
+            runs.append(LevelRun(arm.index, streams, scenario))
+            if not visit.target.alive:
+                book.failures.setdefault(arm.index, []).append(
+                    f"#{visit.repeat}: the target died during {streams} streams"
+                )
+                return
+    finally:
+        pool.close()
+
+
+def _note(spec: ServingSpec, sweep: DeploySweepSpec, arms: int) -> str:
+    levels = ", ".join(str(int(level)) for level in spec.load.levels)
+    product = "their i-th values together" if sweep.zip else "every combination"
+    return (
+        f"Deployment sweep: {arms} arm(s) of {_started_how(spec, sweep)} ({product} of "
+        f"{', '.join(sweep.grid)}), each run {sweep.repeats} time(s) in interleaved order "
+        f"(A B C, C B A ...); every visit starts the arm's target (start-up timed until it "
+        f"answers), runs {levels} stream(s) of load.duration_s {spec.load.duration_s:g} s each "
+        f"from the same prompts, then stops it and checks that its process and port are "
+        f"gone. SLO: {criteria_text(sweep)}. The target's counters are not scraped (it "
+        "restarts per arm)."
+    )
+
+
+def _started_how(spec: ServingSpec, sweep: DeploySweepSpec) -> str:
+    if spec.target.kind == "reference":
+        return "the reference target"
+    return f"a server started by the command template {sweep.command!r}"

@@ -1,0 +1,193 @@
+"""``moeperf run deploy-sweep`` on the embedded reference engine: a grid with a known answer,
+and an interrupted sweep that leaves no target behind.
+
+The known answer is the threads rule (docs/getting-started/first-benchmark.md): on this
+2-core host one torch thread leaves a core to the harness and served 1.7-2.8x the output
+tokens/s of two at 1 to 16 streams (measured 2026-12-01). Two arms, threads 1 and 2, at 4
+streams, each run twice in interleaved order (1 2 2 1) under an SLO both hold: the sweep
+must recommend threads=1 and find threads=2 significantly worse.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psutil
+import pytest
+
+from moeperf.cli import main
+from moeperf.collectors.serving_records import ServingSummary
+from moeperf.collectors.store import RunStore
+from moeperf.suites.serving.deploy_sweep.arms import port_free
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SMALL = [
+    "deploy_sweep.grid={threads=[1, 2]}", "deploy_sweep.repeats=2",
+    "deploy_sweep.ttft_p99_s=5.0", "deploy_sweep.tpot_p99_s=1.0",
+    "load.levels=[4]", "load.duration_s=4.0", "load.warmup_s=0.5", "load.cooldown_s=0.2",
+    # The arms, not the client's validity, are the subject: both cores are busy here.
+    "harness.max_loop_lag_p99_s=1.0", "harness.max_cpu_fraction=1.0",
+]  # fmt: skip
+
+
+def _sets(overrides: list[str]) -> list[str]:
+    return [arg for o in overrides for arg in ("--set", o)]
+
+
+@pytest.mark.timing
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_sweep_finds_the_better_arm_by_construction(tmp_path, capsys):
+    code = main(["--runs-dir", str(tmp_path), "run", "deploy-sweep", *_sets(SMALL)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed[-3000:]
+    reader = RunStore(tmp_path).open("latest")
+    summary = reader.summary()
+    assert isinstance(summary, ServingSummary) and summary.deploy_sweep is not None
+    sweep = summary.deploy_sweep
+    one, two = sweep.arms
+    assert (one.knobs, two.knobs) == ({"threads": 1}, {"threads": 2})
+    assert sweep.order == (0, 1, 1, 0)  # interleaved: A B, then B A
+    for arm in sweep.arms:
+        assert len(arm.startup_s) == 2 and all(s > 0 for s in arm.startup_s)
+        assert arm.stops == ("#1: stopped", "#2: stopped") and arm.failures == ()
+        (level,) = arm.levels
+        assert len(level.scenarios) == 2 and level.slo_held is True
+    rec = sweep.recommendation
+    assert rec is not None and (rec.arm, rec.streams) == (0, 4), rec
+    (versus,) = sweep.comparisons
+    assert versus.arm == 1 and versus.outcome == "worse", versus
+    assert versus.ci_high is not None and versus.ci_high < 1
+    # The headline agrees: one thread's output tok/s (tokens / window) above two's.
+    assert one.levels[0].output_tok_s > two.levels[0].output_tok_s  # type: ignore[operator]
+    assert reader.manifest.status == "complete"
+    # The answer ends the output: the recommendation, then the status and paths.
+    tail = printed[printed.rindex("\nrecommended: ") + 1 :]
+    assert tail.startswith("recommended: threads=1 holds the SLO up to 4 streams")
+    assert "status: complete" in tail
+
+
+def _children(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_ctrl_c_mid_arm_keeps_what_was_measured_and_leaves_no_target(tmp_path):
+    runs = tmp_path / "runs"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONIOENCODING": "utf-8"}
+    overrides = [*SMALL, "load.duration_s=30", "deploy_sweep.repeats=1"]
+    with open(tmp_path / "out.txt", "w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "moeperf.cli", "--runs-dir", str(runs), "run",
+             "deploy-sweep", *_sets(overrides)],
+            cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    children: list[psutil.Process] = []
+    try:
+        # The first arm's level is under way once requests are stored.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            stored = list(runs.glob("*/requests.jsonl"))
+            if stored and stored[0].read_bytes().count(b"\n") >= 4:
+                break
+            time.sleep(0.2)
+        assert process.poll() is None, (tmp_path / "out.txt").read_text()[-3000:]
+        children = _children(process.pid)
+        targets = [c for c in children if "moeperf.targets.serving" in " ".join(c.cmdline())]
+        assert len(targets) == 1, [c.cmdline() for c in children]
+        process.send_signal(signal.SIGINT)
+        returncode = process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for child in children:
+            if _alive(child):
+                child.kill()
+    printed = (tmp_path / "out.txt").read_text()
+    assert returncode == 130, printed[-3000:]
+    reader = RunStore(runs).open("latest")
+    assert reader.manifest.status == "aborted"
+    requests = reader.requests()
+    assert (requests["status"] == "ok").sum() >= 4
+    summary = reader.summary()
+    assert isinstance(summary, ServingSummary) and summary.deploy_sweep is not None
+    first = summary.deploy_sweep.arms[0]
+    assert first.stops == ("#1: stopped",)  # the running arm's target, stopped on the way out
+    assert summary.deploy_sweep.order == (0,)  # the second arm never started
+    deadline = time.monotonic() + 5  # the workers' and the target's exits, reaped
+    while time.monotonic() < deadline and any(_alive(c) for c in children):
+        time.sleep(0.1)
+    left = [c.pid for c in children if _alive(c)]
+    assert not left, left
+    port = urlsplit(reader.manifest.target["url"]).port
+    assert port is not None and port_free(port)
+
+
+KEY = "sk-deploy-sweep-test-4f1c2a"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_command_template_starts_each_arm_and_its_secret_is_written_nowhere(
+    tmp_path, capsys, monkeypatch
+):
+    # The reference server started as an outside command would be, one arm per value of
+    # --max-running-requests; 0 is refused by the server, so that arm never starts.
+    monkeypatch.setenv("DS_KEY", KEY)
+    command = (
+        f"{sys.executable} -m moeperf.targets.serving --port {{port}} --threads 1 "
+        "--max-running-requests {max_running_requests} --api-key {env:DS_KEY}"
+    )
+    overrides = [
+        "target.kind='url'", "target.url='http://127.0.0.1:{port}'", "target.api_key_env='DS_KEY'",
+        "target.api='completions'", f"deploy_sweep.command='{command}'",
+        "deploy_sweep.grid={max_running_requests=[0, 2, 8]}", "deploy_sweep.startup_timeout_s=120",
+        "deploy_sweep.ttft_p99_s=5.0", "load.levels=[4]", "load.duration_s=3.0",
+        "load.warmup_s=0.5", "load.cooldown_s=0.2",
+        "harness.max_loop_lag_p99_s=1.0", "harness.max_cpu_fraction=1.0",
+    ]  # fmt: skip
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    code = main(["--runs-dir", str(tmp_path), "run", "deploy-sweep", *_sets(overrides)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed[-3000:]
+    reader = RunStore(tmp_path).open("latest")
+    summary = reader.summary()
+    assert isinstance(summary, ServingSummary) and summary.deploy_sweep is not None
+    refused, two, eight = summary.deploy_sweep.arms
+    assert refused.startup_s == () and refused.levels == ()
+    (failure,) = refused.failures
+    assert failure.startswith("#1: did not start: the server exited with code")
+    for arm in (two, eight):
+        assert arm.stops == ("#1: stopped",) and len(arm.startup_s) == 1
+        (level,) = arm.levels
+        assert level.slo_held is True
+    # 4 streams against a batch of 2: half of them queue, so the arm of 8 serves more.
+    rec = summary.deploy_sweep.recommendation
+    assert rec is not None and rec.arm == eight.index, rec
+    assert reader.manifest.target["command"] == command
+    # The key reached the server (every request was answered, it requires one) and is in
+    # no stored file, nor in what was printed.
+    frame = reader.requests()
+    assert len(frame) > 0 and (frame["status"] == "ok").all()
+    for path in reader.directory.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
+    assert KEY not in printed
