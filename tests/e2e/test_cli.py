@@ -19,6 +19,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from child_processes import alive as _alive
+from child_processes import children as _children
+from child_processes import cmdline as _cmdline
+from child_processes import survivors
 
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunStore
@@ -236,27 +240,6 @@ def _jsonl_lines(runs: Path) -> int:
     return total
 
 
-def _children(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _cmdline(process: psutil.Process) -> str:
-    try:
-        return " ".join(process.cmdline())
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return ""
-
-
 def _target_children(pid: int) -> list[psutil.Process]:
     return [p for p in _children(pid) if "moeperf.targets.synthetic" in _cmdline(p)]
 
@@ -272,10 +255,7 @@ def _cleanup(process: subprocess.Popen, children: list[psutil.Process]) -> None:
 
 
 def _assert_no_orphans(children: list[psutil.Process], grace_s: float = 5.0) -> None:
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(c) for c in children):
-        time.sleep(0.1)
-    left = [f"{c.pid}: {_cmdline(c)}" for c in children if _alive(c)]
+    left = survivors(children, grace_s)
     assert not left, f"child processes outlived moeperf: {left}"
 
 

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import psutil
 import pytest
+from child_processes import alive, children, survivors
 
 from moeperf.cli import main
 from moeperf.collectors.serving_records import ServingSummary
@@ -73,20 +74,6 @@ def test_the_sweep_finds_the_better_arm_by_construction(tmp_path, capsys):
     assert "status: complete" in tail
 
 
-def _children(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_ctrl_c_mid_arm_keeps_what_was_measured_and_leaves_no_target(tmp_path):
@@ -99,7 +86,7 @@ def test_ctrl_c_mid_arm_keeps_what_was_measured_and_leaves_no_target(tmp_path):
              "deploy-sweep", *_sets(overrides)],
             cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
-    children: list[psutil.Process] = []
+    started: list[psutil.Process] = []
     try:
         # The first arm's level is under way once requests are stored.
         deadline = time.monotonic() + 120
@@ -109,17 +96,17 @@ def test_ctrl_c_mid_arm_keeps_what_was_measured_and_leaves_no_target(tmp_path):
                 break
             time.sleep(0.2)
         assert process.poll() is None, (tmp_path / "out.txt").read_text()[-3000:]
-        children = _children(process.pid)
-        targets = [c for c in children if "moeperf.targets.serving" in " ".join(c.cmdline())]
-        assert len(targets) == 1, [c.cmdline() for c in children]
+        started = children(process.pid)
+        targets = [c for c in started if "moeperf.targets.serving" in " ".join(c.cmdline())]
+        assert len(targets) == 1, [c.cmdline() for c in started]
         process.send_signal(signal.SIGINT)
         returncode = process.wait(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-        for child in children:
-            if _alive(child):
+        for child in started:
+            if alive(child):
                 child.kill()
     printed = (tmp_path / "out.txt").read_text()
     assert returncode == 130, printed[-3000:]
@@ -132,10 +119,7 @@ def test_ctrl_c_mid_arm_keeps_what_was_measured_and_leaves_no_target(tmp_path):
     first = summary.deploy_sweep.arms[0]
     assert first.stops == ("#1: stopped",)  # the running arm's target, stopped on the way out
     assert summary.deploy_sweep.order == (0,)  # the second arm never started
-    deadline = time.monotonic() + 5  # the workers' and the target's exits, reaped
-    while time.monotonic() < deadline and any(_alive(c) for c in children):
-        time.sleep(0.1)
-    left = [c.pid for c in children if _alive(c)]
+    left = survivors(started)
     assert not left, left
     port = urlsplit(reader.manifest.target["url"]).port
     assert port is not None and port_free(port)

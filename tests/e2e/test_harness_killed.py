@@ -27,6 +27,9 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from child_processes import alive as _alive
+from child_processes import cmdline as _cmdline
+from child_processes import survivors
 from cli_process import ENV, REPO_ROOT, moeperf
 
 from moeperf.collectors.store import RunStore
@@ -56,20 +59,6 @@ def complete_lines(path: Path) -> list[bytes]:
 
 def request_ids(lines: list[bytes]) -> set[str]:
     return {json.loads(line)["request_id"] for line in lines}
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _cmdline(process: psutil.Process) -> str:
-    try:
-        return " ".join(process.cmdline())
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return ""
 
 
 def page_text(path: Path) -> str:
@@ -123,10 +112,7 @@ def killed(tmp_path_factory) -> KilledRun:
         # The real failure: the harness alone, with no chance to clean up.
         process.kill()
         process.wait(timeout=30)
-        deadline = time.monotonic() + EXIT_GRACE_S
-        while time.monotonic() < deadline and any(_alive(c) for c in children):
-            time.sleep(0.1)
-        survivors = [f"{c.pid}: {_cmdline(c)}" for c in children if _alive(c)]
+        left = survivors(children, EXIT_GRACE_S)
     finally:
         # Whatever this test started and is still there, by pid.
         if process.poll() is None:
@@ -141,7 +127,7 @@ def killed(tmp_path_factory) -> KilledRun:
         pid=process.pid,
         lines_at_kill=lines_at_kill,
         children=described,
-        survivors=survivors,
+        survivors=left,
     )
 
 
