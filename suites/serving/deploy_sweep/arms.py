@@ -4,9 +4,9 @@ that each stopped cleanly."""
 from __future__ import annotations
 
 import socket
+from typing import Protocol
 from urllib.parse import urlsplit
 
-from moeperf.suites.serving.embedded.process import EmbeddedTarget
 from moeperf.suites.serving.mode_spec import GridValue
 from moeperf.suites.serving.spec import ServingSpec
 
@@ -49,7 +49,18 @@ def port_free(port: int) -> bool:
     return True
 
 
-def stop_check(target: EmbeddedTarget) -> str:
+class ArmProcess(Protocol):
+    """What the stop check reads of an arm's target: the embedded one, or a command's."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def pid(self) -> int: ...
+    @property
+    def alive(self) -> bool: ...
+
+
+def stop_check(target: ArmProcess) -> str:
     """After a stop: "stopped", or what is left (its process, its port)."""
     left = []
     if target.alive:

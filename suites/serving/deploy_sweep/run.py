@@ -121,6 +121,9 @@ def _start(
         stack.close()
         book.failures.setdefault(arm.index, []).append(f"#{repeat}: did not start: {exc}")
         return None
+    except BaseException:  # Ctrl-C while it starts: stopped before the run ends
+        stack.close()
+        raise
     book.startup_s.setdefault(arm.index, []).append(time.monotonic() - began)
     return _Visit(arm, repeat, target, described, model, stack)
 
@@ -189,31 +192,27 @@ def run_deploy_sweep(
                            for why in whys)  # fmt: skip
         raise TargetError(f"no arm of [deploy_sweep] started: {failed}")
     current = first
+    # The visit whose target runs now: stopped at the end of its levels, or on the way out
+    # whatever breaks (the prompts, the run's store or observers, Ctrl-C).
+    running: _Visit | None = first
     try:
         prompts = _prompts(spec, headers, first.target.url)
-    except BaseException:
-        _stop(first, book)
-        raise
-    described = {**first.described, "model": first.model, "api": spec.target.api}
-    described["arms"] = {"grid": sweep.grid, "zip": sweep.zip, "repeats": sweep.repeats}
-    shell = DeploySweepSummary(
-        target_kind=spec.target.kind, slo=criteria_text(sweep), repeats=sweep.repeats,
-        order=(), arms=(),
-    )  # fmt: skip
+        described = {**first.described, "model": first.model, "api": spec.target.api}
+        described["arms"] = {"grid": sweep.grid, "zip": sweep.zip, "repeats": sweep.repeats}
+        shell = DeploySweepSummary(
+            target_kind=spec.target.kind, slo=criteria_text(sweep), repeats=sweep.repeats,
+            order=(), arms=(),
+        )  # fmt: skip
+        parts: list[DeploySweepPart] = []
 
-    def part() -> DeploySweepPart:
-        summary = dataclasses.replace(
-            shell, order=tuple(order), arms=book.arms(arms), elapsed_s=time.monotonic() - began
-        )
-        return DeploySweepPart(summary, runs, sweep)
+        def summary() -> DeploySweepPart:
+            done = dataclasses.replace(
+                shell, order=tuple(order), arms=book.arms(arms),
+                elapsed_s=time.monotonic() - began,
+            )  # fmt: skip
+            parts.append(DeploySweepPart(done, runs, sweep))
+            return parts[-1]
 
-    parts: list[DeploySweepPart] = []
-
-    def summary() -> DeploySweepPart:
-        parts.append(part())
-        return parts[-1]
-
-    try:
         with arm_run(
             spec, spec_given, store, options,
             ArmTarget(described, first.target.url, first.model),
@@ -222,17 +221,19 @@ def run_deploy_sweep(
             telemetry=ArmTelemetry(pid=lambda: current.target.pid),
             verdict=lambda levels: parts[-1].judge(levels),
         ) as session:  # fmt: skip
-            visit: _Visit | None = first
-            while visit is not None:
-                current = visit
-                order.append(visit.arm.index)
+            while running is not None:
+                current = running
+                order.append(running.arm.index)
                 try:
-                    _run_visit(spec, sweep, visit, session, runs, book)
+                    _run_visit(spec, sweep, running, session, runs, book)
                 finally:
-                    _stop(visit, book)
-                visit = next(visits, None)
+                    _stop(running, book)
+                    running = None
+                running = next(visits, None)
         return session.run.run_id
     finally:
+        if running is not None:
+            _stop(running, book)
         visits.close()
 
 
