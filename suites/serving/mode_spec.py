@@ -271,6 +271,9 @@ class DeploySweepSpec(_Strict):
     # port, picked per start), each grid knob by name, and {env:NAME} (read at launch, never
     # stored); target.url is then the URL template, {port} in it ("http://127.0.0.1:{port}").
     command: str = ""
+    # Knobs set to each level's streams (vLLM's max_num_seqs = the concurrency): every arm
+    # then starts once per level, that knob at the level's streams. Not grid knobs.
+    linked: list[str] = []
     # Every arm this many times, interleaved.
     repeats: Annotated[int, Field(ge=1, le=10)] = 1
     # How long an arm has to start and answer.
@@ -294,6 +297,11 @@ class DeploySweepSpec(_Strict):
             raise ValueError(
                 "deploy_sweep.zip takes the grid's lists together: give them one length "
                 f"(got {', '.join(f'{k} {len(v)}' for k, v in self.grid.items())})"
+            )
+        if both := [knob for knob in self.linked if knob in self.grid]:
+            raise ValueError(
+                f"deploy_sweep.linked: {', '.join(both)} is a grid knob too; a linked knob "
+                "takes each level's streams, so list it in one place"
             )
         for knob, values in self.grid.items():
             if len(set(map(repr, values))) != len(values):

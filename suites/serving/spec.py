@@ -344,8 +344,8 @@ class ServingSpec(_Strict):
                 "--max-num-seqs {max_num_seqs}', with target.url = 'http://127.0.0.1:{port}'"
             )
         named = placeholders(sweep.command)
-        unused = [knob for knob in sweep.grid if knob not in named]
-        known = {"port", *sweep.grid}
+        unused = [knob for knob in (*sweep.grid, *sweep.linked) if knob not in named]
+        known = {"port", *sweep.grid, *sweep.linked}
         unknown = sorted(n for n in named if n not in known and not n.startswith("env:"))
         problems = []
         if "port" not in named:

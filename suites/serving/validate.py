@@ -26,7 +26,8 @@ def validate_serving(
     if spec.target.kind == "reference":
         reference_config(spec.target.reference, source, overrides)
         if spec.deploy_sweep is not None:  # every arm's knobs, before any arm starts
-            _check_arms(spec.deploy_sweep, spec.target.reference, source, overrides)
+            levels = spec.load.levels if spec.deploy_sweep.linked else spec.load.levels[:1]
+            _check_arms(spec.deploy_sweep, spec.target.reference, levels, source, overrides)
     if spec.plan is not None:
         from moeperf.suites.serving.sweep_plan import resolve_plan  # needs the planner: only here
 
@@ -35,7 +36,11 @@ def validate_serving(
 
 
 def _check_arms(
-    sweep: DeploySweepSpec, base: dict[str, Any], source: str, overrides: Sequence[str]
+    sweep: DeploySweepSpec,
+    base: dict[str, Any],
+    levels: Sequence[float],
+    source: str,
+    overrides: Sequence[str],
 ) -> None:
     """A grid knob the reference target does not have, or an arm's config it refuses: a
     ``SpecError`` naming the knob under deploy_sweep.grid (the base config passed already,
@@ -43,12 +48,15 @@ def _check_arms(
     from moeperf.targets.serving.config import ReferenceTargetConfig
 
     valid = list(ReferenceTargetConfig.model_fields)
+    named = [("grid", knob) for knob in sweep.grid] + [("linked", knob) for knob in sweep.linked]
     unknown = [
-        unknown_field(("deploy_sweep", "grid", knob), valid)
-        for knob in sweep.grid
+        unknown_field(("deploy_sweep", table, knob), valid)
+        for table, knob in named
         if knob not in valid
     ]
     if unknown:
         raise spec_error(source, unknown, overrides)
     for knobs in sweep.arm_knobs():
-        reference_config({**base, **knobs}, source, overrides)
+        for level in levels:
+            linked = {knob: int(level) for knob in sweep.linked}
+            reference_config({**base, **knobs, **linked}, source, overrides)

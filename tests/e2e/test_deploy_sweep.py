@@ -175,3 +175,37 @@ def test_a_command_template_starts_each_arm_and_its_secret_is_written_nowhere(
         if path.is_file():
             assert KEY.encode() not in path.read_bytes(), path
     assert KEY not in printed
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_linked_knob_starts_the_arm_once_per_level_at_its_streams(tmp_path, capsys):
+    overrides = [
+        "deploy_sweep.grid={threads=[1]}", "deploy_sweep.linked=['max_running_requests']",
+        "deploy_sweep.ttft_p99_s=5.0", "deploy_sweep.tpot_p99_s=1.0",
+        "load.levels=[2, 4]", "load.duration_s=4.0",
+        "load.warmup_s=0", "load.cooldown_s=0.2",
+        "harness.max_loop_lag_p99_s=1.0", "harness.max_cpu_fraction=1.0",
+    ]  # fmt: skip
+    code = main(["--runs-dir", str(tmp_path), "run", "deploy-sweep", *_sets(overrides)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed[-3000:]
+    reader = RunStore(tmp_path).open("latest")
+    summary = reader.summary()
+    assert isinstance(summary, ServingSummary) and summary.deploy_sweep is not None
+    (arm,) = summary.deploy_sweep.arms
+    assert summary.deploy_sweep.order == (0,)
+    assert len(arm.startup_s) == 2
+    assert arm.stops == (
+        "#1 c=2, max_running_requests=2: stopped",
+        "#1 c=4, max_running_requests=4: stopped",
+    )
+    assert [level.streams for level in arm.levels] == [2, 4]
+    # Each start's records are its own (request ids unique per start, not per arm).
+    frame = reader.requests()
+    assert frame["request_id"].is_unique
+    assert set(frame["scenario"]) == {"threads=1 c=2", "threads=1 c=4"}
+    assert all(level.output_tok_s for level in arm.levels)
+    for streams in (2, 4):
+        started = f"arm 1/1 threads=1 (#1 c={streams}, max_running_requests={streams}): "
+        assert started + "answering after" in printed

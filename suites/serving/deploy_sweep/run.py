@@ -81,10 +81,13 @@ class _Book:
 
 @dataclass
 class _Visit:
-    """An arm's target, started and answering, for one repeat."""
+    """An arm's target, started and answering, for one repeat and the levels it runs: all
+    of load.levels, or one with linked knobs (set to its streams)."""
 
     arm: DeployArm
     repeat: int
+    levels: tuple[int, ...]
+    tag: str  # "#2", or "#2 c=8" with linked knobs: in its start's and stop's records
     target: EmbeddedTarget | CommandTarget
     described: dict[str, Any]
     model: str
@@ -96,16 +99,21 @@ def _start(
     sweep: DeploySweepSpec,
     arm: DeployArm,
     repeat: int,
+    levels: tuple[int, ...],
     book: _Book,
     get: Callable[[str, float], Any],
 ) -> _Visit | None:
     """The arm's target started and probed, or None with the failure in ``book``."""
     stack = ExitStack()
     began = time.monotonic()
+    knobs = {**arm.knobs, **{name: levels[0] for name in sweep.linked}}
+    # Linked: the start's level and its knobs' value ("#1 c=8, max_num_seqs=8").
+    linked = ", ".join(f"{name}={levels[0]}" for name in sweep.linked)
+    tag = f"#{repeat}" + (f" c={levels[0]}, {linked}" if sweep.linked else "")
     target: EmbeddedTarget | CommandTarget
     try:
         if sweep.command:
-            target = CommandTarget(sweep.command, spec.target.url, arm.knobs, free_port(),
+            target = CommandTarget(sweep.command, spec.target.url, knobs, free_port(),
                                    sweep.startup_timeout_s, get)  # fmt: skip
             stack.callback(target.close)
             check = target.check
@@ -113,19 +121,19 @@ def _start(
             described = {"kind": "url", "url": spec.target.url, "command": sweep.command}
         else:
             target, described = stack.enter_context(
-                embedded_reference(arm_spec(spec, arm.knobs), sweep.startup_timeout_s)
+                embedded_reference(arm_spec(spec, knobs), sweep.startup_timeout_s)
             )
             check = check_target(target.url, get)
         model = served_model(spec.target.model, check, target.url)
     except (TargetError, TargetUnreachable) as exc:
         stack.close()
-        book.failures.setdefault(arm.index, []).append(f"#{repeat}: did not start: {exc}")
+        book.failures.setdefault(arm.index, []).append(f"{tag}: did not start: {exc}")
         return None
     except BaseException:  # Ctrl-C while it starts: stopped before the run ends
         stack.close()
         raise
     book.startup_s.setdefault(arm.index, []).append(time.monotonic() - began)
-    return _Visit(arm, repeat, target, described, model, stack)
+    return _Visit(arm, repeat, levels, tag, target, described, model, stack)
 
 
 def _said(visit: _Visit | None, arm: DeployArm, arms: int, book: _Book) -> str:
@@ -134,15 +142,15 @@ def _said(visit: _Visit | None, arm: DeployArm, arms: int, book: _Book) -> str:
     if visit is None:
         return f"{where}: {book.failures[arm.index][-1]}"
     return (
-        f"{where} (#{visit.repeat}): answering after {book.startup_s[arm.index][-1]:.1f} s; "
-        "running its levels"
+        f"{where} ({visit.tag}): answering after {book.startup_s[arm.index][-1]:.1f} s; "
+        "running " + ("its level" if len(visit.levels) == 1 else "its levels")
     )
 
 
 def _stop(visit: _Visit, book: _Book) -> None:
     visit.stack.close()
     checked = stop_check(visit.target)
-    book.stops.setdefault(visit.arm.index, []).append(f"#{visit.repeat}: {checked}")
+    book.stops.setdefault(visit.arm.index, []).append(f"{visit.tag}: {checked}")
 
 
 def _visits(
@@ -154,11 +162,15 @@ def _visits(
     say: Callable[[str], None],
 ) -> Generator[_Visit, None, None]:
     """Each visit whose target started, in interleaved order (failures go to ``book``)."""
+    levels = tuple(int(level) for level in spec.load.levels)
+    # Linked knobs take each level's streams: one start per level, else one for them all.
+    starts = [(level,) for level in levels] if sweep.linked else [levels]
     for index, repeat in interleaved(len(arms), sweep.repeats):
-        visit = _start(spec, sweep, arms[index], repeat, book, get)
-        say(_said(visit, arms[index], len(arms), book))
-        if visit is not None:
-            yield visit
+        for start in starts:
+            visit = _start(spec, sweep, arms[index], repeat, start, book, get)
+            say(_said(visit, arms[index], len(arms), book))
+            if visit is not None:
+                yield visit
 
 
 def _prompts(spec: ServingSpec, headers: RequestHeaders, url: str) -> list[Prompt]:
@@ -192,6 +204,7 @@ def run_deploy_sweep(
                            for why in whys)  # fmt: skip
         raise TargetError(f"no arm of [deploy_sweep] started: {failed}")
     current = first
+    visited: set[tuple[int, int]] = set()  # (arm, repeat): one entry of order each
     # The visit whose target runs now: stopped at the end of its levels, or on the way out
     # whatever breaks (the prompts, the run's store or observers, Ctrl-C).
     running: _Visit | None = first
@@ -223,7 +236,9 @@ def run_deploy_sweep(
         ) as session:  # fmt: skip
             while running is not None:
                 current = running
-                order.append(running.arm.index)
+                if (running.arm.index, running.repeat) not in visited:  # its first start
+                    visited.add((running.arm.index, running.repeat))
+                    order.append(running.arm.index)
                 try:
                     _run_visit(spec, sweep, running, session, runs, book)
                 finally:
@@ -248,11 +263,12 @@ def _run_visit(
     """``load.levels`` on one started arm, in order."""
     arm, url = visit.arm, visit.target.url
     workers = worker_count(spec)
-    pool = session.pool(url, f"arm{arm.index}-r{visit.repeat}-", workers)
+    # Unique per start (the store keys records by id): a linked arm starts once per level.
+    prefix = f"arm{arm.index}-r{visit.repeat}-c{visit.levels[0]}-"
+    pool = session.pool(url, prefix, workers)
     resetter = CacheResetter(url, session.headers) if spec.workload.cache == "fresh" else None
     try:
-        for level in spec.load.levels:
-            streams = int(level)
+        for streams in visit.levels:
             scenario = scenario_of(arm.label, streams, visit.repeat, sweep.repeats)
             reset = resetter.reset() if resetter is not None else None
             session.window(scenario)
@@ -268,7 +284,7 @@ def _run_visit(
             runs.append(LevelRun(arm.index, streams, scenario))
             if not visit.target.alive:
                 book.failures.setdefault(arm.index, []).append(
-                    f"#{visit.repeat}: the target died during {streams} streams"
+                    f"{visit.tag}: the target died during {streams} streams"
                 )
                 return
     finally:
