@@ -37,8 +37,11 @@ def _hit_ratio(summary: ServingSummary, scenario: str) -> float:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_shared_prefixes_hit_the_cache_and_cut_ttft(tmp_path, capsys):
-    # One level of the spec's two, for test time.
-    code = main(["--runs-dir", str(tmp_path), "run", "prefix-reuse", "--set", "load.levels=[2]"])
+    # One level of the spec's two, for test time. More prompts than the spec's 128: on a
+    # fast host (2026-12-07) the level sent 260 requests, so whole prompts repeated, were
+    # served from the cache, and the hit ratio passed its bound below (0.875).
+    code = main(["--runs-dir", str(tmp_path), "run", "prefix-reuse", "--set", "load.levels=[2]",
+                 "--set", "workload.num_prompts=768"])  # fmt: skip
     printed = capsys.readouterr().out
     assert code == 0, printed[-3000:]
     summary = _summary(tmp_path)
@@ -46,7 +49,9 @@ def test_shared_prefixes_hit_the_cache_and_cut_ttft(tmp_path, capsys):
     shared, unique = summary.scenarios["c=2"], summary.scenarios["c=2 unique"]
     assert unique.unique and not shared.unique
     # 384 of each prompt's 448 tokens are one of 4 prefixes: after each prefix's first
-    # request, at most 384 / 448 (the chat template adds a few) of its tokens are cached.
+    # request, at most 384 / 448 (the chat template adds a few) of its tokens are cached,
+    # as long as no whole prompt was sent twice.
+    assert shared.repeated_prompts_total == 0, shared.requests
     assert 0.6 < _hit_ratio(summary, "c=2") < 384 / 448
     assert _hit_ratio(summary, "c=2 unique") < 0.05
     with_reuse, without = shared.latency_s.ttft_s.at(0.5), unique.latency_s.ttft_s.at(0.5)
