@@ -23,8 +23,9 @@ import pytest
 from child_processes import alive, children, survivors
 
 from moeperf.cli import main
+from moeperf.collectors.deploy_sweep_records import DeploySweepSummary
 from moeperf.collectors.serving_records import ServingSummary
-from moeperf.collectors.store import RunStore
+from moeperf.collectors.store import RunReader, RunStore
 from moeperf.suites.serving.deploy_sweep.arms import port_free
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -41,17 +42,25 @@ def _sets(overrides: list[str]) -> list[str]:
     return [arg for o in overrides for arg in ("--set", o)]
 
 
-@pytest.mark.timing
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_the_sweep_finds_the_better_arm_by_construction(tmp_path, capsys):
-    code = main(["--runs-dir", str(tmp_path), "run", "deploy-sweep", *_sets(SMALL)])
+def _swept(
+    tmp_path: Path, capsys, overrides: list[str]
+) -> tuple[str, RunReader, DeploySweepSummary]:
+    """``moeperf run deploy-sweep`` with ``overrides``, exit 0: what it printed, the run,
+    and its sweep."""
+    code = main(["--runs-dir", str(tmp_path), "run", "deploy-sweep", *_sets(overrides)])
     printed = capsys.readouterr().out
     assert code == 0, printed[-3000:]
     reader = RunStore(tmp_path).open("latest")
     summary = reader.summary()
     assert isinstance(summary, ServingSummary) and summary.deploy_sweep is not None
-    sweep = summary.deploy_sweep
+    return printed, reader, summary.deploy_sweep
+
+
+@pytest.mark.timing
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_sweep_finds_the_better_arm_by_construction(tmp_path, capsys):
+    printed, reader, sweep = _swept(tmp_path, capsys, SMALL)
     one, two = sweep.arms
     assert (one.knobs, two.knobs) == ({"threads": 1}, {"threads": 2})
     assert sweep.order == (0, 1, 1, 0)  # interleaved: A B, then B A
@@ -149,13 +158,8 @@ def test_a_command_template_starts_each_arm_and_its_secret_is_written_nowhere(
         "harness.max_loop_lag_p99_s=1.0", "harness.max_cpu_fraction=1.0",
     ]  # fmt: skip
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
-    code = main(["--runs-dir", str(tmp_path), "run", "deploy-sweep", *_sets(overrides)])
-    printed = capsys.readouterr().out
-    assert code == 0, printed[-3000:]
-    reader = RunStore(tmp_path).open("latest")
-    summary = reader.summary()
-    assert isinstance(summary, ServingSummary) and summary.deploy_sweep is not None
-    refused, two, eight = summary.deploy_sweep.arms
+    printed, reader, sweep = _swept(tmp_path, capsys, overrides)
+    refused, two, eight = sweep.arms
     assert refused.startup_s == () and refused.levels == ()
     (failure,) = refused.failures
     assert failure.startswith("#1: did not start: the server exited with code")
@@ -164,7 +168,7 @@ def test_a_command_template_starts_each_arm_and_its_secret_is_written_nowhere(
         (level,) = arm.levels
         assert level.slo_held is True
     # 4 streams against a batch of 2: half of them queue, so the arm of 8 serves more.
-    rec = summary.deploy_sweep.recommendation
+    rec = sweep.recommendation
     assert rec is not None and rec.arm == eight.index, rec
     assert reader.manifest.target["command"] == command
     # The key reached the server (every request was answered, it requires one) and is in
@@ -187,14 +191,11 @@ def test_a_linked_knob_starts_the_arm_once_per_level_at_its_streams(tmp_path, ca
         "load.warmup_s=0", "load.cooldown_s=0.2",
         "harness.max_loop_lag_p99_s=1.0", "harness.max_cpu_fraction=1.0",
     ]  # fmt: skip
-    code = main(["--runs-dir", str(tmp_path), "run", "deploy-sweep", *_sets(overrides)])
-    printed = capsys.readouterr().out
-    assert code == 0, printed[-3000:]
-    reader = RunStore(tmp_path).open("latest")
-    summary = reader.summary()
-    assert isinstance(summary, ServingSummary) and summary.deploy_sweep is not None
-    (arm,) = summary.deploy_sweep.arms
-    assert summary.deploy_sweep.order == (0,)
+    printed, reader, sweep = _swept(tmp_path, capsys, overrides)
+    (arm,) = sweep.arms
+    assert sweep.order == (0,)
+    # The first start's engine was configured with the level's streams.
+    assert reader.manifest.target["config"]["max_running_requests"] == 2
     assert len(arm.startup_s) == 2
     assert arm.stops == (
         "#1 c=2, max_running_requests=2: stopped",

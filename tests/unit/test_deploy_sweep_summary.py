@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pandas as pd
 import pytest
 
 from moeperf.collectors.deploy_sweep_records import DeployArm, DeploySweepSummary
@@ -121,12 +122,20 @@ def refigured(sweep: DeploySweepSummary, serving: ServingSummary) -> DeploySweep
     """``sweep``'s figures again from the same records."""
     runs = [LevelRun(arm.index, streams, scenario_of(arm.label, streams, 1, 1))
             for arm in sweep.arms for streams in (1, 4)]  # fmt: skip
-    frame = records_frame([r for arm in sweep.arms for s in (1, 4)
-                           for r in records(scenario_of(arm.label, s, 1, 1), s,
-                                            GAPS_MS[(arm.label, s)])])  # fmt: skip
+    frame = _frame(sweep.arms)
     bare = tuple(dataclasses.replace(a, levels=()) for a in sweep.arms)
     return with_figures(dataclasses.replace(sweep, arms=bare), runs, frame, serving.scenarios,
                         lambda entry: _judged(entry, CRITERIA))  # fmt: skip
+
+
+def _frame(arms: tuple[DeployArm, ...]) -> pd.DataFrame:
+    """The request records of every arm at 1 and 4 streams, as ``swept`` made them."""
+    made = []
+    for arm in arms:
+        for streams in (1, 4):
+            gap_ms = GAPS_MS[(arm.label, streams)]
+            made += records(scenario_of(arm.label, streams, 1, 1), streams, gap_ms)
+    return records_frame(made)
 
 
 def _judged(entry: ScenarioSummary, criteria: DeploySweepSpec) -> tuple[bool | None, str]:
@@ -139,9 +148,7 @@ def test_no_arm_holding_the_slo_has_no_recommendation():
     strict = DeploySweepSpec(grid={"threads": [1]}, tpot_p99_s=0.001)
     runs = [LevelRun(arm.index, lv.streams, lv.scenarios[0]) for arm in sweep.arms
             for lv in sweep.arms[arm.index].levels]  # fmt: skip
-    frame = records_frame([r for arm in sweep.arms for s in (1, 4)
-                           for r in records(scenario_of(arm.label, s, 1, 1), s,
-                                            GAPS_MS[(arm.label, s)])])  # fmt: skip
+    frame = _frame(sweep.arms)
     again = with_figures(sweep, runs, frame, serving.scenarios, lambda e: _judged(e, strict))
     assert [arm.capacity_held for arm in again.arms] == [None, None]
     assert again.recommendation is not None and again.recommendation.arm is None
