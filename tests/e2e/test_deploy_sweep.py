@@ -1,11 +1,16 @@
 """``moeperf run deploy-sweep`` on the embedded reference engine: a grid with a known answer,
 and an interrupted sweep that leaves no target behind.
 
-The known answer is the threads rule (docs/getting-started/first-benchmark.md): on this
-2-core host one torch thread leaves a core to the harness and served 1.7-2.8x the output
-tokens/s of two at 1 to 16 streams (measured 2026-12-01). Two arms, threads 1 and 2, at 4
-streams, each run twice in interleaved order (1 2 2 1) under an SLO both hold: the sweep
-must recommend threads=1 and find threads=2 significantly worse.
+The known answer is batching: at 4 streams an engine that runs at most one request at a
+time queues the other three, while one that runs four decodes them in one batch, whose step
+costs far less than four single steps (measured here: 5.8 against 3.5 ms per token; the
+sweep's per-request output rate 0.41x [0.39, 0.43], 214 against 637 output tok/s). Two arms,
+max running requests 1 and 4, at 4 streams, each run twice in interleaved order (1 4 4 1)
+under an SLO both hold: the sweep must recommend 4 and find 1 significantly worse.
+
+(It was the threads rule, one torch thread against two on this 2-core host, 1.7-2.8x on an
+idle host. Beside another timing test busy on the other core the two arms came out equal,
+0.98x [0.94, 1.03]: that rule holds only on a machine to itself. Batching holds on any.)
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from moeperf.suites.serving.deploy_sweep.arms import port_free
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMALL = [
-    "deploy_sweep.grid={threads=[1, 2]}", "deploy_sweep.repeats=2",
+    "deploy_sweep.grid={max_running_requests=[1, 4]}", "deploy_sweep.repeats=2",
     "deploy_sweep.ttft_p99_s=5.0", "deploy_sweep.tpot_p99_s=1.0",
     "load.levels=[4]", "load.duration_s=4.0", "load.warmup_s=0.5", "load.cooldown_s=0.2",
     # The arms, not the client's validity, are the subject: both cores are busy here.
@@ -61,8 +66,8 @@ def _swept(
 @pytest.mark.timeout(300)
 def test_the_sweep_finds_the_better_arm_by_construction(tmp_path, capsys):
     printed, reader, sweep = _swept(tmp_path, capsys, SMALL)
-    one, two = sweep.arms
-    assert (one.knobs, two.knobs) == ({"threads": 1}, {"threads": 2})
+    one, four = sweep.arms
+    assert (one.knobs, four.knobs) == ({"max_running_requests": 1}, {"max_running_requests": 4})
     assert sweep.order == (0, 1, 1, 0)  # interleaved: A B, then B A
     for arm in sweep.arms:
         assert len(arm.startup_s) == 2 and all(s > 0 for s in arm.startup_s)
@@ -70,16 +75,16 @@ def test_the_sweep_finds_the_better_arm_by_construction(tmp_path, capsys):
         (level,) = arm.levels
         assert len(level.scenarios) == 2 and level.slo_held is True
     rec = sweep.recommendation
-    assert rec is not None and (rec.arm, rec.streams) == (0, 4), rec
+    assert rec is not None and (rec.arm, rec.streams) == (1, 4), rec
     (versus,) = sweep.comparisons
-    assert versus.arm == 1 and versus.outcome == "worse", versus
+    assert versus.arm == 0 and versus.outcome == "worse", versus
     assert versus.ci_high is not None and versus.ci_high < 1
-    # The headline agrees: one thread's output tok/s (tokens / window) above two's.
-    assert one.levels[0].output_tok_s > two.levels[0].output_tok_s  # type: ignore[operator]
+    # The headline agrees: four running requests' output tok/s (tokens / window) above one's.
+    assert four.levels[0].output_tok_s > one.levels[0].output_tok_s  # type: ignore[operator]
     assert reader.manifest.status == "complete"
     # The answer ends the output: the recommendation, then the status and paths.
     tail = printed[printed.rindex("\nrecommended: ") + 1 :]
-    assert tail.startswith("recommended: threads=1 holds the SLO up to 4 streams")
+    assert tail.startswith("recommended: max_running_requests=4 holds the SLO up to 4 streams")
     assert "status: complete" in tail
 
 
@@ -153,7 +158,10 @@ def test_a_command_template_starts_each_arm_and_its_secret_is_written_nowhere(
         "target.kind='url'", "target.url='http://127.0.0.1:{port}'", "target.api_key_env='DS_KEY'",
         "target.api='completions'", f"deploy_sweep.command='{command}'",
         "deploy_sweep.grid={max_running_requests=[0, 2, 8]}", "deploy_sweep.startup_timeout_s=120",
-        "deploy_sweep.ttft_p99_s=5.0", "load.levels=[4]", "load.duration_s=3.0",
+        # SLOs no busy neighbour breaks (the spec's TPOT 0.01 s failed one in the parallel part):
+        # this test's subject is the command and its secret, not the arms' latency.
+        "deploy_sweep.ttft_p99_s=5.0", "deploy_sweep.tpot_p99_s=1.0", "load.levels=[4]",
+        "load.duration_s=3.0",
         "load.warmup_s=0.5", "load.cooldown_s=0.2",
         "harness.max_loop_lag_p99_s=1.0", "harness.max_cpu_fraction=1.0",
     ]  # fmt: skip
