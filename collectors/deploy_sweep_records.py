@@ -52,6 +52,11 @@ class DeployArm:
     failures: tuple[str, ...] = ()
     # After each stop: "stopped" or what was left (a process, a port still taken).
     stops: tuple[str, ...] = ()
+    # The memory planner's word on the arm ([plan] beside the sweep; empty: not checked):
+    # "fits: ..." or what does not fit; per level ("c=8: ...") with linked knobs.
+    plan: tuple[str, ...] = ()
+    # The starts the planner kept from running ("#1: planned, not run: kv cache: ...").
+    not_run: tuple[str, ...] = ()
     levels: tuple[DeployLevel, ...] = ()
     # The capacity under the SLO, an interval of streams: the highest level of the unbroken
     # run of held levels from the lowest (None: the lowest did not hold), and the first

@@ -26,7 +26,9 @@ def deploy_sweep_blocks(sweep: DeploySweepSummary) -> list[Chart | Table]:
             {
                 "arm": arm.label,
                 "accelerators": arm.accelerators,
-                "start-up s": ", ".join(f"{s:.1f}" for s in arm.startup_s) or None,
+                "start-up s": ", ".join(f"{s:.1f}" for s in arm.startup_s) or (
+                    "planned, not run" if arm.not_run else None
+                ),
                 f"capacity ({sweep.slo})": capacity_text(arm),
                 "output tok/s per accelerator": at.output_tok_s_per_accelerator if at else None,
                 "tok/s per user": at.tok_s_per_user if at else None,
@@ -34,7 +36,8 @@ def deploy_sweep_blocks(sweep: DeploySweepSummary) -> list[Chart | Table]:
                 (versus.outcome if versus is not None else None),
                 "ratio [95%]": None if versus is None or versus.ratio is None else
                 f"{versus.ratio:.3f} [{versus.ci_low:.3f}, {versus.ci_high:.3f}]",
-                "failures": "; ".join(arm.failures) or None,
+                "memory plan": "; ".join(arm.plan) or None,
+                "failures": "; ".join((*arm.not_run, *arm.failures)) or None,
                 "stopped": "; ".join(arm.stops) or None,
             }
         )  # fmt: skip
@@ -63,8 +66,11 @@ def deploy_sweep_blocks(sweep: DeploySweepSummary) -> list[Chart | Table]:
             for level in arm.levels
         ]
     )
+    arms = pd.DataFrame(rows)
+    if not any(arm.plan for arm in sweep.arms):  # no [plan]: no planner's word to show
+        arms = arms.drop(columns="memory plan")
     return [
-        Table(pd.DataFrame(rows), caption, answers=True),
+        Table(arms, caption, answers=True),
         Chart(
             deploy_sweep_chart(sweep),
             "One line per arm, one point per level: output tokens/s per user (x) against per "

@@ -71,7 +71,9 @@ def arms_table(sweep: DeploySweepSummary) -> Table:
             on_front.setdefault(point.arm, []).append(point.streams)
     for arm in sweep.arms:
         at = next((lv for lv in arm.levels if lv.streams == arm.capacity_held), None)
-        starts = ", ".join(f"{s:.1f}" for s in arm.startup_s) or "-"
+        starts = ", ".join(f"{s:.1f}" for s in arm.startup_s) or (
+            "planned, not run" if arm.not_run else "-"
+        )
         clean = all(stop.endswith(": stopped") for stop in arm.stops)
         table.add_row(
             arm.label,
@@ -108,7 +110,7 @@ def deploy_sweep_lines(sweep: DeploySweepSummary) -> Presentation:
     """The arms' table and failures, then the recommendation (the answer's last line)."""
     answer: list[Table | str] = [arms_table(sweep)]
     for arm in sweep.arms:
-        for failure in arm.failures:
+        for failure in (*arm.not_run, *arm.failures):
             answer.append(f"{arm.label}: {failure}")
         for stop in arm.stops:
             if not stop.endswith(": stopped"):

@@ -274,6 +274,11 @@ class DeploySweepSpec(_Strict):
     # Knobs set to each level's streams (vLLM's max_num_seqs = the concurrency): every arm
     # then starts once per level, that knob at the level's streams. Not grid knobs.
     linked: list[str] = []
+    # With [plan] (its deployment: the devices' memory): knob -> the deployment field it
+    # sets for the memory planner's check before each start, beside the server flags it
+    # knows by name (max_num_seqs, tensor_parallel_size, max_running_requests ...; suites/
+    # serving/deploy_sweep/plan_check.py). An arm the planner says cannot fit is not started.
+    plan_fields: dict[str, str] = {}
     # Every arm this many times, interleaved.
     repeats: Annotated[int, Field(ge=1, le=10)] = 1
     # How long an arm has to start and answer.
@@ -302,6 +307,11 @@ class DeploySweepSpec(_Strict):
             raise ValueError(
                 f"deploy_sweep.linked: {', '.join(both)} is a grid knob too; a linked knob "
                 "takes each level's streams, so list it in one place"
+            )
+        if stray := [knob for knob in self.plan_fields if knob not in (*self.grid, *self.linked)]:
+            raise ValueError(
+                f"deploy_sweep.plan_fields: {', '.join(stray)} is not a knob of the sweep "
+                f"(valid: {', '.join([*self.grid, *self.linked])})"
             )
         for knob, values in self.grid.items():
             if len(set(map(repr, values))) != len(values):

@@ -167,10 +167,11 @@ class ServingSpec(_Strict):
         plan = self.plan
         if plan is None:
             return self
-        if self.sweep is None:
+        if self.sweep is None and self.deploy_sweep is None:
             raise ValueError(
                 "[plan] draws the planner's KV prediction beside a sweep over prompt "
-                "lengths: it needs [sweep] (or use moeperf plan memory)"
+                "lengths, or checks each arm of a deployment sweep before it starts: it "
+                "needs [sweep] or [deploy_sweep] (or use moeperf plan memory)"
             )
         if self.target.kind != "reference" and (
             plan.model is None or (plan.deploy is None and not plan.deployment)
@@ -332,6 +333,17 @@ class ServingSpec(_Strict):
             )
         if self.load.duration_s is None:
             raise ValueError("[deploy_sweep] needs load.duration_s: every level is timed")
+        if sweep.plan_fields and self.plan is None:
+            raise ValueError(
+                "deploy_sweep.plan_fields is for the memory planner's check: add [plan] (the "
+                "model's config and the deployment), or remove plan_fields"
+            )
+        if self.plan is not None and self.plan.deploy is None and not self.plan.deployment:
+            raise ValueError(
+                "[plan] beside [deploy_sweep] checks each arm's memory before it starts: give "
+                "the deployment, with the devices' memory (plan.deploy, a file, or "
+                "[plan.deployment])"
+            )
         return self
 
     def _check_command(self, sweep: DeploySweepSpec) -> None:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from moeperf.suites.serving.mode_spec import DeploySweepSpec
 from moeperf.suites.serving.spec import ServingSpec
 from moeperf.suites.serving.target_spec import reference_config
-from moeperf.suites.spec_errors import problems_of, spec_error, unknown_field
+from moeperf.suites.spec_errors import Problem, problems_of, spec_error, unknown_field
 
 
 def validate_serving(
@@ -32,7 +32,26 @@ def validate_serving(
         from moeperf.suites.serving.sweep_plan import resolve_plan  # needs the planner: only here
 
         resolve_plan(spec, source)  # a config or deployment it cannot use: exit 2 now
+        if spec.deploy_sweep is not None:
+            _check_plan_fields(spec.deploy_sweep, source, overrides)
     return spec
+
+
+def _check_plan_fields(sweep: DeploySweepSpec, source: str, overrides: Sequence[str]) -> None:
+    """deploy_sweep.plan_fields naming a deployment field there is not: a ``SpecError``."""
+    from moeperf.suites.serving.deploy_sweep.plan_check import SETTABLE
+
+    wrong = [
+        Problem(
+            f"deploy_sweep.plan_fields.{knob}",
+            (("deploy_sweep", "plan_fields", knob),),
+            f"{field!r} is not a deployment field an arm can set; valid: {', '.join(SETTABLE)}",
+        )
+        for knob, field in sweep.plan_fields.items()
+        if field not in SETTABLE
+    ]
+    if wrong:
+        raise spec_error(source, wrong, overrides)
 
 
 def _check_arms(

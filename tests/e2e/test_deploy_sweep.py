@@ -218,3 +218,37 @@ def test_a_linked_knob_starts_the_arm_once_per_level_at_its_streams(tmp_path, ca
     for streams in (2, 4):
         started = f"arm 1/1 threads=1 (#1 c={streams}, max_running_requests={streams}): "
         assert started + "answering after" in printed
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_an_arm_the_memory_planner_says_cannot_fit_is_planned_not_run(tmp_path, capsys):
+    # The shipped model on a device said to have 256 MiB: its weights and activations leave
+    # 172-235 MB for the cache, and 64 running sequences of 2,048 tokens need 336 MB (8
+    # need 42 MB; 44 fit). The reference target on the CPU would start either; the planner's check
+    # keeps the 64 from starting at all, as it would a GPU arm that cannot load.
+    deployment = (
+        "plan.deployment={devices=1, memory_per_device_gib=0.25, weight_dtype='fp32', "
+        "kv_dtype='fp32', activation_dtype='fp32', max_context_tokens=2048, "
+        "max_running_requests=32, chunked_prefill_tokens=256, layout='reference', "
+        "runtime_reserve_gib=0, allocator_fraction=0}"
+    )
+    printed, reader, sweep = _swept(tmp_path, capsys, [
+        "deploy_sweep.grid={max_running_requests=[8, 64]}", deployment,
+        "deploy_sweep.ttft_p99_s=5.0", "deploy_sweep.tpot_p99_s=1.0", "load.levels=[2]",
+        "load.duration_s=2.0", "load.warmup_s=0.5", "load.cooldown_s=0.2",
+        "harness.max_loop_lag_p99_s=1.0", "harness.max_cpu_fraction=1.0",
+    ])  # fmt: skip
+    eight, sixty_four = sweep.arms
+    assert len(eight.startup_s) == 1 and eight.not_run == () and len(eight.levels) == 1
+    assert eight.plan == ("fits: 44 sequence(s) of 2,048 tokens fit per replica, 8 run",)
+    (why,) = sixty_four.plan
+    assert why.startswith("kv cache: 64 sequences (of 64 over dp 1) of 2,048 tokens need ")
+    assert sixty_four.not_run == (f"#1: planned, not run: {why}",)
+    assert sixty_four.startup_s == () and sixty_four.levels == () and sixty_four.stops == ()
+    assert sweep.order == (0,)  # the second arm was never started
+    assert set(reader.requests()["scenario"]) == {"max_running_requests=8 c=2"}
+    assert f"arm 2/2 max_running_requests=64 #1: planned, not run: {why}" in printed
+    rec = sweep.recommendation
+    assert rec is not None and rec.arm == 0
+    assert reader.manifest.status == "complete"

@@ -3,6 +3,8 @@ probed, loaded and stopped.
 
 For each visit of an arm (``arms.interleaved``: A B C, C B A, ...):
 
+0. with ``[plan]``, ask the memory planner whether the arm's deployment fits
+   (``plan_check``); one that cannot is planned, not run;
 1. start it: the reference target with the arm's knobs over the spec's, timed from launch
    until it answers the pre-flight (its start-up time);
 2. probe it: the pre-flight's model list (``check_target``);
@@ -33,6 +35,8 @@ from moeperf.collectors.deploy_sweep_records import DeployArm, DeploySweepSummar
 from moeperf.collectors.deploy_sweep_summary import LevelRun
 from moeperf.collectors.store import RunStore
 from moeperf.suites.errors import TargetError
+from moeperf.suites.plan.deploy import DeployConfig
+from moeperf.suites.plan.model_config import ModelShape
 from moeperf.suites.run_options import RunOptions
 from moeperf.suites.serving.arm_run import ArmRun, ArmTarget, ArmTelemetry, arm_run, start_ns
 from moeperf.suites.serving.capacity.judge import criteria_text
@@ -45,14 +49,16 @@ from moeperf.suites.serving.deploy_sweep.arms import (
 )
 from moeperf.suites.serving.deploy_sweep.command import CommandTarget
 from moeperf.suites.serving.deploy_sweep.part import DeploySweepPart
+from moeperf.suites.serving.deploy_sweep.plan_check import ArmPlan, check_arm, knob_fields
 from moeperf.suites.serving.embedded.process import EmbeddedTarget
 from moeperf.suites.serving.embedded.reference import embedded_reference
 from moeperf.suites.serving.level_plan import plan_level
 from moeperf.suites.serving.load.auth import RequestHeaders, request_headers
 from moeperf.suites.serving.locust_pool import free_port
-from moeperf.suites.serving.mode_spec import DeploySweepSpec
+from moeperf.suites.serving.mode_spec import DeploySweepSpec, GridValue
 from moeperf.suites.serving.preflight import TargetUnreachable, check_target, http_get, served_model
 from moeperf.suites.serving.spec import ServingSpec
+from moeperf.suites.serving.sweep_plan import resolve_plan
 from moeperf.suites.serving.worker_sizing import worker_count
 from moeperf.suites.serving.workload.cache_reset import CacheResetter
 from moeperf.suites.serving.workload.prompts import PoolKey, build_prompt_pools
@@ -66,6 +72,10 @@ class _Book:
     startup_s: dict[int, list[float]] = field(default_factory=dict)
     failures: dict[int, list[str]] = field(default_factory=dict)
     stops: dict[int, list[str]] = field(default_factory=dict)
+    # The planner's word per arm, by level with linked knobs ("" without), and the starts
+    # it kept from running.
+    plans: dict[int, dict[str, ArmPlan]] = field(default_factory=dict)
+    not_run: dict[int, list[str]] = field(default_factory=dict)
 
     def arms(self, arms: list[DeployArm]) -> tuple[DeployArm, ...]:
         return tuple(
@@ -74,9 +84,34 @@ class _Book:
                 startup_s=tuple(self.startup_s.get(arm.index, ())),
                 failures=tuple(self.failures.get(arm.index, ())),
                 stops=tuple(self.stops.get(arm.index, ())),
+                plan=tuple(
+                    f"{where}: {p.why}" if where else p.why
+                    for where, p in self.plans.get(arm.index, {}).items()
+                ),
+                not_run=tuple(self.not_run.get(arm.index, ())),
             )
             for arm in arms
         )
+
+
+@dataclass(frozen=True)
+class _Planner:
+    """[plan]'s model and deployment, and the knobs that set the deployment's fields."""
+
+    shape: ModelShape
+    base: DeployConfig
+    fields: dict[str, str]
+
+    @classmethod
+    def of(cls, spec: ServingSpec, sweep: DeploySweepSpec) -> _Planner | None:
+        if spec.plan is None:
+            return None
+        plan = resolve_plan(spec).plan
+        return cls(plan.model, plan.deploy, knob_fields([*sweep.grid, *sweep.linked],
+                                                        sweep.plan_fields))  # fmt: skip
+
+    def check(self, knobs: dict[str, GridValue]) -> ArmPlan:
+        return check_arm(self.shape, self.base, knobs, self.fields)
 
 
 @dataclass
@@ -153,6 +188,29 @@ def _stop(visit: _Visit, book: _Book) -> None:
     book.stops.setdefault(visit.arm.index, []).append(f"{visit.tag}: {checked}")
 
 
+def _planned(
+    planner: _Planner | None,
+    sweep: DeploySweepSpec,
+    arm: DeployArm,
+    repeat: int,
+    levels: tuple[int, ...],
+    book: _Book,
+) -> str | None:
+    """None: the start may go ahead; else why the planner keeps it from running (also in
+    ``book``). The word is the same for every repeat: it is asked once per arm and level."""
+    if planner is None:
+        return None
+    where = f"c={levels[0]}" if sweep.linked else ""
+    plans = book.plans.setdefault(arm.index, {})
+    if where not in plans:
+        plans[where] = planner.check({**arm.knobs, **{n: levels[0] for n in sweep.linked}})
+    if plans[where].fits:
+        return None
+    why = f"#{repeat}{' ' + where if where else ''}: planned, not run: {plans[where].why}"
+    book.not_run.setdefault(arm.index, []).append(why)
+    return why
+
+
 def _visits(
     spec: ServingSpec,
     sweep: DeploySweepSpec,
@@ -161,14 +219,20 @@ def _visits(
     get: Any,
     say: Callable[[str], None],
 ) -> Generator[_Visit, None, None]:
-    """Each visit whose target started, in interleaved order (failures go to ``book``)."""
+    """Each visit whose target started, in interleaved order (failures, and starts the
+    planner kept from running, go to ``book``)."""
     levels = tuple(int(level) for level in spec.load.levels)
+    planner = _Planner.of(spec, sweep)
     # Linked knobs take each level's streams: one start per level, else one for them all.
     starts = [(level,) for level in levels] if sweep.linked else [levels]
     for index, repeat in interleaved(len(arms), sweep.repeats):
         for start in starts:
-            visit = _start(spec, sweep, arms[index], repeat, start, book, get)
-            say(_said(visit, arms[index], len(arms), book))
+            arm = arms[index]
+            if not_run := _planned(planner, sweep, arm, repeat, start, book):
+                say(f"arm {arm.index + 1}/{len(arms)} {arm.label} {not_run}")
+                continue
+            visit = _start(spec, sweep, arm, repeat, start, book, get)
+            say(_said(visit, arm, len(arms), book))
             if visit is not None:
                 yield visit
 
@@ -200,8 +264,8 @@ def run_deploy_sweep(
     visits = _visits(spec, sweep, arms, book, get, options.say)
     first = next(visits, None)
     if first is None:
-        failed = "; ".join(f"{arms[i].label} {why}" for i, whys in book.failures.items()
-                           for why in whys)  # fmt: skip
+        failed = "; ".join(f"{arms[i].label} {why}" for record in (book.failures, book.not_run)
+                           for i, whys in record.items() for why in whys)  # fmt: skip
         raise TargetError(f"no arm of [deploy_sweep] started: {failed}")
     current = first
     visited: set[tuple[int, int]] = set()  # (arm, repeat): one entry of order each
@@ -302,6 +366,12 @@ def _note(spec: ServingSpec, sweep: DeploySweepSpec, arms: int) -> str:
         f"from the same prompts, then stops it and checks that its process and port are "
         f"gone. SLO: {criteria_text(sweep)}. The target's counters are not scraped (it "
         "restarts per arm)."
+        + (
+            " Before each start the memory planner checked the arm's deployment ([plan] with "
+            "the arm's knobs): an arm it says cannot fit was planned, not run."
+            if spec.plan is not None
+            else ""
+        )
     )
 
 
