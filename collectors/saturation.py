@@ -6,7 +6,8 @@ Three signs, each measured over the level's window (the measured requests' sched
 arrivals, first to last), and the level is over-saturated only when all three show:
 
 1. **fewer completions than arrivals:** the requests of the level (every phase) that ended
-   inside the window shifted by the measured requests' median time from arrival to end,
+   (not cancelled by the harness: those were not served) inside the window shifted by the
+   measured requests' median time from arrival to end,
    per second, fall below the arrival rate by more than 10% (``COMPLETION_SHORTFALL``). A
    target that keeps up ends each arrival about that much later, so the shifted window
    holds as many completions as the window holds arrivals; one that cannot ends no more
@@ -22,6 +23,13 @@ one-sided), as guidellm's over-saturation detector uses them. Successive samples
 queue are correlated, so one slope alone would be significant too easily; the three signs
 together are the verdict. Closed-loop levels cannot over-saturate (a stream waits for its
 answer) and get none of this.
+
+While a level runs (``load.stop_over_saturated``) the same signs are computed from what is
+known so far: the arrivals due by now, the requests ended by now; the completions are
+counted against the arrivals up to now less the median arrival-to-end time (those had
+that long to end), not the whole window's. The level is stopped when four checks in a row,
+half a second apart from 3 s into the measured window, say over-saturated (suites/serving/
+saturation_watch.py, with how often that stops a level below the capacity).
 
 How often a level is flagged, by its offered rate against the capacity: 200 levels each of
 a simulated queue (4 slots of 0.25 s, Poisson arrivals, 7 s measured;
@@ -67,27 +75,62 @@ def saturation_of(level: pd.DataFrame, ttft_s: pd.Series) -> Saturation | None:
     ``ttft_s`` the measured ok requests' TTFT, indexed as ``level``. None: fewer than
     ``MIN_SAMPLES`` measured arrivals, or all at one instant."""
     measured = level[level["phase"] == "measure"]
-    if len(measured) < MIN_SAMPLES:
+    timed = ttft_s.dropna()
+    completed = level["status"] != "cancelled"  # cancelled by the harness: not served
+    completions_s = level.loc[completed, "done_ns"].to_numpy() / NS_PER_S
+    return signs(
+        measured_arrivals_s=measured["intended_send_ns"].to_numpy() / NS_PER_S,
+        arrivals_s=level["intended_send_ns"].to_numpy() / NS_PER_S,
+        ends_s=level["done_ns"].to_numpy() / NS_PER_S,
+        completions_s=completions_s,
+        lags_s=(measured["done_ns"] - measured["intended_send_ns"]).to_numpy() / NS_PER_S,
+        ttft_sent_s=level.loc[timed.index, "intended_send_ns"].to_numpy() / NS_PER_S,
+        ttft_s=timed.to_numpy(dtype=float),
+        # Nothing was served after the last completion: a level stopped early (load.
+        # stop_over_saturated) is counted up to its stop, as its live check was.
+        now_s=float(completions_s.max()) if len(completions_s) else None,
+    )
+
+
+def signs(
+    *,
+    measured_arrivals_s: np.ndarray,
+    arrivals_s: np.ndarray,
+    ends_s: np.ndarray,
+    completions_s: np.ndarray,
+    lags_s: np.ndarray,
+    ttft_sent_s: np.ndarray,
+    ttft_s: np.ndarray,
+    now_s: float | None = None,
+) -> Saturation | None:
+    """The three signs (module docstring) from a level's times, in seconds: its measured
+    arrivals, every arrival, every request's end, every completion (an end that was not a
+    cancellation), the measured requests' arrival-to-end times, and the ok measured
+    requests' arrival and TTFT. ``now_s``: the level is still running (load.
+    stop_over_saturated), and only what has ended by then is known; the completions are
+    then counted against the arrivals up to ``now_s`` less the median arrival-to-end time,
+    whose requests had that long to end. None: fewer than ``MIN_SAMPLES`` measured
+    arrivals, or too short a window."""
+    if len(measured_arrivals_s) < MIN_SAMPLES:
         return None
-    arrivals = np.sort(measured["intended_send_ns"].to_numpy()) / NS_PER_S
+    arrivals = np.sort(measured_arrivals_s)
     start, end = arrivals[0], arrivals[-1]
     if end <= start:
         return None
-    every_arrival = np.sort(level["intended_send_ns"].to_numpy()) / NS_PER_S
-    every_end = np.sort(level["done_ns"].to_numpy()) / NS_PER_S
-    scheduled = np.searchsorted(every_arrival, arrivals, side="right")
-    ended = np.searchsorted(every_end, arrivals, side="right")
+    scheduled = np.searchsorted(np.sort(arrivals_s), arrivals, side="right")
+    ended = np.searchsorted(np.sort(ends_s), arrivals, side="right")
     in_flight = slope(arrivals, (scheduled - ended).astype(float))
-    window_s = end - start
     # The window's arrivals end one request's length later: completions are counted over
     # the window shifted by the measured requests' median time from arrival to end.
-    lag_s = float(np.median(measured["done_ns"] - measured["intended_send_ns"])) / NS_PER_S
-    done = (every_end >= start + lag_s) & (every_end <= end + lag_s)
+    lag_s = float(np.median(lags_s)) if len(lags_s) else float("inf")
+    cut = end if now_s is None else min(end, now_s - lag_s)
+    if cut <= start:
+        return None
+    window_s = cut - start
+    done = (completions_s >= start + lag_s) & (completions_s <= cut + lag_s)
     completions = np.count_nonzero(done) / window_s
-    timed = ttft_s.dropna()
-    sent_s = level.loc[timed.index, "intended_send_ns"].to_numpy() / NS_PER_S
-    ttft = slope(sent_s, timed.to_numpy(dtype=float))
-    arrivals_per_s = (len(arrivals) - 1) / window_s
+    ttft = slope(ttft_sent_s, ttft_s)
+    arrivals_per_s = (np.searchsorted(arrivals, cut, side="right") - 1) / window_s
     short = completions < (1 - COMPLETION_SHORTFALL) * arrivals_per_s
     verdict = short and in_flight.rising and ttft.rising
     # Plain floats and bools: the summary is JSON.

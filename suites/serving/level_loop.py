@@ -30,6 +30,7 @@ from moeperf.suites.serving.load.validity import (
 )
 from moeperf.suites.serving.observe.live import LiveObservers
 from moeperf.suites.serving.run_notes import repeats_note
+from moeperf.suites.serving.saturation_watch import SaturationWatch, Stopped
 from moeperf.suites.serving.schedule import (
     ALL_PROMPTS,
     PROBE_DRAW,
@@ -171,12 +172,16 @@ class LevelLoop:
         plans = plan_level(level_spec, level, len(self.outcomes), self.workers, start_ns, size,
                            prompt_pool, scenario, self.levels.trace,
                            self.cursors.get(where, 0))  # fmt: skip
+        sink, stopped = self.sink, list[Stopped]()
+        if level_load.stop_over_saturated and not fit_probe:
+            anchor_ns = run.manifest.anchor_monotonic_ns
+            sink, stopped = self._watched(SaturationWatch.of(plans, anchor_ns), anchor_ns)
         self.progress.level_started(scenario, next(iter(plans.values())).duration_s)
         self.observers.level_started(scenario, level)
         for hook in self.hooks:
             hook.level_started(scenario, start_ns)
         try:
-            reports = self.pool.run_level(plans, self.sink)
+            reports = self.pool.run_level(plans, sink)
         finally:
             for hook in self.hooks:
                 hook.level_ended()
@@ -195,7 +200,11 @@ class LevelLoop:
             min_achieved_rate_ratio=spec.harness.min_achieved_rate_ratio,
         )
         counts = self.tally.counts(scenario)
-        if fit_probe:  # its requests still running at its end were cancelled, by design
+        if stopped:
+            run.add_note(stopped[0].text(scenario))
+        # Its requests still running at its end were cancelled by design: a fit probe's,
+        # and an over-saturated level's stopped early.
+        if fit_probe or stopped:
             counts = dataclasses.replace(
                 counts, requests=counts.requests - counts.cancelled, cancelled=0
             )
@@ -215,6 +224,27 @@ class LevelLoop:
         self.progress.level_done(outcome)
         self.observers.level_done(scenario, client_bound=verdict.status == "invalid")
         return outcome
+
+    def _watched(self, watch: SaturationWatch, anchor_ns: int) -> tuple[LevelSink, list[Stopped]]:
+        """The run's sink, with every record and tick also checking ``watch``; the level is
+        ended once it says stop, and why is put in the list returned."""
+        stopped: list[Stopped] = []
+
+        def check() -> None:
+            if not stopped and (found := watch.due(time.monotonic_ns() - anchor_ns)) is not None:
+                stopped.append(found)
+                self.pool.end_level()
+
+        def keep(record: RequestRecord) -> None:
+            self.keep(record)
+            watch.add(record)
+            check()
+
+        def tick() -> None:
+            self.progress.tick()
+            check()
+
+        return dataclasses.replace(self.sink, on_record=keep, on_tick=tick), stopped
 
     def fit_probe(
         self, streams: int, prompt_pool: PromptPool, single_ttft_s: float | None = None

@@ -222,6 +222,11 @@ class LocustPool(LoadEngine):
         is validated, so this is never asked."""
         raise LocustFailed("the Locust engine cannot drop its workers' connections")
 
+    def end_level(self) -> None:
+        """Not on this engine: load.stop_over_saturated is refused for Locust when the spec
+        is validated (Locust runs users, not an arrival schedule), so this is never asked."""
+        raise LocustFailed("the Locust engine cannot end a level early")
+
     def note(self) -> str | None:
         return locust_note(self)
 

@@ -61,6 +61,11 @@ class LoadSpec(_Strict):
     # spreads their phases for the whole level. Within load.warmup_s, so that the measured
     # window holds every stream.
     ramp_s: NonNegative = 0.0
+    # Open loop: end a level once it is over-saturated (collectors/saturation.py's three
+    # signs, checked on what has arrived and ended so far, twice running), its requests in
+    # flight cancelled, so that a rate sweep does not spend minutes measuring a queue; the
+    # run goes on to the next level (guidellm's --stop-over-saturated).
+    stop_over_saturated: bool = False
     # After a level stops sending, how long its requests in flight may go on before they
     # are cancelled.
     drain_timeout_s: NonNegative = 10.0
@@ -119,6 +124,12 @@ class LoadSpec(_Strict):
             raise ValueError(
                 f"load.ramp_s spreads the streams of mode = 'concurrency' (this is "
                 f"{self.mode!r}); remove it, or spread open-loop arrivals with load.burstiness"
+            )
+        if self.stop_over_saturated and self.mode == "concurrency":
+            raise ValueError(
+                "load.stop_over_saturated is for open-loop levels (load.mode = 'poisson', "
+                "'gamma' or 'trace'): a closed-loop stream waits for its answer, so its level "
+                "cannot over-saturate; remove it"
             )
         if self.ramp_s > self.warmup_s:
             raise ValueError(

@@ -56,6 +56,10 @@ def test_cross_field_rules(tmp_path):
         load_spec(write(tmp_path, "[load]\nmode = 'poisson'\nlevels = [4]\nramp_s = 0.5\n"))
     with pytest.raises(SpecError, match=r"does not run .*\[load\.ramp_s\]"):
         load_spec(write(tmp_path, "[load]\nengine = 'locust'\nramp_s = 0.5\n"))
+    with pytest.raises(SpecError, match=r"load\.stop_over_saturated is for open-loop levels"):
+        load_spec(write(tmp_path, "[load]\nstop_over_saturated = true\n"))
+    poisson = "[load]\nmode = 'poisson'\nlevels = [4]\nstop_over_saturated = true\n"
+    assert load_spec(write(tmp_path, poisson)).serving.load.stop_over_saturated
 
 
 def test_max_requests_alone_bounds_a_level_with_no_cool_down(tmp_path):

@@ -81,6 +81,11 @@ class LoadEngine(Protocol):
         """Every worker drops its connections under its requests in flight (a drill)."""
         ...
 
+    def end_level(self) -> None:
+        """The running level ends now, what is in flight cancelled and recorded; the run
+        goes on (load.stop_over_saturated)."""
+        ...
+
     def note(self) -> str | None:
         """What the run's notes say of the engine (None: nothing)."""
         ...

@@ -10,6 +10,7 @@ backoff_send.py.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
 import itertools
 import random
@@ -53,6 +54,7 @@ class LevelRunner:
         results: Any,
         stop: Any,
         drops: Any = None,
+        ends: Any = None,
     ):
         self.index = index
         self.config = config
@@ -66,6 +68,9 @@ class LevelRunner:
         self.stop = stop
         self.drops = drops
         self._drops_seen = drops.value if drops is not None else 0
+        # Raised by the parent to end the running level early (WorkerPool.end_level).
+        self.ends = ends
+        self._ends_seen = 0
         self.url = config.base_url.rstrip("/") + ENDPOINTS[config.api]
         self.deferred = DeferredSpool()
         self._sequence = itertools.count()
@@ -97,6 +102,7 @@ class LevelRunner:
         self._sent = 0
         watch = SelfWatch()
         watch.start()
+        self._ends_seen = self.ends.value if self.ends is not None else 0
         await _sleep_until(plan.start_ns)
         in_flight: set[asyncio.Task] = set()
         sender = asyncio.create_task(
@@ -107,7 +113,9 @@ class LevelRunner:
         stopper = asyncio.create_task(self._watch_stop())
         health = asyncio.create_task(self._report_health(plan.scenario, watch, in_flight))
         await asyncio.wait({sender, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopped_ns = None
         if stopper.done():  # stopped from outside: end at once
+            stopped_ns = time.monotonic_ns()
             sender.cancel()
             await asyncio.gather(sender, return_exceptions=True)
             drain_s = 0.0
@@ -126,7 +134,10 @@ class LevelRunner:
             slot.cancel()
         await asyncio.gather(*self._slots, return_exceptions=True)
         self._slots = []
-        offered = len(plan.arrivals_s) if plan.mode != "concurrency" else self._sent
+        offered = self._sent
+        if plan.mode != "concurrency":  # the arrivals due before the level ended
+            due_s = (stopped_ns - plan.start_ns) / 1e9 if stopped_ns else float("inf")
+            offered = bisect.bisect_right(plan.arrivals_s, due_s)
         return WorkerSummary(
             self.index, plan.scenario, offered, self._sent, self._late, await watch.stop(),
             self._first,
@@ -142,6 +153,8 @@ class LevelRunner:
 
     async def _watch_stop(self) -> None:
         while not self.stop.is_set():
+            if self.ends is not None and self.ends.value != self._ends_seen:
+                return  # this level ended early; the run goes on
             await asyncio.sleep(_STOP_POLL_S)
             if self.drops is not None and self.drops.value != self._drops_seen:
                 self._drops_seen = self.drops.value

@@ -62,6 +62,8 @@ class WorkerPool(LoadEngine):
         self.stop_event = context.Event()
         # Raised by drop_connections(): each worker drops its connection pool (a drill).
         self._drops = context.Value("i", 0)
+        # Raised by end_level(): each worker ends its running level at once.
+        self._ends = context.Value("i", 0)
         self._commands = [context.Queue() for _ in range(size)]
         # Workers running a level; a stop waits for each to finish and send its records.
         self._busy: set[int] = set()
@@ -76,6 +78,7 @@ class WorkerPool(LoadEngine):
                     self.stop_event,
                     self._drops,
                     dict(os.environ),
+                    self._ends,
                 ),
                 name=f"moeperf-load-{i}",
                 daemon=True,
@@ -157,6 +160,12 @@ class WorkerPool(LoadEngine):
                     sink.amended(record)
                 case LevelDone(worker, _) | Failed(worker, _):
                     self._busy.discard(worker)
+
+    def end_level(self) -> None:
+        """Every worker ends the running level within its stop poll (50 ms): what is in
+        flight is cancelled and recorded, and run_level returns; the run goes on."""
+        with self._ends.get_lock():
+            self._ends.value += 1
 
     def note(self) -> str | None:
         return None

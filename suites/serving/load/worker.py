@@ -43,10 +43,13 @@ def worker_main(
     stop: Any,
     drops: Any = None,
     environ: Mapping[str, str] | None = None,
+    ends: Any = None,
 ) -> None:
     """Process entry point. ``drops``: a shared counter; each time the parent raises it the
     worker drops its connection pool (a drill's ``drop_pool`` fault). ``environ``: the
-    parent's environment when it started the worker (pool.py)."""
+    parent's environment when it started the worker (pool.py). ``ends``: a shared counter;
+    raised, it ends the running level at once, as ``stop`` does, and the run goes on
+    (load.stop_over_saturated)."""
     if environ is not None:
         # A forkserver's child starts with the server's environment, taken when the server
         # started; the libraries here read the one the harness has now, as under spawn.
@@ -64,14 +67,20 @@ def worker_main(
     except ImportError:  # uvloop does not exist on Windows
         runner = asyncio.run
     try:
-        runner(_serve(index, config, commands, results, stop, drops))
+        runner(_serve(index, config, commands, results, stop, drops, ends))
     except Exception:
         # Shown to the user: an exception's text may hold what a server echoed.
         results.put(Failed(index, config.headers.redact(traceback.format_exc())))
 
 
 async def _serve(
-    index: int, config: WorkerConfig, commands: Any, results: Any, stop: Any, drops: Any
+    index: int,
+    config: WorkerConfig,
+    commands: Any,
+    results: Any,
+    stop: Any,
+    drops: Any,
+    ends: Any = None,
 ) -> None:
     loop = asyncio.get_running_loop()
     eager_write.install(loop)  # each request's bytes leave in its own loop pass (3.11)
@@ -93,7 +102,7 @@ async def _serve(
     # (a drill) leaves the token counts after the level alone.
     async with new_session() as session:
         tokenizer = resolve_tokenizer(config.tokenizer, config.base_url, session)
-        level = LevelRunner(index, config, new_session, results, stop, drops)
+        level = LevelRunner(index, config, new_session, results, stop, drops, ends)
         results.put(Ready(index))
         try:
             while True:
