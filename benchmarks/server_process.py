@@ -1,26 +1,20 @@
 """A third-party server as a child process on 127.0.0.1, for the tests and benchmarks that
-drive one (``transformers_serve.py``, ``vllm_server.py``).
-
-Started in its own process group, so that stopping it stops whatever it started too (vLLM's
-engine core and workers); ready when ``GET /health`` answers 200; stopped with SIGTERM, then
-SIGKILL. Its output goes to a temporary file whose tail is in the error when it exits or
-does not answer in time.
+drive one (``transformers_serve.py``, ``vllm_server.py``), started with the package's own
+launcher (moeperf.suites.serving.launched_server: its own process group, its output kept,
+SIGTERM then SIGKILL to the group), ready when ``GET /health`` answers 200. The end of its
+output is in the error when it exits or does not answer in time.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
-import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
-_STOP_TIMEOUT_S = 20.0
+from moeperf.suites.serving.launched_server import LaunchedServer, NotReady
+
 _LOG_TAIL_CHARS = 8000
 
 
@@ -52,35 +46,13 @@ def serving(
     """Start ``command(port)``, yield its base URL once /health answers, stop it at the end."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as log:
-        child = subprocess.Popen(
-            command(port), stdout=log, stderr=subprocess.STDOUT, env=dict(env),
-            start_new_session=True,
-        )  # fmt: skip
-        try:
-            deadline = time.monotonic() + timeout_s
-            while not healthy(url):
-                if child.poll() is not None or time.monotonic() > deadline:
-                    why = (
-                        f"exited with code {child.returncode}"
-                        if child.returncode is not None
-                        else f"no /health in {timeout_s:.0f} s"
-                    )
-                    log.seek(0)
-                    tail = log.read()[-_LOG_TAIL_CHARS:]
-                    raise ServerNotReady(f"{name} {why}: {tail}")
-                time.sleep(0.5)
-            yield url
-        finally:
-            stop(child)
-
-
-def stop(child: subprocess.Popen[bytes]) -> None:
-    if child.poll() is not None:
-        return
-    os.killpg(child.pid, signal.SIGTERM)
+    server = LaunchedServer(command(port), env=env)
     try:
-        child.wait(_STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait(_STOP_TIMEOUT_S)
+        try:
+            server.wait_until(lambda: True if healthy(url) else None, timeout_s, poll_s=0.5)
+        except NotReady as exc:
+            why = str(exc) if exc.exit_code is not None else f"no /health in {timeout_s:.0f} s"
+            raise ServerNotReady(f"{name} {why}: {server.tail(_LOG_TAIL_CHARS)}") from None
+        yield url
+    finally:
+        server.stop()

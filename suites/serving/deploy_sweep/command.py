@@ -14,27 +14,21 @@ The server runs in a session of its own; the stop sends SIGTERM to that whole pr
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shlex
-import signal
-import subprocess
-import tempfile
-import time
 from collections.abc import Callable, Mapping
-from typing import IO, Any
+from typing import Any
 
 from moeperf.suites.errors import TargetError
+from moeperf.suites.serving.launched_server import LaunchedServer, NotReady, masked
 from moeperf.suites.serving.mode_spec import GridValue
 from moeperf.suites.serving.preflight import TargetCheck, TargetUnreachable, check_target
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _ENV = "env:"
 _POLL_S = 0.25
-_STOP_GRACE_S = 20.0
 _TAIL_CHARS = 1500
-MASK = "***"
 
 
 def placeholders(template: str) -> set[str]:
@@ -72,24 +66,6 @@ def render(
     return [_PLACEHOLDER.sub(value, part) for part in shlex.split(template)], secrets
 
 
-def masked(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, MASK)
-    return text
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` is left (a zombie not yet reaped counts)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class CommandTarget:
     """One start of an arm's server command, as the sweep's visit holds it."""
 
@@ -103,19 +79,12 @@ class CommandTarget:
         get: Callable[[str, float], Any],
         environ: Mapping[str, str] = os.environ,
     ):
-        argv, self._secrets = render(template, port, knobs, environ)
+        argv, secrets = render(template, port, knobs, environ)
         self.url = url_template.format(port=port)
-        # The server's output, for the reason of a start that fails: kept past this call.
-        self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
         try:
-            self._process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
+            self._server = LaunchedServer(argv, secrets=secrets)
         except OSError as exc:
-            self._log.close()
-            raise TargetError(f"could not launch {masked(argv[0], self._secrets)}: {exc}") from None
-        self.pgid = self._process.pid  # its own session: the group is the process's pid
+            raise TargetError(f"could not launch {masked(argv[0], secrets)}: {exc}") from None
         try:
             self.check = self._wait(get, timeout_s)
         except BaseException:
@@ -124,52 +93,33 @@ class CommandTarget:
 
     @property
     def pid(self) -> int:
-        return self._process.pid
+        return self._server.pid
 
     @property
     def alive(self) -> bool:
         """Whether the server or any process it started is left."""
-        return self._process.poll() is None or group_alive(self.pgid)
-
-    def _tail(self) -> str:
-        self._log.seek(0, os.SEEK_END)
-        size = self._log.tell()
-        self._log.seek(max(0, size - _TAIL_CHARS))
-        text = self._log.read().decode("utf-8", errors="replace").strip()
-        return masked(text, self._secrets)
+        return self._server.alive
 
     def _wait(self, get: Callable[[str, float], Any], timeout_s: float) -> TargetCheck:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            code = self._process.poll()
-            if code is not None:
-                raise TargetError(
-                    f"the server exited with code {code} before answering: {self._tail()}"
-                )
+        def answered() -> TargetCheck | None:
             try:
                 return check_target(self.url, get, timeout_s=2.0)
             except TargetUnreachable:
-                pass
-            if time.monotonic() > deadline:
+                return None
+
+        try:
+            return self._server.wait_until(answered, timeout_s, _POLL_S)
+        except NotReady as exc:
+            tail = self._server.tail(_TAIL_CHARS)
+            if exc.exit_code is not None:
                 raise TargetError(
-                    f"the server did not answer at {self.url} within {timeout_s:g} s "
-                    f"(deploy_sweep.startup_timeout_s): {self._tail()}"
-                )
-            time.sleep(_POLL_S)
+                    f"the server exited with code {exc.exit_code} before answering: {tail}"
+                ) from None
+            raise TargetError(
+                f"the server did not answer at {self.url} within {timeout_s:g} s "
+                f"(deploy_sweep.startup_timeout_s): {tail}"
+            ) from None
 
     def close(self) -> None:
         """SIGTERM to the group, SIGKILL to what is left after the grace, then reap."""
-        if group_alive(self.pgid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pgid, signal.SIGTERM)
-            deadline = time.monotonic() + _STOP_GRACE_S
-            while time.monotonic() < deadline and self._process.poll() is None:
-                time.sleep(0.1)
-            while time.monotonic() < deadline and group_alive(self.pgid):
-                time.sleep(0.1)
-            if group_alive(self.pgid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.pgid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._process.wait(timeout=_STOP_GRACE_S)
-        self._log.close()
+        self._server.stop()
