@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from moeperf.collectors.bootstrap import bootstrap_ratio_ci
+from moeperf.collectors.capacity_records import CapacityProbe, CapacityStatus, CapacitySummary
 from moeperf.collectors.deploy_sweep_records import (
     DeployArm,
     DeployComparison,
@@ -252,3 +253,25 @@ def compare(
         )
         out.append(DeployComparison(arm.index, streams, ratio, low, high, outcome, why))
     return tuple(out)
+
+
+def arm_capacity(arm: DeployArm, slo: str) -> CapacitySummary | None:
+    """The arm's capacity under the sweep's SLO as a capacity search's result, for the gate
+    (``reports.gate.capacity_verdict``: a candidate arm that fails at a level the baseline's
+    held is a regression). Each level is a probe; the search resolved when a level held and
+    one failed, ran above its levels when every one held, below when the lowest failed.
+    None: the arm ran no level (it did not start, or was planned, not run)."""
+    if not arm.levels:
+        return None
+    held, failed = arm.capacity_held, arm.capacity_failed
+    status: CapacityStatus = (
+        "resolved" if held is not None and failed is not None
+        else "above_max" if held is not None
+        else "below_min"
+    )  # fmt: skip
+    probes = tuple(
+        CapacityProbe(level.streams, "; ".join(level.scenarios), level.slo_held,
+                      level.slo_reason, "bracket")
+        for level in arm.levels
+    )  # fmt: skip
+    return CapacitySummary("concurrency", slo, status, held, failed, probes)

@@ -58,6 +58,11 @@ gate and A/A calibration pool their blocks' samples and pass none.
 A sweep's fit search (``[sweep.fit]``: how many concurrent requests of a prompt length fit
 at once) is a search of the same kind: each prompt length's adds a metric "in=LENGTH fit
 streams", judged by the same rule.
+Each arm of a deployment sweep (``[deploy_sweep]``) adds one more, "ARM capacity"
+(``collectors.deploy_sweep_summary.arm_capacity``: its levels as the probes, the sweep's
+SLO as the criteria), judged by the same rule: a candidate arm that failed at a level the
+baseline's arm held is a regression; an arm the baseline ran and the candidate did not
+(it did not start, or the planner kept it from running) is missing, a failure.
 The two searches choose their probe levels from what they measure, so they need not probe
 the same ones (nor need two runs' fit searches of a sweep, ``[sweep.fit]``): a level only
 the baseline probed has its metrics made optional
@@ -113,11 +118,13 @@ def gate(
     baseline_capacity: CapacitySummary | None = None,
     candidate_capacity: CapacitySummary | None = None,
     fits: Mapping[str, tuple[CapacitySummary | None, CapacitySummary | None]] | None = None,
+    arms: Mapping[str, tuple[CapacitySummary | None, CapacitySummary | None]] | None = None,
     unjudged_levels: Mapping[str, str] | None = None,
 ) -> GateResult:
     """Verdicts for every metric of either side (the rule is in the module docstring), the
-    capacity verdict where either side has a capacity search, and one verdict per prompt
-    length of a sweep's fit search (``fits``: name -> (baseline's, candidate's)).
+    capacity verdict where either side has a capacity search, one verdict per prompt
+    length of a sweep's fit search (``fits``: name -> (baseline's, candidate's)), and one
+    per arm of a deployment sweep (``arms``, likewise).
     ``unjudged_levels``: level -> why its metrics are not judged (a level marked invalid
     in either run); they are inconclusive, and count against the coverage rule."""
     base = _by_key(baseline, "baseline")
@@ -163,6 +170,10 @@ def gate(
         final.append(capacity)
     for name, (base_fit, cand_fit) in (fits or {}).items():
         verdict = capacity_verdict(cand_fit, base_fit, name, "fit search at this length")
+        if verdict is not None:
+            final.append(verdict)
+    for name, (base_arm, cand_arm) in (arms or {}).items():
+        verdict = capacity_verdict(cand_arm, base_arm, name, "measured capacity of this arm")
         if verdict is not None:
             final.append(verdict)
     result = GateResult(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from moeperf.collectors.capacity_records import CapacitySummary
+from moeperf.collectors.deploy_sweep_summary import arm_capacity
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.soak_records import SoakSummary
 from moeperf.collectors.store import RunStore
@@ -248,6 +249,7 @@ def judge_runs(
         baseline_capacity=run_capacity(baseline_data),
         candidate_capacity=run_capacity(candidate),
         fits=run_fits(baseline_data, candidate),
+        arms=run_arms(baseline_data, candidate),
         unjudged_levels=unsound_levels(baseline_data, candidate),
     )
     result.verdicts.extend(soak_verdicts(run_soak(candidate), run_soak(baseline_data)))
@@ -309,6 +311,24 @@ def run_fits(
 ) -> dict[str, tuple[CapacitySummary | None, CapacitySummary | None]]:
     """Each prompt length's fit search ([sweep.fit]) of either run: (baseline's, candidate's)."""
     base, cand = _fits(baseline), _fits(candidate)
+    return {name: (base.get(name), cand.get(name)) for name in {**base, **cand}}
+
+
+def _arms(run: RunData) -> dict[str, CapacitySummary]:
+    summary = run.summary
+    if not isinstance(summary, ServingSummary) or summary.deploy_sweep is None:
+        return {}
+    sweep = summary.deploy_sweep
+    found = {f"{arm.label} capacity": arm_capacity(arm, sweep.slo) for arm in sweep.arms}
+    return {name: capacity for name, capacity in found.items() if capacity is not None}
+
+
+def run_arms(
+    baseline: RunData, candidate: RunData
+) -> dict[str, tuple[CapacitySummary | None, CapacitySummary | None]]:
+    """Each arm's capacity of a deployment sweep ([deploy_sweep]) in either run, by its
+    label: (baseline's, candidate's). An arm that ran no level has none."""
+    base, cand = _arms(baseline), _arms(candidate)
     return {name: (base.get(name), cand.get(name)) for name in {**base, **cand}}
 
 

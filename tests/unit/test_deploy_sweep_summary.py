@@ -10,12 +10,13 @@ import pandas as pd
 import pytest
 
 from moeperf.collectors.deploy_sweep_records import DeployArm, DeploySweepSummary
-from moeperf.collectors.deploy_sweep_summary import LevelRun, capacity, with_figures
+from moeperf.collectors.deploy_sweep_summary import LevelRun, arm_capacity, capacity, with_figures
 from moeperf.collectors.records import RequestRecord
 from moeperf.collectors.serving_records import ScenarioSummary, ServingSummary
 from moeperf.collectors.summary import summarize_requests
 from moeperf.collectors.summary_json import summary_from_json, summary_to_json
 from moeperf.collectors.tables import records_frame
+from moeperf.reports.gate import gate
 from moeperf.suites.serving.capacity.judge import judge_probe
 from moeperf.suites.serving.deploy_sweep.arms import interleaved, scenario_of
 from moeperf.suites.serving.mode_spec import DeploySweepSpec
@@ -187,3 +188,32 @@ def test_the_grid_and_the_interleaved_order():
     assert [zipped.accelerators_of(k) for k in zipped.arm_knobs()] == [1, 2]
     assert interleaved(3, 3) == [(0, 1), (1, 1), (2, 1), (2, 2), (1, 2), (0, 2),
                                  (0, 3), (1, 3), (2, 3)]  # fmt: skip
+
+
+def test_the_gate_judges_each_arms_capacity_by_the_capacity_rule():
+    baseline, _ = swept()
+    slow, fast = baseline.arms
+    # The candidate's fast arm fails at 4 streams, which the baseline's held; its slow arm
+    # measured as before; a third arm of the baseline never ran in the candidate.
+    third = dataclasses.replace(slow, index=2, label="third")
+    worse = dataclasses.replace(fast, capacity_held=1, capacity_failed=4)
+    arms = {
+        f"{b.label} capacity": (arm_capacity(b, baseline.slo), arm_capacity(c, baseline.slo))
+        for b, c in ((slow, slow), (fast, worse), (third, dataclasses.replace(third, levels=())))
+    }
+    assert arms["third capacity"][1] is None  # an arm that ran no level has no capacity
+    base_fast = arms["fast capacity"][0]
+    assert base_fast is not None and base_fast.status == "above_max"  # every level held
+    assert [p.passed for p in base_fast.probes] == [True, True]
+    result = gate([], [], arms=arms)
+    outcomes = {v.key: v.outcome for v in result.verdicts}
+    assert outcomes == {
+        "slow capacity streams": "no change",
+        "fast capacity streams": "regression",
+        "third capacity streams": "missing from candidate",
+    }
+    regression = next(v for v in result.verdicts if v.key == "fast capacity streams")
+    assert regression.reason.startswith(
+        "the candidate failed at 4 streams, a level the baseline held (up to 4)"
+    )
+    assert result.status == "fail"
