@@ -271,6 +271,10 @@ class DeploySweepSpec(_Strict):
     # port, picked per start), each grid knob by name, and {env:NAME} (read at launch, never
     # stored); target.url is then the URL template, {port} in it ("http://127.0.0.1:{port}").
     command: str = ""
+    # A url target whose servers already run: one URL per arm, in the grid's order (the
+    # grid's knobs then say what each server is: its label, the planner's check). Probed,
+    # loaded and compared; never started or stopped by the sweep, so no start-up time.
+    urls: list[str] = []
     # Knobs set to each level's streams (vLLM's max_num_seqs = the concurrency): every arm
     # then starts once per level, that knob at the level's streams. Not grid knobs.
     linked: list[str] = []
@@ -328,9 +332,32 @@ class DeploySweepSpec(_Strict):
                     f"deploy_sweep.accelerators = {self.accelerators!r}: that knob's values "
                     "must be whole numbers >= 1"
                 )
+        if self.urls:
+            self._check_urls()
         if len(self.arm_knobs()) > 64:
             raise ValueError(f"deploy_sweep.grid makes {len(self.arm_knobs())} arms; at most 64")
         return self
+
+    def _check_urls(self) -> None:
+        if self.command:
+            raise ValueError(
+                "give deploy_sweep.command (servers the sweep starts) or deploy_sweep.urls "
+                "(servers already running), not both"
+            )
+        if self.linked:
+            raise ValueError(
+                "deploy_sweep.linked restarts each arm per level at its streams: it needs "
+                "deploy_sweep.command, not deploy_sweep.urls (servers the sweep cannot restart)"
+            )
+        arms = len(self.arm_knobs())
+        if len(self.urls) != arms:
+            raise ValueError(
+                f"deploy_sweep.urls needs one URL per arm of the grid ({arms}, in the grid's "
+                f"order), got {len(self.urls)}"
+            )
+        for url in self.urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"deploy_sweep.urls: {url!r} is not an http:// or https:// URL")
 
     def arm_knobs(self) -> list[dict[str, GridValue]]:
         """Each arm's knobs, in the grid's order (the last knob varies fastest)."""

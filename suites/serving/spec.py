@@ -311,12 +311,13 @@ class ServingSpec(_Strict):
                 "[deploy_sweep] restarts the target with each arm's knobs: it needs "
                 "target.kind = 'reference', or 'url' with deploy_sweep.command"
             )
-        if kind == "reference" and sweep.command:
+        if kind == "reference" and (sweep.command or sweep.urls):
             raise ValueError(
                 "[deploy_sweep] on the reference target starts it with each arm's knobs: "
-                "remove deploy_sweep.command (it is for target.kind = 'url')"
+                "remove deploy_sweep.command and deploy_sweep.urls (they are for "
+                "target.kind = 'url')"
             )
-        if kind == "url":
+        if kind == "url" and not sweep.urls:
             self._check_command(sweep)
         others = [name for name in ("capacity", "sweep", "interference", "mtp_ab")
                   if getattr(self, name) is not None]  # fmt: skip
@@ -353,7 +354,8 @@ class ServingSpec(_Strict):
             raise ValueError(
                 "[deploy_sweep] against a url target needs deploy_sweep.command: the server "
                 "command each arm starts, e.g. 'vllm serve MODEL --port {port} "
-                "--max-num-seqs {max_num_seqs}', with target.url = 'http://127.0.0.1:{port}'"
+                "--max-num-seqs {max_num_seqs}', with target.url = 'http://127.0.0.1:{port}'; "
+                "or deploy_sweep.urls, one running server per arm"
             )
         named = placeholders(sweep.command)
         unused = [knob for knob in (*sweep.grid, *sweep.linked) if knob not in named]

@@ -15,11 +15,13 @@ idle host. Beside another timing test busy on the other core the two arms came o
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -32,6 +34,7 @@ from moeperf.collectors.deploy_sweep_records import DeploySweepSummary
 from moeperf.collectors.serving_records import ServingSummary
 from moeperf.collectors.store import RunReader, RunStore
 from moeperf.suites.serving.deploy_sweep.arms import port_free
+from moeperf.suites.serving.embedded.process import running_target
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMALL = [
@@ -252,3 +255,36 @@ def test_an_arm_the_memory_planner_says_cannot_fit_is_planned_not_run(tmp_path, 
     rec = sweep.recommendation
     assert rec is not None and rec.arm == 0
     assert reader.manifest.status == "complete"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_servers_already_running_are_swept_and_left_running(tmp_path, capsys):
+    # Two reference servers the sweep does not start (moeperf target serve processes), one
+    # per arm; the grid's knobs say what each is.
+    server = {"threads": 1, "enable_prefix_caching": False}
+    with (
+        running_target("moeperf.targets.serving", {**server, "max_running_requests": 1}) as one,
+        running_target("moeperf.targets.serving", {**server, "max_running_requests": 4}) as four,
+    ):
+        printed, reader, sweep = _swept(tmp_path, capsys, [
+            "target.kind='url'", f"target.url='{one}'", "target.api='completions'",
+            "workload.tokenizer='server'", f"deploy_sweep.urls={json.dumps([one, four])}",
+            "deploy_sweep.grid={max_running_requests=[1, 4]}", "deploy_sweep.ttft_p99_s=5.0",
+            "deploy_sweep.tpot_p99_s=1.0", "load.levels=[2]", "load.duration_s=2.0",
+            "load.warmup_s=0.3", "load.cooldown_s=0.2",
+            "harness.max_loop_lag_p99_s=1.0", "harness.max_cpu_fraction=1.0",
+        ])  # fmt: skip
+        for url in (one, four):  # neither was stopped
+            with urllib.request.urlopen(url + "/v1/models", timeout=10) as answer:
+                assert answer.status == 200
+    assert sweep.order == (0, 1)
+    for arm, url in zip(sweep.arms, (one, four), strict=True):
+        # No start to time, no stop to check: the servers are not the sweep's.
+        assert arm.startup_s == () and arm.stops == () and arm.failures == ()
+        (level,) = arm.levels
+        assert level.streams == 2 and level.output_tok_s is not None and level.output_tok_s > 0
+        assert f"{arm.label} (#1): {url} answering; running its level" in printed
+    assert sweep.recommendation is not None and sweep.recommendation.arm is not None
+    assert reader.manifest.target["urls"] == [one, four]
+    assert any("the servers were left running" in note for note in reader.manifest.notes)

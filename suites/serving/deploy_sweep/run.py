@@ -48,6 +48,7 @@ from moeperf.suites.serving.deploy_sweep.arms import (
     stop_check,
 )
 from moeperf.suites.serving.deploy_sweep.command import CommandTarget
+from moeperf.suites.serving.deploy_sweep.given import GivenServer
 from moeperf.suites.serving.deploy_sweep.part import DeploySweepPart
 from moeperf.suites.serving.deploy_sweep.plan_check import ArmPlan, check_arm, knob_fields
 from moeperf.suites.serving.embedded.process import EmbeddedTarget
@@ -123,7 +124,7 @@ class _Visit:
     repeat: int
     levels: tuple[int, ...]
     tag: str  # "#2", or "#2 c=8" with linked knobs: in its start's and stop's records
-    target: EmbeddedTarget | CommandTarget
+    target: EmbeddedTarget | CommandTarget | GivenServer
     described: dict[str, Any]
     model: str
     stack: ExitStack
@@ -145,9 +146,13 @@ def _start(
     # Linked: the start's level and its knobs' value ("#1 c=8, max_num_seqs=8").
     linked = ", ".join(f"{name}={levels[0]}" for name in sweep.linked)
     tag = f"#{repeat}" + (f" c={levels[0]}, {linked}" if sweep.linked else "")
-    target: EmbeddedTarget | CommandTarget
+    target: EmbeddedTarget | CommandTarget | GivenServer
     try:
-        if sweep.command:
+        if sweep.urls:
+            target = GivenServer(sweep.urls[arm.index], get)
+            check = target.check
+            described = {"kind": "url", "url": spec.target.url, "urls": sweep.urls}
+        elif sweep.command:
             target = CommandTarget(sweep.command, spec.target.url, knobs, free_port(),
                                    sweep.startup_timeout_s, get)  # fmt: skip
             stack.callback(target.close)
@@ -162,12 +167,14 @@ def _start(
         model = served_model(spec.target.model, check, target.url)
     except (TargetError, TargetUnreachable) as exc:
         stack.close()
-        book.failures.setdefault(arm.index, []).append(f"{tag}: did not start: {exc}")
+        did = "does not answer" if sweep.urls else "did not start"
+        book.failures.setdefault(arm.index, []).append(f"{tag}: {did}: {exc}")
         return None
     except BaseException:  # Ctrl-C while it starts: stopped before the run ends
         stack.close()
         raise
-    book.startup_s.setdefault(arm.index, []).append(time.monotonic() - began)
+    if not sweep.urls:  # a running server's start was not ours to time
+        book.startup_s.setdefault(arm.index, []).append(time.monotonic() - began)
     return _Visit(arm, repeat, levels, tag, target, described, model, stack)
 
 
@@ -176,14 +183,17 @@ def _said(visit: _Visit | None, arm: DeployArm, arms: int, book: _Book) -> str:
     where = f"arm {arm.index + 1}/{arms} {arm.label}"
     if visit is None:
         return f"{where}: {book.failures[arm.index][-1]}"
-    return (
-        f"{where} ({visit.tag}): answering after {book.startup_s[arm.index][-1]:.1f} s; "
-        "running " + ("its level" if len(visit.levels) == 1 else "its levels")
-    )
+    running = "running " + ("its level" if len(visit.levels) == 1 else "its levels")
+    if isinstance(visit.target, GivenServer):
+        return f"{where} ({visit.tag}): {visit.target.url} answering; {running}"
+    after_s = book.startup_s[arm.index][-1]
+    return f"{where} ({visit.tag}): answering after {after_s:.1f} s; {running}"
 
 
 def _stop(visit: _Visit, book: _Book) -> None:
     visit.stack.close()
+    if isinstance(visit.target, GivenServer):  # not the sweep's to stop
+        return
     checked = stop_check(visit.target)
     book.stops.setdefault(visit.arm.index, []).append(f"{visit.tag}: {checked}")
 
@@ -295,7 +305,7 @@ def run_deploy_sweep(
             ArmTarget(described, first.target.url, first.model),
             prompts=prompts, headers=headers, summary=summary,
             note=_note(spec, sweep, len(arms)),
-            telemetry=ArmTelemetry(pid=lambda: current.target.pid),
+            telemetry=ArmTelemetry() if sweep.urls else ArmTelemetry(pid=lambda: _pid(current)),
             verdict=lambda levels: parts[-1].judge(levels),
         ) as session:  # fmt: skip
             while running is not None:
@@ -355,27 +365,40 @@ def _run_visit(
         pool.close()
 
 
+def _pid(visit: _Visit) -> int:
+    pid = visit.target.pid
+    assert pid is not None  # a target the sweep started
+    return pid
+
+
 def _note(spec: ServingSpec, sweep: DeploySweepSpec, arms: int) -> str:
     levels = ", ".join(str(int(level)) for level in spec.load.levels)
     product = "their i-th values together" if sweep.zip else "every combination"
+    if sweep.urls:
+        visit = "every visit checks that the arm's server answers, runs"
+        after = "; the servers were left running (not the sweep's to stop)"
+    else:
+        visit = "every visit starts the arm's target (start-up timed until it answers), runs"
+        after = ", then stops it and checks that its process and port are gone"
+    planned = (
+        " Before each start the memory planner checked the arm's deployment ([plan] with "
+        "the arm's knobs): an arm it says cannot fit was planned, not run."
+        if spec.plan is not None
+        else ""
+    )
     return (
         f"Deployment sweep: {arms} arm(s) of {_started_how(spec, sweep)} ({product} of "
         f"{', '.join(sweep.grid)}), each run {sweep.repeats} time(s) in interleaved order "
-        f"(A B C, C B A ...); every visit starts the arm's target (start-up timed until it "
-        f"answers), runs {levels} stream(s) of load.duration_s {spec.load.duration_s:g} s each "
-        f"from the same prompts, then stops it and checks that its process and port are "
-        f"gone. SLO: {criteria_text(sweep)}. The target's counters are not scraped (it "
-        "restarts per arm)."
-        + (
-            " Before each start the memory planner checked the arm's deployment ([plan] with "
-            "the arm's knobs): an arm it says cannot fit was planned, not run."
-            if spec.plan is not None
-            else ""
-        )
+        f"(A B C, C B A ...); {visit} {levels} stream(s) of load.duration_s "
+        f"{spec.load.duration_s:g} s each from the same prompts{after}. SLO: "
+        f"{criteria_text(sweep)}. The target's counters are not scraped (the arms are "
+        f"different servers).{planned}"
     )
 
 
 def _started_how(spec: ServingSpec, sweep: DeploySweepSpec) -> str:
     if spec.target.kind == "reference":
         return "the reference target"
+    if sweep.urls:
+        return "servers already running (deploy_sweep.urls)"
     return f"a server started by the command template {sweep.command!r}"
