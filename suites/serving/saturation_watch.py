@@ -108,8 +108,8 @@ class SaturationWatch:
         """At most every ``CHECK_INTERVAL_S``: the signs on what is known at ``now_ns``
         (the records' clock);
         a ``Stopped`` once ``IN_A_ROW`` checks running said over-saturated."""
-        if now_ns < self._next_check_ns:
-            return None
+        if now_ns < self._next_check_ns or now_ns >= self.start_ns + self.planned_s * 1e9:
+            return None  # not yet; or its sending is over, and what is left only drains
         self._next_check_ns = now_ns + int(CHECK_INTERVAL_S * 1e9)
         due = self.arrivals_ns[self.arrivals_ns <= now_ns]
         measured = due[(due >= self.measure_from_ns) & (due < self.measure_to_ns)]
