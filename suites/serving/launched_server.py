@@ -108,6 +108,16 @@ class LaunchedServer:
                 raise NotReady(f"did not answer within {timeout_s:g} s", None)
             time.sleep(poll_s)
 
+    def kill(self) -> None:
+        """SIGKILL to the whole group at once, without warning (a drill's crash), then reap;
+        the output stays readable until ``stop``."""
+        if group_alive(self.pgid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pgid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=STOP_GRACE_S)
+        self._await_reaped()
+
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """SIGTERM to the group, SIGKILL to what is left after ``grace_s``, then reap."""
         if group_alive(self.pgid):
@@ -123,9 +133,12 @@ class LaunchedServer:
                     os.killpg(self.pgid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=grace_s)
+        self._await_reaped()
+        self._log.close()
+
+    def _await_reaped(self) -> None:
         # A process the server started is reaped by init once killed, not at once: wait
         # for that, so that the check after a stop sees the group as it will stay.
         deadline = time.monotonic() + _REAPED_S
         while time.monotonic() < deadline and group_alive(self.pgid):
             time.sleep(0.05)
-        self._log.close()

@@ -348,7 +348,7 @@ class ServingSpec(_Strict):
         return self
 
     def _check_command(self, sweep: DeploySweepSpec) -> None:
-        from moeperf.suites.serving.deploy_sweep.command import placeholders
+        from moeperf.suites.serving.command_template import placeholders
 
         if not sweep.command:
             raise ValueError(

@@ -15,55 +15,17 @@ The server runs in a session of its own; the stop sends SIGTERM to that whole pr
 from __future__ import annotations
 
 import os
-import re
-import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from moeperf.suites.errors import TargetError
+from moeperf.suites.serving.command_template import render
 from moeperf.suites.serving.launched_server import LaunchedServer, NotReady, masked
 from moeperf.suites.serving.mode_spec import GridValue
 from moeperf.suites.serving.preflight import TargetCheck, TargetUnreachable, check_target
 
-_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-_ENV = "env:"
 _POLL_S = 0.25
 _TAIL_CHARS = 1500
-
-
-def placeholders(template: str) -> set[str]:
-    """The names inside ``{...}`` in ``template`` ("port", knobs, "env:NAME")."""
-    return set(_PLACEHOLDER.findall(template))
-
-
-def render(
-    template: str, port: int, knobs: Mapping[str, GridValue], environ: Mapping[str, str]
-) -> tuple[list[str], list[str]]:
-    """(the command's arguments, the secret values it holds). A placeholder that is not
-    ``port``, a knob or a set ``env:NAME`` is a ``TargetError``."""
-    secrets: list[str] = []
-
-    def value(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name == "port":
-            return str(port)
-        if name in knobs:
-            return str(knobs[name])
-        if name.startswith(_ENV):
-            variable = name[len(_ENV) :]
-            if variable not in environ:
-                raise TargetError(
-                    f"deploy_sweep.command: {{{name}}} names the environment variable "
-                    f"{variable}, which is not set"
-                )
-            secrets.append(environ[variable])
-            return environ[variable]
-        raise TargetError(
-            f"deploy_sweep.command: {{{name}}} is not a placeholder (valid: {{port}}, the grid's "
-            f"knobs {', '.join('{' + k + '}' for k in knobs)}, {{env:NAME}})"
-        )
-
-    return [_PLACEHOLDER.sub(value, part) for part in shlex.split(template)], secrets
 
 
 class CommandTarget:
@@ -79,7 +41,7 @@ class CommandTarget:
         get: Callable[[str, float], Any],
         environ: Mapping[str, str] = os.environ,
     ):
-        argv, secrets = render(template, port, knobs, environ)
+        argv, secrets = render(template, port, knobs, environ, "deploy_sweep.command")
         self.url = url_template.format(port=port)
         try:
             self._server = LaunchedServer(argv, secrets=secrets)

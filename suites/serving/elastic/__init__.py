@@ -1,0 +1,1 @@
+"""Replicas of a server behind a router, scaled and killed under load (issue 44)."""
