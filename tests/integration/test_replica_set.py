@@ -11,9 +11,12 @@ import urllib.request
 
 import pytest
 
-from moeperf.suites.serving.elastic.replicas import REFERENCE_COMMAND, ReplicaSet
+from moeperf.suites.serving.elastic.replicas import ReplicaSet, reference_launch
 from moeperf.suites.serving.elastic.router import RouterSettings
 from moeperf.suites.serving.preflight import http_get
+
+# The reference target, one torch thread per replica (the threads rule on a small host).
+ONE_THREAD = reference_launch({"threads": 1, "enable_prefix_caching": False})
 
 
 def complete(url: str, count: int) -> list[int]:
@@ -36,7 +39,7 @@ def complete(url: str, count: int) -> list[int]:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_replicas_scale_out_in_and_die_behind_the_router():
-    replicas = ReplicaSet(REFERENCE_COMMAND, 2, http_get, router=RouterSettings())
+    replicas = ReplicaSet(ONE_THREAD, 2, http_get, router=RouterSettings())
     try:
         router = replicas.router
         assert router is not None
@@ -77,7 +80,7 @@ def test_a_router_without_health_checks_or_retries_keeps_sending_to_a_dead_repli
     # The planted misconfiguration an elastic drill must catch: the router never finds
     # out that a backend died, and does not retry elsewhere.
     settings = RouterSettings(health_checks=False, retries=False)
-    replicas = ReplicaSet(REFERENCE_COMMAND, 2, http_get, router=settings)
+    replicas = ReplicaSet(ONE_THREAD, 2, http_get, router=settings)
     try:
         replicas.kill(1)
         statuses = complete(replicas.url, 6)

@@ -1,11 +1,11 @@
-"""Replicas of a server behind the router (router.py): started from a command template
-(``command_template``: ``{port}``, ``{replica}``, ``{env:NAME}``), each in a process group
-of its own (``launched_server``), and changed while load runs:
+"""Replicas of a server behind the router (router.py): the reference target, or a command
+template (``command_template``: ``{port}``, ``{replica}``, ``{env:NAME}``), each in a
+process group of its own (``launched_server``), and changed while load runs:
 
 - ``scale_out``: start one more, wait until it answers its model list, register it with the
   router, wait until the router lists it healthy;
 - ``scale_in``: deregister it (the router sends it nothing new), wait until its own /metrics
-  says it runs no request (or the drain time is up), then stop it (SIGTERM, then SIGKILL);
+  says it holds no request (or the drain time is up), then stop it (SIGTERM, then SIGKILL);
 - ``kill``: SIGKILL its whole group, without telling the router;
 - ``restart``: start it again on its port (the router's health checks find it again).
 
@@ -14,6 +14,7 @@ of its own (``launched_server``), and changed while load runs:
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -31,11 +32,25 @@ from moeperf.suites.serving.elastic.router import Router, RouterSettings, free_p
 from moeperf.suites.serving.launched_server import LaunchedServer, NotReady
 from moeperf.suites.serving.preflight import TargetCheck, TargetUnreachable, check_target
 
-# The reference target, one torch thread per replica (the threads rule on a small host).
-REFERENCE_COMMAND = (
-    f"{sys.executable} -m moeperf.targets.serving --port {{port}} --threads 1 "
-    "--no-enable-prefix-caching"
-)
+# How a replica is started: (its index, its port) -> (argv, the secret values in it).
+Launch = Callable[[int, int], tuple[list[str], list[str]]]
+
+
+def command_launch(template: str, environ: Mapping[str, str] = os.environ) -> Launch:
+    """Replicas of a command template (``elastic.command``)."""
+    return lambda index, port: render(template, port, {"replica": index}, environ,
+                                      "elastic.command")  # fmt: skip
+
+
+def reference_launch(config: Mapping[str, Any]) -> Launch:
+    """Replicas of the reference target with ``config`` ([target.reference]'s knobs)."""
+    text = json.dumps(dict(config))
+    return lambda _index, port: (
+        [sys.executable, "-m", "moeperf.targets.serving", "--port", str(port), "--config", text],
+        [],
+    )
+
+
 _POLL_S = 0.1
 _TAIL_CHARS = 1500
 
@@ -58,18 +73,17 @@ class Replica:
 
 
 class ReplicaSet:
-    """``replicas`` servers of ``command`` behind a router, until ``close``."""
+    """``replicas`` servers started by ``launch`` behind a router, until ``close``."""
 
     def __init__(
         self,
-        command: str,
+        launch: Launch,
         replicas: int,
         get: Callable[[str, float], Any],
         startup_timeout_s: float = 120.0,
         router: RouterSettings | None = None,
-        environ: Mapping[str, str] = os.environ,
     ):
-        self._command, self._get, self._environ = command, get, environ
+        self._launch_argv, self._get = launch, get
         self.startup_timeout_s = startup_timeout_s
         self.replicas: list[Replica] = []
         self.router: Router | None = None
@@ -107,7 +121,7 @@ class ReplicaSet:
         assert self.router is not None
         self.router.remove(replica.url, self.startup_timeout_s)
         began = time.monotonic()
-        while time.monotonic() - began < drain_timeout_s and running(replica.url) != 0:
+        while time.monotonic() - began < drain_timeout_s and in_flight(replica.url) != 0:
             time.sleep(_POLL_S)
         drained_s = time.monotonic() - began
         replica.server.stop()
@@ -135,8 +149,7 @@ class ReplicaSet:
             replica.server.stop()
 
     def _launch(self, index: int, port: int) -> tuple[Replica, float]:
-        argv, secrets = render(self._command, port, {"replica": index}, self._environ,
-                               "elastic.command")  # fmt: skip
+        argv, secrets = self._launch_argv(index, port)
         try:
             server = LaunchedServer(argv, secrets=secrets)
         except OSError as exc:
@@ -166,13 +179,15 @@ class ReplicaSet:
         replica.starts_s.append(time.monotonic() - began)
 
 
-def running(url: str) -> float | None:
-    """Requests the server at ``url`` runs now, from its own /metrics (vLLM's, SGLang's, the
-    reference's and the synthetic target's running gauge); None where it has none."""
+def in_flight(url: str) -> float | None:
+    """Requests the server at ``url`` holds now, running and waiting, from its own /metrics
+    (vLLM's, SGLang's, the reference's and the synthetic target's gauges); None where it
+    has none or does not answer."""
     try:
         with urllib.request.urlopen(url + "/metrics", timeout=2.0) as answer:
             _, samples = read_exposition(answer.read().decode())
     except (urllib.error.URLError, OSError, ExpositionError, UnicodeDecodeError):
         return None
-    found = [s.value for s in samples if s.name == mn.TARGET_RUNNING.name]
+    names = (mn.TARGET_RUNNING.name, mn.TARGET_WAITING.name)
+    found = [s.value for s in samples if s.name in names]
     return sum(found) if found else None
