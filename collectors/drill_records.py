@@ -9,7 +9,7 @@ Times are seconds from the drill level's start. What each figure is:
   before the fault took hold: what a user wants to know is when a new request works
   again.
 - ``failed``: requests that ended failed or cancelled between the injection and the
-  recovery (or the next fault), by error type.
+  recovery or the next fault, whichever came first, by error type.
 - ``requests_hit``: for a window fault (``http_error``, ``reset``, ``malformed``), the
   requests the target itself says the window caught: the ground truth for ``failed``. 0
   means the fault was not tested (nothing reached the target while the window was open);

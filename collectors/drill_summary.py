@@ -64,7 +64,10 @@ def _outcome(
     if next_ns is not None:
         after_fault &= sent < next_ns
     recovered_ns = int(done[after_fault].min()) if after_fault.any() else None
-    end_ns = recovered_ns if recovered_ns is not None else next_ns
+    # Up to the recovery, and never past the next event: its failures are its own (an
+    # elastic drill's events can follow one another before the level has recovered).
+    ends = [t for t in (recovered_ns, next_ns) if t is not None]
+    end_ns = min(ends) if ends else None
     failed = ~ok & (done >= event.injected_ns)
     if end_ns is not None:
         failed &= done <= end_ns

@@ -13,6 +13,7 @@ from moeperf.collectors.accel_records import AcceleratorFigures
 from moeperf.collectors.capacity_records import CapacitySummary
 from moeperf.collectors.deploy_sweep_records import DeploySweepSummary
 from moeperf.collectors.drill_records import DrillSummary
+from moeperf.collectors.elastic_records import ElasticSummary
 from moeperf.collectors.interference_records import InterferenceSummary
 from moeperf.collectors.mtp_ab_records import MtpAbSummary
 from moeperf.collectors.quantiles import CI_METHOD, EMPTY, ESTIMATOR, Described
@@ -262,6 +263,8 @@ class ServingSummary:
     deploy_sweep: DeploySweepSummary | None = None
     # A fault drill ([drill]): each fault's failures and recovery, and the request audit.
     drill: DrillSummary | None = None
+    # An elasticity drill ([elastic]): each event's cost and verdict, the replicas' shares.
+    elastic: ElasticSummary | None = None
     # Locust engine runs: every request the workers sent is in the records exactly once.
     request_audit: RequestAudit | None = None
     # A soak ([soak]): its windows, slopes with intervals, and verdicts.

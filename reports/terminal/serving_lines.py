@@ -171,6 +171,10 @@ def _mode(summary: ServingSummary) -> Presentation:
         from moeperf.reports.terminal.drill_tables import drill_table
 
         answer += [drill_table(summary.drill), audit_text(summary.drill.audit)]
+    if summary.elastic is not None:
+        from moeperf.reports.terminal.elastic_table import elastic_table
+
+        answer.append(elastic_table(summary.elastic))
     if summary.soak is not None:
         from moeperf.reports.terminal.soak_tables import verdicts_table, windows_table
 

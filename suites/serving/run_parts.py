@@ -18,6 +18,7 @@ import pandas as pd
 
 from moeperf.collectors.capacity_records import CapacitySummary
 from moeperf.collectors.drill_records import DrillSummary
+from moeperf.collectors.elastic_records import ElasticSummary
 from moeperf.collectors.interference_records import InterferenceSummary
 from moeperf.collectors.mtp_ab_records import MtpAbSummary
 from moeperf.collectors.mtp_ab_summary import with_figures
@@ -128,6 +129,27 @@ class DrillPart(_Part):
 
     def judge(self, verdict: Verdict) -> Verdict:
         return as_verdict(*drill_verdict(self.drill, verdict.status, verdict.reason))
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticPart(_Part):
+    """An elastic run's events and their verdicts: an event that failed its limit fails
+    the run, whatever its levels' verdict."""
+
+    elastic: ElasticSummary
+
+    def add_to(self, summary: ServingSummary, frame: pd.DataFrame) -> ServingSummary:
+        return dataclasses.replace(summary, elastic=self.elastic)
+
+    def judge(self, verdict: Verdict) -> Verdict:
+        failed = self.elastic.failed_events
+        if not failed or verdict.status in ("aborted", "invalid"):
+            return verdict
+        first = failed[0]
+        reason = (
+            f"elastic event {first.index} ({first.action} replica {first.replica}): {first.why}"
+        )
+        return as_verdict("failed", reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,9 @@ from moeperf.collectors.request_audit import audit_requests, audit_text
 from moeperf.collectors.store import RunStore, RunWriter, interrupts_end_runs
 from moeperf.suites.run_options import Progress, RunOptions
 from moeperf.suites.serving.capacity.run import search_capacity
+from moeperf.suites.serving.elastic.drill import ElasticDrill
+from moeperf.suites.serving.elastic.replicas import ReplicaSet
+from moeperf.suites.serving.elastic.run import elastic_note, elastic_replicas, elastic_summary
 from moeperf.suites.serving.embedded.process import EmbeddedTarget, embedded_target
 from moeperf.suites.serving.embedded.reference import embedded_reference, with_reference_defaults
 from moeperf.suites.serving.faults.inject import Drill
@@ -48,6 +51,7 @@ from moeperf.suites.serving.run_parts import (
     AuditPart,
     CapacityPart,
     DrillPart,
+    ElasticPart,
     RunPart,
     SoakPart,
     SweepPart,
@@ -74,11 +78,16 @@ class RunningTarget:
     url: str
     described: dict[str, Any]
     process: EmbeddedTarget | None = None
+    replicas: ReplicaSet | None = None  # [elastic]: the replicas behind the router at url
 
 
 @contextmanager
 def running(spec: ServingSpec) -> Iterator[RunningTarget]:
     """The target of ``spec``, started first when it is embedded, stopped after."""
+    if spec.elastic is not None:
+        with elastic_replicas(spec, spec.elastic) as (replicas, described):
+            yield RunningTarget(replicas.url, described, replicas=replicas)
+        return
     if spec.target.kind == "url":
         yield RunningTarget(spec.target.url, {"kind": "url", "url": spec.target.url})
         return
@@ -136,7 +145,12 @@ def run_serving(
     trace = read_spec_trace(spec) if spec.workload.kind == "trace" else None
     with running(spec) as started:
         base_url, target = started.url, started.described
-        check = check_target(base_url, functools.partial(http_get, headers=headers))
+        get = functools.partial(http_get, headers=headers)
+        check = check_target(base_url, get)
+        if started.replicas is not None:
+            # The router lists its model as "unknown" (it asks the replicas a route they do
+            # not have): the model is the one the replicas serve.
+            check = check_target(started.replicas.replicas[0].url, get)
         model = served_model(spec.target.model, check, base_url)
         source = "spec" if spec.target.model else f"target ({check.checked})"
         target = {**target, "model": model, "model_source": source, "api": spec.target.api}
@@ -200,7 +214,7 @@ def _run_levels(
     observers: LiveObservers,
     warn_only: bool,
     headers: RequestHeaders = NO_HEADERS,
-    drill: Drill | None = None,
+    drill: Drill | ElasticDrill | None = None,
     soak: Soak | None = None,
     telemetry: Telemetry | None = None,
 ) -> None:
@@ -216,7 +230,9 @@ def _run_levels(
             "Target: the synthetic ground-truth server; its latencies are configured "
             "(simulated), not a model's."
         )
-    if spec.target.kind == "reference":
+    if spec.elastic is not None:
+        run.add_note(elastic_note(spec, run.manifest.target))
+    elif spec.target.kind == "reference":
         described = run.manifest.described_target
         run.add_note(
             "Target: the reference engine serving the tiny MoE on this host, started by "
@@ -315,7 +331,7 @@ def _mode_parts(
     outcomes: list[LevelOutcome],
     fits: dict[int, CapacitySummary],
     capacity: CapacitySummary | None,
-    drill: Drill | None,
+    drill: Drill | ElasticDrill | None,
     soak: Soak | None,
     frame: pd.DataFrame,
     run: RunWriter,
@@ -330,6 +346,8 @@ def _mode_parts(
     drilled = _drill_summary(drill, outcomes, frame, run)
     if drilled is not None:
         parts.append(DrillPart(drilled))
+        if isinstance(drill, ElasticDrill):
+            parts.append(ElasticPart(elastic_summary(drill, drilled, frame)))
     soaked = soak.summary(frame) if soak is not None else None
     if soaked is not None:
         parts.append(SoakPart(soaked))
@@ -354,22 +372,28 @@ def _pool(spec: ServingSpec, workers: int, config: WorkerConfig) -> LoadEngine:
     )
 
 
-def _drill(spec: ServingSpec, started: RunningTarget, run: RunWriter) -> Drill | None:
-    if spec.drill is None:
+def _drill(
+    spec: ServingSpec, started: RunningTarget, run: RunWriter
+) -> Drill | ElasticDrill | None:
+    if spec.drill is None and spec.elastic is None:
         return None
+    what = "Drill fault" if spec.drill is not None else "Elastic event"
 
     def note(event: FaultEvent) -> None:  # stored as it happens: a drill cut short keeps it
         at_s = event.planned_at_s
         caught = "" if event.requests_hit is None else f"; caught {event.requests_hit} requests"
-        run.add_note(
-            f"Drill fault {event.index} ({event.kind} at {at_s:g} s): {event.detail}{caught}"
-        )
+        run.add_note(f"{what} {event.index} ({event.kind} at {at_s:g} s): {event.detail}{caught}")
 
-    return Drill(spec.drill, started.url, started.process, run.manifest.anchor_monotonic_ns, note)
+    anchor_ns = run.manifest.anchor_monotonic_ns
+    if spec.elastic is not None:
+        assert started.replicas is not None
+        return ElasticDrill(spec.elastic, started.replicas, anchor_ns, note)
+    assert spec.drill is not None
+    return Drill(spec.drill, started.url, started.process, anchor_ns, note)
 
 
 def _drill_summary(
-    drill: Drill | None,
+    drill: Drill | ElasticDrill | None,
     outcomes: list[LevelOutcome],
     frame: pd.DataFrame,
     run: RunWriter,

@@ -14,6 +14,7 @@ from pydantic import (
     model_validator,
 )
 
+from moeperf.suites.serving.elastic.spec import ElasticSpec
 from moeperf.suites.serving.faults.spec import DrillSpec
 from moeperf.suites.serving.locust_spec import LocustSpec
 from moeperf.suites.serving.mode_spec import (
@@ -81,6 +82,8 @@ class ServingSpec(_Strict):
     plan: PlanSpec | None = None
     # Set: faults injected into the one level, and the requests' recovery from each.
     drill: DrillSpec | None = None
+    # Set: replicas behind a router, scaled and killed on a schedule during the one level.
+    elastic: ElasticSpec | None = None
     # The Locust engine's layout (load.engine = "locust").
     locust: LocustSpec = LocustSpec()
     # The accelerator sampler beside the levels (suites/telemetry_spec.py).
@@ -134,6 +137,43 @@ class ServingSpec(_Strict):
         measured_s = load.duration_s - load.warmup_s - load.cooldown_s
         if problems := self.soak.check_level(measured_s):
             raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _elastic_alone(self) -> ServingSpec:
+        elastic = self.elastic
+        if elastic is None:
+            return self
+        others = [name for name in ("capacity", "sweep", "interference", "mtp_ab", "plan",
+                                    "deploy_sweep", "drill", "soak")
+                  if getattr(self, name) is not None]  # fmt: skip
+        if others or len(self.load.levels) != 1 or self.load.repeats != 1:
+            raise ValueError(
+                "[elastic] changes its replicas during one load level: give one load.levels "
+                "entry, no load.repeats, and no " + ", ".join(f"[{o}]" for o in others or ["drill"])
+            )
+        if self.target.kind == "synthetic":
+            raise ValueError(
+                "[elastic] starts replicas of the reference target (target.kind = 'reference'), "
+                "or of a server command (target.kind = 'url' with elastic.command)"
+            )
+        if self.target.kind == "url" and "{port}" not in elastic.command:
+            raise ValueError(
+                "[elastic] against a url target starts each replica from elastic.command, "
+                "with {port} in it (a free port per replica)"
+            )
+        if self.target.kind == "reference" and elastic.command:
+            raise ValueError(
+                "[elastic] on the reference target starts it with [target.reference]'s knobs: "
+                "remove elastic.command (it is for target.kind = 'url')"
+            )
+        last = elastic.events[-1]
+        if last.at_s >= self.load.level_limit_s:
+            raise ValueError(
+                f"the last elastic event ({last.action} at {last.at_s:g} s) comes after the "
+                f"level's {self.load.level_limit_s:g} s: raise load.duration_s past it, with "
+                "time to recover"
+            )
         return self
 
     @model_validator(mode="after")

@@ -7,7 +7,8 @@ process group of its own (``launched_server``), and changed while load runs:
 - ``scale_in``: deregister it (the router sends it nothing new), wait until its own /metrics
   says it holds no request (or the drain time is up), then stop it (SIGTERM, then SIGKILL);
 - ``kill``: SIGKILL its whole group, without telling the router;
-- ``restart``: start it again on its port (the router's health checks find it again).
+- ``restart``: start it again on its port (the router's health checks find a killed one
+  again; a scaled-in one is registered again).
 
 ``close`` stops the router and every replica.
 """
@@ -140,6 +141,9 @@ class ReplicaSet:
         replica.server.stop()  # reaps what a kill left, closes its output
         again, began = self._launch(index, replica.port)
         self._await_answer(again, began)
+        assert self.router is not None
+        if all(w.url != replica.url for w in self.router.workers()):  # it was scaled in
+            self.router.add(replica.url, self.startup_timeout_s)
 
     def close(self) -> None:
         """The router, then every replica, stopped (each one's group, SIGTERM then SIGKILL)."""

@@ -14,6 +14,7 @@ and reloaded for every scale event.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import socket
 import sys
@@ -64,6 +65,9 @@ class RouterSettings:
     health_checks: bool = True
     # Off: a request that fails on one worker is not retried on another.
     retries: bool = True
+    # After 10 failures a worker's circuit breaker opens: no request goes to it for this
+    # long (the router's default, 60 s, outlasts a restart).
+    breaker_timeout_s: int = 60
     startup_timeout_s: float = 60.0
 
 
@@ -81,6 +85,7 @@ class Router:
             "127.0.0.1", "--prometheus-port", str(self.metrics_port), "--log-level", "warn",
             "--health-check-interval-secs", str(settings.health_check_interval_s),
             "--health-failure-threshold", str(settings.health_failure_threshold),
+            "--cb-timeout-duration-secs", str(settings.breaker_timeout_s),
             "--worker-urls", *workers,
         ]  # fmt: skip
         if not settings.health_checks:
@@ -105,6 +110,21 @@ class Router:
     @property
     def pid(self) -> int:
         return self._server.pid
+
+    def describe(self) -> str:
+        """What routes, in words, for the manifest and the report."""
+        settings = self.settings
+        checks = (
+            f"health checks every {settings.health_check_interval_s} s"
+            if settings.health_checks
+            else "no health checks"
+        )
+        retries = "retries on" if settings.retries else "no retries"
+        version = importlib.metadata.version("sglang-router")
+        return (
+            f"sglang-router {version}, {settings.policy}, {checks}, {retries}, breaker "
+            f"{settings.breaker_timeout_s} s"
+        )
 
     @property
     def alive(self) -> bool:
