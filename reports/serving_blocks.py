@@ -17,6 +17,7 @@ from moeperf.collectors.target_counters import metrics_unavailable
 from moeperf.reports.accel_blocks import accelerator_blocks
 from moeperf.reports.deploy_sweep_blocks import deploy_sweep_blocks
 from moeperf.reports.drill_blocks import drill_blocks
+from moeperf.reports.elastic_blocks import elastic_blocks
 from moeperf.reports.figures.cdf import CURVE_COLUMNS, cdf_curves, curve_frame, latency_cdf
 from moeperf.reports.figures.concurrency import concurrency_curve, levels_frame
 from moeperf.reports.figures.errors import error_bars, error_counts
@@ -186,6 +187,8 @@ def _mode_blocks(
         blocks += mtp_ab_blocks(summary.mtp_ab)
     if summary.deploy_sweep is not None:
         blocks += deploy_sweep_blocks(summary.deploy_sweep)
+    if summary.elastic is not None:
+        blocks += elastic_blocks(summary.elastic)
     if summary.drill is not None:
         blocks += drill_blocks(summary.drill, requests)
     if summary.soak is not None:
