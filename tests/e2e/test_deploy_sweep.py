@@ -17,17 +17,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import psutil
 import pytest
-from child_processes import alive, children, survivors
+from child_processes import interrupted, survivors
 
 from moeperf.cli import main
 from moeperf.collectors.deploy_sweep_records import DeploySweepSummary
@@ -97,34 +94,17 @@ def test_ctrl_c_mid_arm_keeps_what_was_measured_and_leaves_no_target(tmp_path):
     runs = tmp_path / "runs"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONIOENCODING": "utf-8"}
     overrides = [*SMALL, "load.duration_s=30", "deploy_sweep.repeats=1"]
-    with open(tmp_path / "out.txt", "w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "moeperf.cli", "--runs-dir", str(runs), "run",
-             "deploy-sweep", *_sets(overrides)],
-            cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    started: list[psutil.Process] = []
-    try:
+
+    def under_way(process: subprocess.Popen[bytes]) -> bool:
         # The first arm's level is under way once requests are stored.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and process.poll() is None:
-            stored = list(runs.glob("*/requests.jsonl"))
-            if stored and stored[0].read_bytes().count(b"\n") >= 4:
-                break
-            time.sleep(0.2)
-        assert process.poll() is None, (tmp_path / "out.txt").read_text()[-3000:]
-        started = children(process.pid)
-        targets = [c for c in started if "moeperf.targets.serving" in " ".join(c.cmdline())]
-        assert len(targets) == 1, [c.cmdline() for c in started]
-        process.send_signal(signal.SIGINT)
-        returncode = process.wait(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        for child in started:
-            if alive(child):
-                child.kill()
+        stored = list(runs.glob("*/requests.jsonl"))
+        return bool(stored) and stored[0].read_bytes().count(b"\n") >= 4
+
+    argv = [sys.executable, "-m", "moeperf.cli", "--runs-dir", str(runs), "run",
+            "deploy-sweep", *_sets(overrides)]  # fmt: skip
+    returncode, started, lines = interrupted(argv, REPO_ROOT, env, tmp_path / "out.txt",
+                                             under_way)  # fmt: skip
+    assert len([line for line in lines if "moeperf.targets.serving" in line]) == 1, lines
     printed = (tmp_path / "out.txt").read_text()
     assert returncode == 130, printed[-3000:]
     reader = RunStore(runs).open("latest")

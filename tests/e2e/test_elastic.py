@@ -12,16 +12,14 @@ harness's own limits relaxed: they run beside the other tests.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import psutil
 import pytest
-from child_processes import alive, children, cmdline, survivors
+from child_processes import alive, children, cmdline, interrupted, survivors
 
 from moeperf.cli import main
 from moeperf.collectors.elastic_records import ElasticSummary
@@ -118,34 +116,17 @@ def test_ctrl_c_leaves_no_replica_or_router(tmp_path):
     quick = ["elastic.replicas=2", "elastic.events=[{at_s = 0.5, action = 'scale_out'}]",
              "load.duration_s=60"]  # fmt: skip
     sets = [arg for o in [*RELAXED, *quick] for arg in ("--set", o)]
-    with open(tmp_path / "out.txt", "w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "moeperf.cli", "--runs-dir", str(runs), "run", "elastic",
-             *sets],
-            cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    started: list[psutil.Process] = []
-    try:
+
+    def under_way(process: subprocess.Popen[bytes]) -> bool:
         # Under way once the scale-out has added its replica (a third).
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and process.poll() is None:
-            replicas = [c for c in children(process.pid)
-                        if _server(c) and "moeperf.targets.serving" in cmdline(c)]  # fmt: skip
-            if len(replicas) >= 3:
-                break
-            time.sleep(0.2)
-        assert process.poll() is None, (tmp_path / "out.txt").read_text()[-3000:]
-        started = children(process.pid)
-        assert any("sglang" in cmdline(c) for c in started), [cmdline(c) for c in started]
-        process.send_signal(signal.SIGINT)
-        returncode = process.wait(timeout=90)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        for child in started:
-            if alive(child):
-                child.kill()
+        return len([c for c in children(process.pid)
+                    if _server(c) and "moeperf.targets.serving" in cmdline(c)]) >= 3  # fmt: skip
+
+    argv = [sys.executable, "-m", "moeperf.cli", "--runs-dir", str(runs), "run", "elastic",
+            *sets]  # fmt: skip
+    returncode, started, lines = interrupted(argv, REPO_ROOT, env, tmp_path / "out.txt",
+                                             under_way)  # fmt: skip
+    assert any("sglang" in line for line in lines), lines  # the router was among them
     printed = (tmp_path / "out.txt").read_text()
     assert returncode == 130, printed[-3000:]
     reader = RunStore(runs).open("latest")
