@@ -18,6 +18,10 @@ What each figure is (times in seconds):
 - ``drained_s``: a scale-in's deregistration to the replica holding no request (or the
   drain timeout), after which it was stopped.
 - ``shares``: each replica's part of the requests the router sent during the level.
+- ``output_tok_s_before`` / ``_after``: output tokens of the ok requests that ended in the
+  ``compare_window_s`` before the event, and in the same window after the event's own end
+  (never past the next event), per second of that window; None for an empty window.
+- ``serving_before``: replicas serving (started, not scaled in or killed) before the event.
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ class ElasticEvent:
     why: str
     lost_in_flight: int | None = None  # a kill's (module docstring)
     lost_after: int | None = None
+    output_tok_s_before: float | None = None
+    output_tok_s_after: float | None = None
+    serving_before: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,3 +78,4 @@ class ElasticAction:
     in_flight: float | None
     first_served_s: float | None
     drained_s: float | None
+    serving_before: int | None = None

@@ -4,7 +4,9 @@
 - kill: pass when no request sent after the kill failed (only those in flight on the
   killed replica were lost) and the level recovered within ``max_recovery_s``;
 - scale_out, restart: pass when the replica served its first request within
-  ``max_first_served_s`` of the action's start;
+  ``max_first_served_s`` of the action's start; a scale-out with ``min_scale_out_ratio``
+  also needs its output tok/s after to reach that fraction of before x (N + 1) / N, N the
+  replicas serving before it (a level the replicas could not keep busy does not scale);
 - an action that could not be carried out fails.
 """
 
@@ -21,7 +23,7 @@ from moeperf.collectors.elastic_records import (
     ElasticSummary,
     EventVerdict,
 )
-from moeperf.collectors.latency import NS_PER_S
+from moeperf.collectors.latency import NS_PER_S, per_request
 
 
 def summarize_elastic(
@@ -34,19 +36,30 @@ def summarize_elastic(
     shares: Mapping[int, float],
     max_recovery_s: float,
     max_first_served_s: float,
+    min_scale_out_ratio: float | None = None,
 ) -> ElasticSummary:
     """Each action beside its drill outcome (the same index), judged."""
     outcomes = {o.index: o for o in drill.faults}
     level = requests[requests["scenario"] == drill.scenario]
+    tokens = per_request(level)["output_tokens"].where(level["status"] == "ok")
+    window_ns = int(drill.compare_window_s * NS_PER_S)
     starts_ns = [drill.level_start_ns + int(o.at_s * NS_PER_S) for o in drill.faults]
     events = []
     for action in actions:
         outcome = outcomes[action.index]
+        start_ns = starts_ns[action.index]
+        later = [t for t in starts_ns if t > start_ns]
+        next_ns = later[0] if later else None
         lost: tuple[int, int] | None = None
         if action.action == "kill" and outcome.injected:
-            later = [t for t in starts_ns if t > starts_ns[action.index]]
-            lost = _lost(level, starts_ns[action.index], later[0] if later else None)
+            lost = _lost(level, start_ns, next_ns)
+        end_ns = start_ns + int(outcome.fault_s * NS_PER_S)
+        before = _rate(level, tokens, start_ns - window_ns, start_ns)
+        after_end = end_ns + window_ns if next_ns is None else min(end_ns + window_ns, next_ns)
+        after = _rate(level, tokens, end_ns, after_end)
         verdict, why = _judge(action, outcome, lost, max_recovery_s, max_first_served_s)
+        if verdict == "pass" and action.action == "scale_out" and min_scale_out_ratio:
+            verdict, why = _judge_scale(action, (before, after), min_scale_out_ratio, why)
         events.append(
             ElasticEvent(
                 index=action.index, action=action.action, replica=action.replica,
@@ -55,10 +68,42 @@ def summarize_elastic(
                 drained_s=action.drained_s, failed=outcome.failed,
                 failed_by_type=outcome.failed_by_type, recovery_s=outcome.recovery_s,
                 verdict=verdict, why=why, lost_in_flight=lost[0] if lost else None,
-                lost_after=lost[1] if lost else None,
+                lost_after=lost[1] if lost else None, output_tok_s_before=before,
+                output_tok_s_after=after, serving_before=action.serving_before,
             )
         )  # fmt: skip
     return ElasticSummary(router, replicas_started, tuple(events), dict(shares))
+
+
+def _rate(level: pd.DataFrame, tokens: pd.Series, low_ns: int, high_ns: int) -> float | None:
+    """Output tokens/s of the ok requests that ended in [low, high); None: an empty window."""
+    if high_ns <= low_ns:
+        return None
+    ended = (level["done_ns"] >= low_ns) & (level["done_ns"] < high_ns)
+    return float(tokens[ended].sum()) / ((high_ns - low_ns) / NS_PER_S)
+
+
+def _judge_scale(
+    action: ElasticAction,
+    rates: tuple[float | None, float | None],
+    ratio: float,
+    served: str,
+) -> tuple[EventVerdict, str]:
+    before, after = rates
+    serving = action.serving_before
+    if before is None or after is None or not before or not serving:
+        return "not judged", f"{served}; no output tok/s before and after to compare"
+    wanted = ratio * (serving + 1) / serving
+    got = after / before
+    if got < wanted:
+        return "fail", (
+            f"{served}; but output tok/s went {before:.0f} -> {after:.0f} ({got:.2f}x), below "
+            f"{ratio:g} x {serving + 1}/{serving} = {wanted:.2f}x"
+        )
+    return (
+        "pass",
+        f"{served}; output tok/s {before:.0f} -> {after:.0f} ({got:.2f}x >= {wanted:.2f}x)",
+    )
 
 
 def _lost(level: pd.DataFrame, kill_ns: int, next_ns: int | None) -> tuple[int, int]:

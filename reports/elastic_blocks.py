@@ -24,6 +24,8 @@ def elastic_blocks(elastic: ElasticSummary) -> list[Table]:
                 "first served s": e.first_served_s,
                 "drained s": e.drained_s,
                 "recovery s": e.recovery_s,
+                "output tok/s before": e.output_tok_s_before,
+                "output tok/s after": e.output_tok_s_after,
                 "verdict": e.verdict.upper() if e.verdict == "fail" else e.verdict,
                 "why": e.why,
             }

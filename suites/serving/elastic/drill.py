@@ -100,6 +100,7 @@ class ElasticDrill:
             if self._stop.wait(max(0.0, (due_ns - time.monotonic_ns()) / 1e9)):
                 return
             started_ns = time.monotonic_ns()
+            serving = len(self.replicas.serving())
             try:
                 done = self._act(event, started_ns)
                 ok = True
@@ -120,6 +121,7 @@ class ElasticDrill:
                     done.in_flight,
                     done.first_served_s,
                     done.drained_s,
+                    serving,
                 )
             )
             self.on_event(fault)

@@ -94,4 +94,5 @@ def elastic_summary(
         shares=drill.shares(),
         max_recovery_s=spec.max_recovery_s,
         max_first_served_s=spec.max_first_served_s,
+        min_scale_out_ratio=spec.min_scale_out_ratio,
     )

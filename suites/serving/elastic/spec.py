@@ -71,6 +71,11 @@ class ElasticSpec(Strict):
     # Verdict: a replica started (scale_out) or restarted serves its first request within
     # this, from the action's start.
     max_first_served_s: Positive = 15.0
+    # Verdict, off unless set: a scale-out's output tok/s after must reach this fraction of
+    # before x (N + 1) / N, N the replicas serving before it. Only where the load keeps the
+    # replicas busy and each has hardware of its own (on a few shared CPU cores the
+    # replicas only divide them).
+    min_scale_out_ratio: Annotated[float, Field(gt=0, le=1)] | None = None
 
     @model_validator(mode="after")
     def _events_in_order(self) -> ElasticSpec:
