@@ -7,25 +7,18 @@ output is in the error when it exits or does not answer in time.
 
 from __future__ import annotations
 
-import socket
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
-from moeperf.suites.serving.launched_server import LaunchedServer, NotReady
+from moeperf.suites.serving.launched_server import LaunchedServer, NotReady, free_port
 
 _LOG_TAIL_CHARS = 8000
 
 
 class ServerNotReady(RuntimeError):
     """The server exited or did not answer /health in time; the message has its log tail."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def healthy(url: str) -> bool:

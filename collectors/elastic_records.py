@@ -6,8 +6,9 @@ What each figure is (times in seconds):
 - ``in_flight``: requests the replica held (running and waiting, its own /metrics) just
   before a scale-in deregistered it or a kill took it down; None where it exposes no such
   gauge. A request the replica has received but not yet queued is not in it.
-- A kill's lost requests, split by when they were sent: ``lost_in_flight``, failed requests
-  sent before the kill (in flight then: only the killed replica failed them), and
+- A kill's lost requests, split by when they were sent against the SIGKILL itself:
+  ``lost_in_flight``, failed requests sent before it (in flight then: only the killed
+  replica failed them), and
   ``lost_after``, failed requests sent after it (the router sent them to the dead replica,
   or did not retry them elsewhere), up to the next event or the level's end.
 - ``failed``, ``recovery_s``: the fault drill's (collectors/drill_records.py): requests that
@@ -79,3 +80,6 @@ class ElasticAction:
     first_served_s: float | None
     drained_s: float | None
     serving_before: int | None = None
+    # A kill's SIGKILL on the run's clock: its lost requests are split at this instant (the
+    # event starts earlier, with the read of the replica's gauge).
+    struck_ns: int | None = None

@@ -52,7 +52,8 @@ def summarize_elastic(
         next_ns = later[0] if later else None
         lost: tuple[int, int] | None = None
         if action.action == "kill" and outcome.injected:
-            lost = _lost(level, start_ns, next_ns)
+            struck_ns = action.struck_ns if action.struck_ns is not None else start_ns
+            lost = _lost(level, struck_ns, next_ns)
         end_ns = start_ns + int(outcome.fault_s * NS_PER_S)
         before = _rate(level, tokens, start_ns - window_ns, start_ns)
         after_end = end_ns + window_ns if next_ns is None else min(end_ns + window_ns, next_ns)
@@ -137,7 +138,10 @@ def _judge(
         return _judge_kill(action, outcome, lost, max_recovery_s)
     first = action.first_served_s
     if first is None:
-        return "fail", f"replica {action.replica} served no request within {max_first_s:g} s"
+        return "fail", (
+            f"replica {action.replica} served no request within {max_first_s:g} s of the "
+            "event's start, or before the level ended"
+        )
     if first > max_first_s:
         return "fail", (
             f"replica {action.replica} served its first request after {first:.2f} s > "

@@ -94,6 +94,14 @@ class RequestLatencies:
     itl_s: np.ndarray
 
 
+def request_ttft_s(record: RequestRecord) -> float | None:
+    """One ok record's TTFT, from its intended send (None: not ok, or no token), as
+    ``request_latencies`` and ``per_request`` define it."""
+    if record.status != "ok" or record.first_token_ns is None:
+        return None
+    return (record.first_token_ns - record.intended_send_ns) / NS_PER_S
+
+
 def request_latencies(record: RequestRecord) -> RequestLatencies:
     """Derived metrics of one record, for live export as requests end."""
     queue_delay_s = (record.send_ns - record.intended_send_ns) / NS_PER_S
@@ -105,7 +113,7 @@ def request_latencies(record: RequestRecord) -> RequestLatencies:
         return RequestLatencies(None, None, queue_delay_s, None, None, tokens, np.empty(0))
     tpot_s = (last - first) / NS_PER_S / (tokens - 1) if tokens and tokens >= 2 else None
     return RequestLatencies(
-        ttft_s=(first - record.intended_send_ns) / NS_PER_S,
+        ttft_s=request_ttft_s(record),
         ttft_from_send_s=(first - record.send_ns) / NS_PER_S,
         queue_delay_s=queue_delay_s,
         tpot_s=tpot_s,

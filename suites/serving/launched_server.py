@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -33,6 +34,13 @@ class NotReady(Exception):
     def __init__(self, message: str, exit_code: int | None):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, for a server to be started on."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 def masked(text: str, secrets: Sequence[str]) -> str:

@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import json
 import queue
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ from typing import IO, Any
 from moeperf.collectors.records import RequestRecord
 from moeperf.collectors.serving_records import WorkerSummary
 from moeperf.suites.errors import SuiteError
+from moeperf.suites.serving.launched_server import free_port
 from moeperf.suites.serving.load.engine import LevelSink, LoadEngine
 from moeperf.suites.serving.load.plan import LevelPlan, WorkerConfig
 from moeperf.suites.serving.locust_engine import messages
@@ -48,12 +48,6 @@ class LocustWorker:
     offset_ns: int  # its monotonic clock minus the master's, as measured
     offset_bound_ns: int  # half the least ping round trip: the offset's uncertainty
     applied_ns: int  # what its timestamps were corrected by (0: within the bound)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
 
 
 class LocustPool(LoadEngine):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from moeperf.collectors.latency import NS_PER_S, request_latencies
+from moeperf.collectors.latency import NS_PER_S, request_ttft_s
 from moeperf.collectors.records import RequestRecord
 from moeperf.collectors.saturation import signs
 from moeperf.collectors.saturation_records import Saturation
@@ -99,7 +99,9 @@ class SaturationWatch:
             return
         sent_s = record.intended_send_ns / NS_PER_S
         self._lags_s.append(done_s - sent_s)
-        ttft_s = request_latencies(record).ttft_s
+        # Its TTFT alone: this runs on every record the parent receives, and the chunk gaps
+        # request_latencies would also compute are not needed here.
+        ttft_s = request_ttft_s(record)
         if ttft_s is not None:
             self._ttft_sent_s.append(sent_s)
             self._ttft_s.append(ttft_s)

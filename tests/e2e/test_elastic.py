@@ -29,8 +29,10 @@ from moeperf.suites.serving.deploy_sweep.arms import port_free
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RELAXED = ["harness.max_loop_lag_p99_s=1.0", "harness.max_cpu_fraction=1.0"]
-# A replica's start is an interpreter importing torch: ~3 s here, more beside busy tests.
-SLOW_HOST = ["elastic.max_first_served_s=30", "elastic.max_recovery_s=10"]
+# A replica's start is an interpreter importing torch: ~3 s here, 9 s on a host running two
+# of these drills at once; then the events bunch up (scale-in at 12 s, kill at 15, restart
+# at 16, its replica answering at about 25): the level runs 28 s, not the spec's 20.
+SLOW_HOST = ["elastic.max_first_served_s=30", "elastic.max_recovery_s=10", "load.duration_s=28"]
 
 
 def _run(

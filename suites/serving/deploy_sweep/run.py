@@ -53,9 +53,9 @@ from moeperf.suites.serving.deploy_sweep.part import DeploySweepPart
 from moeperf.suites.serving.deploy_sweep.plan_check import ArmPlan, check_arm, knob_fields
 from moeperf.suites.serving.embedded.process import EmbeddedTarget
 from moeperf.suites.serving.embedded.reference import embedded_reference
+from moeperf.suites.serving.launched_server import free_port
 from moeperf.suites.serving.level_plan import plan_level
 from moeperf.suites.serving.load.auth import RequestHeaders, request_headers
-from moeperf.suites.serving.locust_pool import free_port
 from moeperf.suites.serving.mode_spec import DeploySweepSpec, GridValue
 from moeperf.suites.serving.preflight import TargetUnreachable, check_target, http_get, served_model
 from moeperf.suites.serving.spec import ServingSpec

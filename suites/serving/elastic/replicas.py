@@ -29,8 +29,8 @@ from moeperf.collectors.export import metric_names as mn
 from moeperf.collectors.sources.target_metrics import ExpositionError, read_exposition
 from moeperf.suites.errors import TargetError
 from moeperf.suites.serving.command_template import render
-from moeperf.suites.serving.elastic.router import Router, RouterSettings, free_port
-from moeperf.suites.serving.launched_server import LaunchedServer, NotReady
+from moeperf.suites.serving.elastic.router import Router, RouterSettings
+from moeperf.suites.serving.launched_server import LaunchedServer, NotReady, free_port
 from moeperf.suites.serving.preflight import TargetCheck, TargetUnreachable, check_target
 
 # How a replica is started: (its index, its port) -> (argv, the secret values in it).

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import socket
 import sys
 import urllib.error
 import urllib.request
@@ -27,7 +26,7 @@ from typing import Literal
 from prometheus_client.parser import text_string_to_metric_families
 
 from moeperf.suites.errors import TargetError
-from moeperf.suites.serving.launched_server import LaunchedServer, NotReady
+from moeperf.suites.serving.launched_server import LaunchedServer, NotReady, free_port
 
 Policy = Literal["round_robin", "random", "cache_aware", "power_of_two"]
 _POLL_S = 0.1
@@ -35,12 +34,6 @@ _HTTP_TIMEOUT_S = 5.0
 _TAIL_CHARS = 1500
 # Its per-worker outcome counter: one sample per worker and outcome (success, failure).
 _OUTCOMES = "smg_worker_cb_outcomes"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,9 @@
 schedule while one load level runs (suites/serving/elastic/, docs/guides/elasticity.md).
 
 Actions, at ``at_s`` seconds after the level starts, or when the one before has ended (a
-new replica's first request served included), whichever is later; each event's record
-gives when it really started:
+replica's start and registration included; its first request served is watched beside
+the events after it), whichever is later; each event's record gives when it really
+started, and one the level ended before is recorded as not carried out:
 - ``scale_out``: start one more replica, register it with the router (it is numbered after
   every replica started before it);
 - ``scale_in``: deregister ``replica`` from the router, let what it holds finish (up to
