@@ -8,9 +8,11 @@ What each figure is (times in seconds):
   gauge. A request the replica has received but not yet queued is not in it.
 - A kill's lost requests, split by when they were sent against the SIGKILL itself:
   ``lost_in_flight``, failed requests sent before it (in flight then: only the killed
-  replica failed them), and
-  ``lost_after``, failed requests sent after it (the router sent them to the dead replica,
-  or did not retry them elsewhere), up to the next event or the level's end.
+  replica failed them); ``lost_undetected``, failed requests sent after it but within the
+  router's detection time (its health-check interval x failure threshold: it could not
+  know yet); and ``lost_after``, failed requests sent later (the router went on sending to
+  the dead replica, or did not retry them elsewhere), up to the next event or the level's
+  end.
 - ``failed``, ``recovery_s``: the fault drill's (collectors/drill_records.py): requests that
   ended failed or cancelled from the event until the level recovered, and the event's start
   to the end of the first request sent at or after it that succeeded after it ended.
@@ -50,6 +52,7 @@ class ElasticEvent:
     verdict: EventVerdict
     why: str
     lost_in_flight: int | None = None  # a kill's (module docstring)
+    lost_undetected: int | None = None
     lost_after: int | None = None
     output_tok_s_before: float | None = None
     output_tok_s_after: float | None = None

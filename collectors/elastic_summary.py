@@ -1,8 +1,10 @@
 """An elasticity drill's events judged (collectors/elastic_records.py defines the figures):
 
 - scale_in: pass when it lost no request (a graceful scale-in must not);
-- kill: pass when no request sent after the kill failed (only those in flight on the
-  killed replica were lost) and the level recovered within ``max_recovery_s``;
+- kill: pass when no request sent after the router's detection time (``detection_s``: its
+  health-check interval x failure threshold; 0 without health checks) failed, so that
+  only those in flight on the killed replica, and those the router sent it before it could
+  know, were lost; and the level recovered within ``max_recovery_s``;
 - scale_out, restart: pass when the replica served its first request within
   ``max_first_served_s`` of the action's start; a scale-out with ``min_scale_out_ratio``
   also needs its output tok/s after to reach that fraction of before x (N + 1) / N, N the
@@ -37,6 +39,7 @@ def summarize_elastic(
     max_recovery_s: float,
     max_first_served_s: float,
     min_scale_out_ratio: float | None = None,
+    detection_s: float = 0.0,
 ) -> ElasticSummary:
     """Each action beside its drill outcome (the same index), judged."""
     outcomes = {o.index: o for o in drill.faults}
@@ -50,15 +53,16 @@ def summarize_elastic(
         start_ns = starts_ns[action.index]
         later = [t for t in starts_ns if t > start_ns]
         next_ns = later[0] if later else None
-        lost: tuple[int, int] | None = None
+        lost: tuple[int, int, int] | None = None
         if action.action == "kill" and outcome.injected:
             struck_ns = action.struck_ns if action.struck_ns is not None else start_ns
-            lost = _lost(level, struck_ns, next_ns)
+            lost = _lost(level, struck_ns, next_ns, int(detection_s * NS_PER_S))
         end_ns = start_ns + int(outcome.fault_s * NS_PER_S)
         before = _rate(level, tokens, start_ns - window_ns, start_ns)
         after_end = end_ns + window_ns if next_ns is None else min(end_ns + window_ns, next_ns)
         after = _rate(level, tokens, end_ns, after_end)
-        verdict, why = _judge(action, outcome, lost, max_recovery_s, max_first_served_s)
+        verdict, why = _judge(action, outcome, lost, max_recovery_s, max_first_served_s,
+                              detection_s)  # fmt: skip
         if verdict == "pass" and action.action == "scale_out" and min_scale_out_ratio:
             verdict, why = _judge_scale(action, (before, after), min_scale_out_ratio, why)
         events.append(
@@ -69,7 +73,8 @@ def summarize_elastic(
                 drained_s=action.drained_s, failed=outcome.failed,
                 failed_by_type=outcome.failed_by_type, recovery_s=outcome.recovery_s,
                 verdict=verdict, why=why, lost_in_flight=lost[0] if lost else None,
-                lost_after=lost[1] if lost else None, output_tok_s_before=before,
+                lost_undetected=lost[1] if lost else None,
+                lost_after=lost[2] if lost else None, output_tok_s_before=before,
                 output_tok_s_after=after, serving_before=action.serving_before,
             )
         )  # fmt: skip
@@ -107,22 +112,27 @@ def _judge_scale(
     )
 
 
-def _lost(level: pd.DataFrame, kill_ns: int, next_ns: int | None) -> tuple[int, int]:
+def _lost(
+    level: pd.DataFrame, kill_ns: int, next_ns: int | None, detection_ns: int
+) -> tuple[int, int, int]:
     """A kill's failed requests (ended after it, before the next event): (sent before it,
-    sent after it)."""
+    sent within the router's detection time after it, sent later)."""
     failed = (level["status"] != "ok") & (level["done_ns"] >= kill_ns)
     if next_ns is not None:
         failed &= level["send_ns"] < next_ns
     before = failed & (level["send_ns"] < kill_ns)
-    return int(before.sum()), int((failed & ~before).sum())
+    undetected = failed & ~before & (level["send_ns"] < kill_ns + detection_ns)
+    later = failed & ~before & ~undetected
+    return int(before.sum()), int(undetected.sum()), int(later.sum())
 
 
 def _judge(
     action: ElasticAction,
     outcome: FaultOutcome,
-    lost: tuple[int, int] | None,
+    lost: tuple[int, int, int] | None,
     max_recovery_s: float,
     max_first_s: float,
+    detection_s: float = 0.0,
 ) -> tuple[EventVerdict, str]:
     if not outcome.injected:
         return "fail", f"the {action.action} could not be carried out: {outcome.detail}"
@@ -135,7 +145,7 @@ def _judge(
         return "pass", "lost no request"
     if action.action == "kill":
         assert lost is not None
-        return _judge_kill(action, outcome, lost, max_recovery_s)
+        return _judge_kill(action, outcome, lost, max_recovery_s, detection_s)
     first = action.first_served_s
     if first is None:
         return "fail", (
@@ -151,14 +161,22 @@ def _judge(
 
 
 def _judge_kill(
-    action: ElasticAction, outcome: FaultOutcome, lost: tuple[int, int], max_recovery_s: float
+    action: ElasticAction,
+    outcome: FaultOutcome,
+    lost: tuple[int, int, int],
+    max_recovery_s: float,
+    detection_s: float,
 ) -> tuple[EventVerdict, str]:
-    in_flight, after = lost
+    in_flight, undetected, after = lost
     held = "" if action.in_flight is None else f" (its /metrics said it held {action.in_flight:g})"
+    early = (
+        f" and {undetected} sent in the router's {detection_s:g} s to notice" if undetected else ""
+    )
     if after:
         return "fail", (
-            f"{after} request(s) sent after the kill failed: the router went on sending to "
-            f"the dead replica, or did not retry elsewhere; {in_flight} in flight were lost{held}"
+            f"{after} request(s) sent more than {detection_s:g} s after the kill failed: the "
+            f"router went on sending to the dead replica, or did not retry elsewhere; "
+            f"{in_flight} in flight were lost{held}{early}"
         )
     recovery = outcome.recovery_s
     if recovery is None:
@@ -166,8 +184,8 @@ def _judge_kill(
     if recovery > max_recovery_s:
         return "fail", f"recovered after {recovery:.2f} s > {max_recovery_s:g} s"
     return "pass", (
-        f"lost only the {in_flight} request(s) in flight on it{held}; none sent after failed; "
-        f"recovered after {recovery:.2f} s <= {max_recovery_s:g} s"
+        f"lost the {in_flight} request(s) in flight on it{held}{early}; none sent later "
+        f"failed; recovered after {recovery:.2f} s <= {max_recovery_s:g} s"
     )
 
 

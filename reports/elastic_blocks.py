@@ -20,6 +20,7 @@ def elastic_blocks(elastic: ElasticSummary) -> list[Table]:
                 "in flight": e.in_flight,
                 "failed": e.failed,
                 "lost in flight": e.lost_in_flight,
+                "lost before noticed": e.lost_undetected,
                 "lost after": e.lost_after,
                 "first served s": e.first_served_s,
                 "drained s": e.drained_s,

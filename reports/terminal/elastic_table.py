@@ -21,7 +21,8 @@ def elastic_table(elastic: ElasticSummary) -> Table:
         title=f"elasticity drill: {elastic.router}",
         caption=(
             "in flight: what the replica held (its /metrics) just before; lost: a kill's "
-            "failed requests sent before it / after it; first served: the action's start to "
+            "failed requests sent before it / before the router could notice / later; "
+            "first served: the action's start to "
             "the router's first request answered by the replica; recovery: as the fault "
             "drill's; tok/s: output tokens/s ended in the compare window before the event and "
             "after its end. Shares of the level's requests: "
@@ -34,7 +35,11 @@ def elastic_table(elastic: ElasticSummary) -> Table:
                    "why"):  # fmt: skip
         table.add_column(column, justify="left" if column in ("event", "why") else "right")
     for e in elastic.events:
-        lost = "-" if e.lost_in_flight is None else f"{e.lost_in_flight} / {e.lost_after}"
+        lost = (
+            "-"
+            if e.lost_in_flight is None
+            else f"{e.lost_in_flight} / {e.lost_undetected} / {e.lost_after}"
+        )
         table.add_row(
             e.action, str(e.replica), f"{e.at_s:.2f}",
             "-" if e.in_flight is None else f"{e.in_flight:g}", str(e.failed), lost,

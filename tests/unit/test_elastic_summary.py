@@ -34,14 +34,16 @@ def steady(start_s: float, end_s: float, per_s: float, first: int) -> list[Reque
 
 
 def judged(records: list[RequestRecord], events: list[tuple[str, float, float]],
-           actions: list[ElasticAction], ratio: float | None = None):  # fmt: skip
+           actions: list[ElasticAction], ratio: float | None = None,
+           detection_s: float = 0.0):  # fmt: skip
     frame = records_frame(records)
     faults = [FaultEvent(i, kind, at, int(at * S), int((at + length) * S), True, "done")
               for i, (kind, at, length) in enumerate(events)]  # fmt: skip
     drill = summarize_drill(frame, "c=4", 0, faults, {0: len(records)}, 2.0)
     return summarize_elastic(drill, actions, frame, router="router", replicas_started=3,
                              shares={0: 0.5, 1: 0.5}, max_recovery_s=5.0,
-                             max_first_served_s=10.0, min_scale_out_ratio=ratio).events  # fmt: skip
+                             max_first_served_s=10.0, min_scale_out_ratio=ratio,
+                             detection_s=detection_s).events  # fmt: skip
 
 
 def test_a_kill_loses_what_was_in_flight_and_fails_when_later_sends_fail():
@@ -54,7 +56,12 @@ def test_a_kill_loses_what_was_in_flight_and_fails_when_later_sends_fail():
     later = [*records, request(1002, 5.5, 5.51, ok=False), request(1003, 6.0, 6.01, ok=False)]
     (event,) = judged(later, [("kill", 5.0, 0.01)], [kill])
     assert (event.lost_in_flight, event.lost_after, event.verdict) == (2, 2, "fail")
-    assert event.why.startswith("2 request(s) sent after the kill failed")
+    assert event.why.startswith("2 request(s) sent more than 0 s after the kill failed")
+    # A router that checks its workers' health every second, two failures in a row: it
+    # could not know for 2 s, and both were sent in that time (0.5 and 1 s after).
+    (event,) = judged(later, [("kill", 5.0, 0.01)], [kill], detection_s=2.0)
+    assert (event.lost_in_flight, event.lost_undetected, event.lost_after) == (2, 2, 0)
+    assert event.verdict == "pass" and "2 sent in the router's 2 s to notice" in event.why
 
 
 def test_a_graceful_scale_in_that_lost_a_request_fails():

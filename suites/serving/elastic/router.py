@@ -104,6 +104,15 @@ class Router:
     def pid(self) -> int:
         return self._server.pid
 
+    @property
+    def detection_s(self) -> float:
+        """How long a dead worker may still get requests: health checks this far apart,
+        this many failing in a row (0 without health checks: it never notices)."""
+        settings = self.settings
+        if not settings.health_checks:
+            return 0.0
+        return float(settings.health_check_interval_s * settings.health_failure_threshold)
+
     def describe(self) -> str:
         """What routes, in words, for the manifest and the report."""
         settings = self.settings

@@ -95,4 +95,5 @@ def elastic_summary(
         max_recovery_s=spec.max_recovery_s,
         max_first_served_s=spec.max_first_served_s,
         min_scale_out_ratio=spec.min_scale_out_ratio,
+        detection_s=router.detection_s if router is not None else 0.0,
     )
